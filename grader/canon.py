@@ -1,0 +1,185 @@
+"""Normalisation and canonical values: the one definition of "the same call".
+
+Both sides of every comparison (the task's expected and stale calls, the model's answer) go
+through :func:`canon`, so the rules live in exactly one place. Canonical values are plain,
+hashable Python values whose ``==`` is the grading equality:
+
+* objects become :class:`CObject` (keys sorted), arrays :class:`CArray` (order kept);
+* integers stay exact ``int``; a double with an integral value becomes that ``int`` so
+  ``4550 == 4550.0 == 4.55e3`` and ``-0 == 0``, while two different 20-digit ids never meet;
+* booleans become :class:`CBool`, because Python's ``True == 1`` must not leak into grading;
+* strings with a comma have each part stripped; comma-free ISO-8601 W/D/H/M/S durations
+  become :class:`Duration` (total seconds); every other string is kept code point for code point.
+
+The tool name is never normalised: callers pass it through untouched.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import orjson
+
+from grader._json import MAX_DEPTH
+
+
+class TooDeepError(ValueError):
+    """A value nests deeper than :data:`grader._json.MAX_DEPTH`."""
+
+
+class CBool(enum.Enum):
+    """A JSON boolean that never equals a number."""
+
+    FALSE = False
+    TRUE = True
+
+
+@dataclass(frozen=True, slots=True)
+class Duration:
+    """An ISO-8601 duration reduced to its length, so ``PT0H45M == PT45M``."""
+
+    seconds: int
+    text: str  # the first spelling seen, for messages only
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Duration) and other.seconds == self.seconds
+
+    def __hash__(self) -> int:
+        return hash(("duration", self.seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class CObject:
+    """A JSON object with its keys sorted."""
+
+    items: tuple[tuple[str, Canon], ...]
+
+    def as_dict(self) -> dict[str, Canon]:
+        return dict(self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class CArray:
+    """A JSON array; order is part of its meaning."""
+
+    items: tuple[Canon, ...]
+
+
+Canon: TypeAlias = "CBool | int | float | str | Duration | CObject | CArray | None"
+
+# Only integer W, D, H, M (inside T) and S components; a T must be followed by a component.
+# Years, months, fractions and lower-case designators do not match and stay plain strings.
+_DURATION = re.compile(
+    r"P(?!$)(?:([0-9]+)W)?(?:([0-9]+)D)?(?:T(?=[0-9])(?:([0-9]+)H)?(?:([0-9]+)M)?(?:([0-9]+)S)?)?"
+)
+_SECONDS = (7 * 86400, 86400, 3600, 60, 1)
+
+
+def normalise_string(text: str) -> str | Duration:
+    """Apply the two string equivalences of grading.md (comma lists, durations)."""
+    if "," in text:
+        return ",".join(part.strip() for part in text.split(","))
+    if text.startswith("P"):
+        match = _DURATION.fullmatch(text)
+        if match is not None:
+            total = sum(int(g) * s for g, s in zip(match.groups(), _SECONDS, strict=True) if g)
+            return Duration(total, text)
+    return text
+
+
+def canon(value: Any, depth: int = 0) -> Canon:
+    """Canonicalise a parsed JSON value; raise :class:`TooDeepError` past the depth bound."""
+    if isinstance(value, str):
+        return normalise_string(value)
+    if isinstance(value, bool):
+        return CBool.TRUE if value else CBool.FALSE
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if value is None:
+        return None
+    if depth >= MAX_DEPTH:
+        raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        return CObject(tuple(sorted((k, canon(v, depth + 1)) for k, v in value.items())))
+    if isinstance(value, list):
+        return CArray(tuple(canon(v, depth + 1) for v in value))
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def kind_of(value: Canon) -> str:
+    """The JSON type name a canonical value had, for type-mismatch messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, CBool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str | Duration):
+        return "string"
+    if isinstance(value, CObject):
+        return "object"
+    return "array"
+
+
+def to_plain(value: Canon) -> Any:
+    """Turn a canonical value back into plain JSON data (durations keep their spelling)."""
+    if isinstance(value, CObject):
+        return {k: to_plain(v) for k, v in value.items}
+    if isinstance(value, CArray):
+        return [to_plain(v) for v in value.items]
+    if isinstance(value, CBool):
+        return value.value
+    if isinstance(value, Duration):
+        return value.text
+    return value
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON text of a plain JSON value: keys sorted, exact integers, no spaces.
+
+    Used for digests, so it must be stable across processes and library versions: integers
+    are written by ``str`` (exact at any width) and doubles by ``repr`` (shortest round trip).
+    """
+    parts: list[str] = []
+    _write(value, parts, 0)
+    return "".join(parts)
+
+
+def _write(value: Any, out: list[str], depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        out.append(orjson.dumps(value).decode())
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif value is None:
+        out.append("null")
+    elif isinstance(value, int):
+        out.append(str(value))
+    elif isinstance(value, float):
+        out.append(str(int(value)) if value.is_integer() else repr(value))
+    elif isinstance(value, dict):
+        out.append("{")
+        for i, key in enumerate(sorted(value)):
+            if i:
+                out.append(",")
+            out.append(orjson.dumps(key).decode())
+            out.append(":")
+            _write(value[key], out, depth + 1)
+        out.append("}")
+    elif isinstance(value, list):
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _write(item, out, depth + 1)
+        out.append("]")
+    else:
+        raise TypeError(f"not a JSON value: {type(value).__name__}")

@@ -1,0 +1,76 @@
+"""File helpers for the offline commands: JSONL reading with file:line errors, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from grader._json import JSONError, dumps, loads_exact
+
+
+class InputError(Exception):
+    """Unreadable or invalid input; the message names file and line. Exit code 2."""
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line number, value)`` for every non-blank line."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield lineno, loads_exact(line)
+                except JSONError as exc:
+                    raise InputError(f"{path}:{lineno}: not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text: {exc}") from None
+
+
+def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
+    """Write to a temporary file beside ``path`` and rename: never a half-written output."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def jsonl_bytes(rows: Iterable[Any]) -> Iterator[bytes]:
+    for row in rows:
+        yield dumps(row) + b"\n"
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown only where a person is watching."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled and total > 0
+        self._shown = -1
+
+    def update(self, done: int) -> None:
+        if not self.enabled:
+            return
+        percent = 100 * done // self.total
+        if percent == self._shown:
+            return
+        self._shown = percent
+        filled = percent * 30 // 100
+        sys.stderr.write(f"\rgrading [{'#' * filled}{'.' * (30 - filled)}] {percent:3d}% ")
+        if done >= self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()

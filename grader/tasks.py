@@ -1,0 +1,167 @@
+"""Task files: loading, validation, and the digest that names what a result was graded against.
+
+A task file is JSONL, one task a line::
+
+    {"id": "...", "expected": <call object or JSON string>,
+     "metadata": {"stale": <call, JSON string or null>, "mutationKind": <str or null>, ...}}
+
+Loading is all-or-nothing: the first problem stops it with ``file:line: message`` and nothing
+half-loaded is returned, so a bad edit can never replace a good task set in a running proxy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from grader._json import JSONError, loads_exact
+from grader.canon import canonical_json
+from grader.extract import Call, call_from_value, extract
+from grader.version import GRADER_RULES_VERSION
+
+
+class TaskLoadError(ValueError):
+    """A task file or task definition is unusable; the message names file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One gradable task: the expected call and, optionally, the stale pre-migration call."""
+
+    id: str
+    expected: Call
+    stale: Call | None = None
+    mutation_kind: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    source: str = "<memory>"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSet:
+    """A validated, immutable set of tasks and its digest."""
+
+    tasks: Mapping[str, Task]
+    digest: str
+    sources: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self.tasks
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self.tasks.values())
+
+    def get(self, task_id: str) -> Task | None:
+        return self.tasks.get(task_id)
+
+
+def _call(value: Any, what: str) -> Call:
+    """A task's call: an object (wrappers allowed) or a JSON string holding one."""
+    call = extract(value).call if isinstance(value, str) else call_from_value(value)
+    if call is None:
+        raise TaskLoadError(
+            f"{what} is not a usable call: it needs a string 'name' and an object 'arguments'"
+        )
+    return call
+
+
+def parse_task(obj: Any, source: str = "<memory>") -> Task:
+    """Validate one task definition; raise :class:`TaskLoadError` naming ``source``."""
+    try:
+        if not isinstance(obj, dict):
+            raise TaskLoadError(f"a task must be a JSON object, got {type(obj).__name__}")
+        task_id = obj.get("id")
+        if not isinstance(task_id, str) or not task_id:
+            raise TaskLoadError("'id' must be a non-empty string")
+        if "expected" not in obj:
+            raise TaskLoadError(f"task {task_id!r} has no 'expected' call")
+        expected = _call(obj["expected"], f"task {task_id!r}: 'expected'")
+        metadata = obj.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise TaskLoadError(f"task {task_id!r}: 'metadata' must be an object")
+        stale = None
+        if metadata.get("stale") is not None:
+            stale = _call(metadata["stale"], f"task {task_id!r}: 'metadata.stale'")
+            if stale.canonical == expected.canonical:
+                raise TaskLoadError(
+                    f"task {task_id!r}: 'metadata.stale' equals 'expected' after "
+                    "canonicalisation, so a correct answer would be flagged stale"
+                )
+        kind = metadata.get("mutationKind")
+        if kind is not None and not isinstance(kind, str):
+            raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
+    except TaskLoadError as exc:
+        raise TaskLoadError(f"{source}: {exc}") from None
+    return Task(
+        id=task_id,
+        expected=expected,
+        stale=stale,
+        mutation_kind=kind,
+        metadata=MappingProxyType(dict(metadata)),
+        raw=MappingProxyType(dict(obj)),
+        source=source,
+    )
+
+
+def tasks_digest(raw_tasks: Iterable[Mapping[str, Any]]) -> str:
+    """sha256 of the canonical task set plus the grading rules version."""
+    ordered = sorted((dict(raw) for raw in raw_tasks), key=lambda raw: str(raw["id"]))
+    text = GRADER_RULES_VERSION + "\n" + canonical_json(ordered)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def build_task_set(tasks: Iterable[Task], sources: tuple[str, ...] = ()) -> TaskSet:
+    """Index tasks by id, refusing duplicates, and compute the digest."""
+    by_id: dict[str, Task] = {}
+    for task in tasks:
+        if task.id in by_id:
+            raise TaskLoadError(
+                f"{task.source}: duplicate task id {task.id!r} (first at {by_id[task.id].source})"
+            )
+        by_id[task.id] = task
+    digest = tasks_digest(task.raw for task in by_id.values())
+    return TaskSet(MappingProxyType(by_id), digest, sources)
+
+
+def _task_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+        if not files:
+            raise TaskLoadError(f"{path}: no *.jsonl task files in this folder")
+        return files
+    if path.is_file():
+        return [path]
+    raise TaskLoadError(f"{path}: no such task file or folder")
+
+
+def iter_file_tasks(path: Path) -> Iterator[Task]:
+    """Parse one JSONL task file, line by line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskLoadError(f"{path}: cannot read task file: {exc}") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = loads_exact(line)
+        except JSONError as exc:
+            raise TaskLoadError(f"{where}: not valid JSON: {exc}") from None
+        yield parse_task(obj, where)
+
+
+def load_tasks(path: str | Path) -> TaskSet:
+    """Load a task file or a folder of ``*.jsonl`` files, all or nothing."""
+    files = _task_files(Path(path))
+    tasks = [task for file in files for task in iter_file_tasks(file)]
+    if not tasks:
+        raise TaskLoadError(f"{path}: no tasks defined")
+    return build_task_set(tasks, tuple(str(f) for f in files))
