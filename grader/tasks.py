@@ -83,7 +83,9 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         if "expected" not in obj:
             raise TaskLoadError(f"task {task_id!r} has no 'expected' call")
         expected = _call(obj["expected"], f"task {task_id!r}: 'expected'")
-        metadata = obj.get("metadata") or {}
+        metadata = obj.get("metadata")
+        if metadata is None:
+            metadata = {}
         if not isinstance(metadata, dict):
             raise TaskLoadError(f"task {task_id!r}: 'metadata' must be an object")
         stale = None

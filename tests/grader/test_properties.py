@@ -1,0 +1,109 @@
+"""Hypothesis properties of the parser, canonicaliser and extractor."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grader import parse_task, score
+from grader._json import dumps
+from grader.canon import canon, to_plain
+from grader.extract import extract
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+arguments = st.dictionaries(st.text(max_size=8), json_values, max_size=5)
+tool_names = st.text(min_size=1, max_size=20)
+# Prose without brackets: braces in prose may legitimately enclose a call (then it is not one).
+prose = st.text(alphabet=st.characters(blacklist_characters="{}[]"), max_size=80)
+unquoted_prose = st.text(alphabet=st.characters(blacklist_characters='{}[]"'), max_size=80)
+
+
+def shuffled(value: Any, rnd: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rnd.shuffle(items)
+        return {k: shuffled(v, rnd) for k, v in items}
+    if isinstance(value, list):
+        return [shuffled(v, rnd) for v in value]
+    return value
+
+
+@given(json_values)
+def test_canonicalisation_is_idempotent(value: Any) -> None:
+    once = canon(value)
+    assert canon(to_plain(once)) == once
+
+
+@given(json_values, st.randoms(use_true_random=False))
+def test_canonicalisation_ignores_key_order(value: Any, rnd: random.Random) -> None:
+    assert canon(shuffled(value, rnd)) == canon(value)
+
+
+@given(st.text())
+def test_arbitrary_text_never_raises(text: str) -> None:
+    task = parse_task({"id": "t", "expected": {"name": "f", "arguments": {}}})
+    verdict = score(task, text)
+    assert verdict.score in (0, 1)
+
+
+@given(json_values)
+def test_arbitrary_json_values_never_raise(value: Any) -> None:
+    task = parse_task({"id": "t", "expected": {"name": "f", "arguments": {}}})
+    assert score(task, value).score in (0, 1)
+    assert score(task, dumps(value).decode()).score in (0, 1)
+
+
+@given(tool_names, arguments, prose, prose)
+def test_usable_call_in_prose_is_found(
+    name: str, args: dict[str, Any], before: str, after: str
+) -> None:
+    call = {"name": name, "arguments": args}
+    found = extract(before + dumps(call).decode() + after)
+    assert found.call is not None
+    assert found.call.name == name
+    assert found.call.canonical == canon_call(call)
+
+
+@given(
+    tool_names, arguments, unquoted_prose, st.sampled_from(["{", "[", "{{[", "[{", "}", "]"]), prose
+)
+def test_never_closed_opener_does_not_hide_a_call(
+    name: str, args: dict[str, Any], before: str, opener: str, after: str
+) -> None:
+    """An opener that never closes is prose (GRADING-DECISIONS.md). Prose quotes after such an
+    opener could pair with the call's own quotes and close it for real, so they are left out."""
+    call = {"name": name, "arguments": args}
+    found = extract(opener + before + dumps(call).decode() + after)
+    assert found.call is not None
+    assert found.call.canonical == canon_call(call)
+
+
+def canon_call(call: dict[str, Any]) -> Any:
+    found = extract(dumps(call).decode()).call
+    assert found is not None
+    return found.canonical
+
+
+@given(tool_names, arguments, st.randoms(use_true_random=False))
+def test_expected_after_any_key_shuffle_scores_one(
+    name: str, args: dict[str, Any], rnd: random.Random
+) -> None:
+    task = parse_task({"id": "t", "expected": {"name": name, "arguments": args}})
+    answer = dumps(shuffled({"name": name, "arguments": args}, rnd)).decode()
+    assert score(task, answer).score == 1

@@ -1,0 +1,155 @@
+"""Task loading: all or nothing, with errors that name file and line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from grader import TaskLoadError, load_tasks
+from grader._json import dumps
+
+GOOD = {
+    "id": "a",
+    "expected": {"name": "f", "arguments": {"x": 1}},
+    "metadata": {"mutationKind": "k"},
+}
+
+
+def write(path: Path, *lines: object) -> Path:
+    path.write_text(
+        "".join((line if isinstance(line, str) else dumps(line).decode()) + "\n" for line in lines)
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        pytest.param(
+            [GOOD, GOOD], "tasks.jsonl:2: duplicate task id 'a' (first at", id="duplicate_id"
+        ),
+        pytest.param([GOOD, "{not json"], "tasks.jsonl:2: not valid JSON", id="invalid_json_line"),
+        pytest.param([[1]], "tasks.jsonl:1: a task must be a JSON object", id="not_an_object"),
+        pytest.param(
+            [{"expected": GOOD["expected"]}],
+            "tasks.jsonl:1: 'id' must be a non-empty string",
+            id="missing_id",
+        ),
+        pytest.param(
+            [{"id": "a"}], "tasks.jsonl:1: task 'a' has no 'expected' call", id="missing_expected"
+        ),
+        pytest.param(
+            [{"id": "a", "expected": {"tool": "f"}}],
+            "'expected' is not a usable call",
+            id="expected_without_name",
+        ),
+        pytest.param(
+            [{"id": "a", "expected": {"name": "f", "arguments": [1]}}],
+            "'expected' is not a usable call",
+            id="expected_arguments_array",
+        ),
+        pytest.param(
+            [{"id": "a", "expected": "prose only"}],
+            "'expected' is not a usable call",
+            id="expected_string_without_call",
+        ),
+        pytest.param(
+            [{**GOOD, "metadata": {"stale": GOOD["expected"]}}],
+            "'metadata.stale' equals 'expected'",
+            id="stale_equals_expected",
+        ),
+        pytest.param(
+            [
+                {
+                    "id": "a",
+                    "expected": {"name": "f", "arguments": {"t": "a,b", "d": "PT1H"}},
+                    "metadata": {"stale": {"arguments": {"d": "PT60M", "t": "a , b"}, "name": "f"}},
+                }
+            ],
+            "'metadata.stale' equals 'expected'",
+            id="stale_equals_expected_after_canon",
+        ),
+        pytest.param(
+            [{**GOOD, "metadata": {"stale": {"name": 1}}}],
+            "'metadata.stale' is not a usable call",
+            id="stale_unusable",
+        ),
+        pytest.param(
+            [{**GOOD, "metadata": {"mutationKind": 3}}],
+            "'metadata.mutationKind' must be a string",
+            id="mutation_kind_not_string",
+        ),
+        pytest.param(
+            [{**GOOD, "metadata": []}], "'metadata' must be an object", id="metadata_not_object"
+        ),
+        pytest.param([], "no tasks defined", id="empty_file"),
+    ],
+)
+def test_bad_task_files_fail_with_file_and_line(
+    tmp_path: Path, lines: list[object], message: str
+) -> None:
+    path = write(tmp_path / "tasks.jsonl", *lines)
+    with pytest.raises(TaskLoadError) as caught:
+        load_tasks(path)
+    assert message in str(caught.value)
+    assert str(tmp_path) in str(caught.value)
+
+
+def test_expected_may_be_a_json_string_or_wrapped(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "t.jsonl",
+        {"id": "s", "expected": '{"name": "f", "arguments": {"x": 1}}'},
+        {
+            "id": "w",
+            "expected": {"type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}},
+        },
+    )
+    tasks = load_tasks(path)
+    assert tasks.tasks["s"].expected.canonical == tasks.tasks["w"].expected.canonical
+
+
+def test_folder_loads_every_jsonl_file_sorted(tmp_path: Path) -> None:
+    write(tmp_path / "b.jsonl", {**GOOD, "id": "b"})
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub" / "a.jsonl", GOOD)
+    (tmp_path / "notes.txt").write_text("ignored")
+    tasks = load_tasks(tmp_path)
+    assert list(tasks.tasks) == ["b", "a"]
+    assert len(tasks.sources) == 2
+
+
+@pytest.mark.parametrize(
+    ("path_name", "message"),
+    [("missing.jsonl", "no such task file or folder"), ("empty_dir", "no *.jsonl task files")],
+)
+def test_missing_sources(tmp_path: Path, path_name: str, message: str) -> None:
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(TaskLoadError, match=re.escape(message)):
+        load_tasks(tmp_path / path_name)
+
+
+def test_digest_ignores_order_and_formatting_but_not_content(tmp_path: Path) -> None:
+    other = {**GOOD, "id": "b"}
+    first = load_tasks(write(tmp_path / "1.jsonl", GOOD, other)).digest
+    reordered = load_tasks(
+        write(
+            tmp_path / "2.jsonl",
+            other,
+            '{"metadata":{"mutationKind":"k"},'
+            ' "expected": {"arguments": {"x": 1}, "name": "f"}, "id": "a"}',
+        )
+    ).digest
+    changed = load_tasks(
+        write(tmp_path / "3.jsonl", GOOD, {**other, "expected": {"name": "g"}})
+    ).digest
+    assert first == reordered
+    assert first != changed
+    assert first.startswith("sha256:")
+
+
+def test_sample_suite_loads() -> None:
+    tasks = load_tasks(Path(__file__).parents[2] / "config" / "tasks")
+    assert len(tasks) >= 60
+    assert len({task.mutation_kind for task in tasks}) >= 6
