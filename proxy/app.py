@@ -1,0 +1,137 @@
+"""The aiohttp application: routes, the error middleware, and resources with their lifetimes.
+
+Resources live in ``cleanup_ctx`` generators, so start-up and shutdown run in one order and
+unwind in reverse: results writer → client session → grade queue → task store. On shutdown the
+queue drains before the writer closes, so no graded row is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from proxy.config import Config
+from proxy.errors import BodyTooLargeError, ProxyError
+from proxy.grading import GradeQueue
+from proxy.handlers import livez, proxy_handler, readyz
+from proxy.logs import get_logger
+from proxy.metrics import ModelLabels, ProxyMetrics
+from proxy.results import ResultWriter
+from proxy.state import CONFIG, LIFECYCLE, METRICS, QUEUE, SESSION, TASKS, Lifecycle
+from proxy.taskstore import TaskStore
+
+log = get_logger("gradeproxy.app")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render every error the proxy itself makes in OpenAI's error shape."""
+    try:
+        return await handler(request)
+    except ProxyError as error:
+        request_id: str | None = request.get("request_id")
+        return error.response(request_id)
+    except web.HTTPRequestEntityTooLarge as exc:
+        limit = request.app[CONFIG].limits.max_body_bytes
+        return BodyTooLargeError(
+            f"request body is larger than the limit of {limit} bytes ({exc.text})"
+        ).response(request.get("request_id"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = ProxyError(exc.reason).response(request.get("request_id"))
+        response.set_status(exc.status, exc.reason)
+        return response
+
+
+def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Application:
+    """Build the proxy app (and, with ``admin.port``, serve /metrics only on the admin app)."""
+    app = web.Application(middlewares=[openai_errors], client_max_size=config.limits.max_body_bytes)
+    app[CONFIG] = config
+    app[METRICS] = metrics or ProxyMetrics(
+        ModelLabels(config.metrics.models, config.metrics.max_models)
+    )
+    app[LIFECYCLE] = Lifecycle()
+    app[TASKS] = TaskStore(config.tasks.path, app[METRICS])
+    app.cleanup_ctx.extend([_results_and_queue, _client_session, _task_loading])
+    app.router.add_route("*", "/v1/{tail:.*}", proxy_handler)
+    if config.admin.port is None:
+        add_admin_routes(app, app)
+    return app
+
+
+def add_admin_routes(target: web.Application, proxy_app: web.Application) -> None:
+    """/metrics, /livez and /readyz, on the proxy app or on a separate admin app."""
+    if target is not proxy_app:  # the admin app reads the proxy's state objects
+        target[LIFECYCLE] = proxy_app[LIFECYCLE]
+        target[TASKS] = proxy_app[TASKS]
+    target.router.add_get("/metrics", make_aiohttp_handler(proxy_app[METRICS].registry))
+    target.router.add_get("/livez", livez)
+    target.router.add_get("/readyz", readyz)
+
+
+def make_admin_app(proxy_app: web.Application) -> web.Application:
+    """The admin app for ``admin.port``: health and metrics off the traffic port."""
+    admin = web.Application()
+    add_admin_routes(admin, proxy_app)
+    return admin
+
+
+async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG]
+    writer = None
+    if config.results.path is not None:
+        writer = ResultWriter(config.results.path, config.results.max_bytes, config.results.backups)
+    queue = GradeQueue(
+        app[METRICS],
+        writer,
+        size=config.grading.queue_size,
+        workers=config.grading.workers,
+        inline_max_bytes=config.grading.inline_max_bytes,
+        capture_answer=config.results.capture_answer,
+    )
+    app[QUEUE] = queue
+    queue.start()
+    yield
+    await queue.stop(timeout_s=config.shutdown.grace_period_s)
+    if writer is not None:
+        writer.close()
+        log.info("results_flushed", path=str(writer.path), rows=writer.rows_written)
+
+
+async def _client_session(app: web.Application) -> AsyncIterator[None]:
+    upstream = app[CONFIG].upstream
+    timeout = aiohttp.ClientTimeout(
+        total=None, sock_connect=upstream.connect_timeout_s, sock_read=upstream.idle_timeout_s
+    )
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+    async with aiohttp.ClientSession(
+        timeout=timeout,
+        connector=connector,
+        auto_decompress=True,
+        cookie_jar=aiohttp.DummyCookieJar(),
+    ) as session:
+        app[SESSION] = session
+        yield
+
+
+async def _task_loading(app: web.Application) -> AsyncIterator[None]:
+    store = app[TASKS]
+    loading = asyncio.create_task(store.reload(), name="tasks-initial-load")
+    watcher: asyncio.Task[None] | None = None
+    config = app[CONFIG].tasks
+    if config.watch and config.path is not None:
+        watcher = asyncio.create_task(store.watch(config.watch_interval_s), name="tasks-watch")
+    yield
+    for task in (loading, watcher):
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,302 @@
+"""The proxy's configuration: one YAML file, ``GRADEPROXY_*`` environment overrides, CLI flags.
+
+Precedence, lowest first: defaults, the file, the environment, command-line flags. Unknown keys
+are errors, and every error names the field (``upstream.url: must be an http(s) URL``), so a bad
+config fails at start and never half-applies. Secrets appear only as environment variable
+*names* (``api_key_env``); their values are read at start and never logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
+
+import yaml
+
+ENV_PREFIX = "GRADEPROXY_"
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+@dataclass(frozen=True, slots=True)
+class Admin:
+    port: int | None = None  # serve /metrics, /livez, /readyz on their own port
+    host: str | None = None  # default: listen.host
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    url: str = ""
+    api_key_env: str | None = None
+    connect_timeout_s: float = 10.0
+    idle_timeout_s: float = 300.0  # between two reads of the upstream body; no total timeout
+
+
+@dataclass(frozen=True, slots=True)
+class Tasks:
+    path: Path | None = None
+    watch: bool = False
+    watch_interval_s: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Grading:
+    task_header: str = "X-Grade-Task"
+    run_header: str = "X-Grade-Run"
+    meta_header_prefix: str = "X-Grade-Meta-"
+    queue_size: int = 10000
+    workers: int = 2
+    sample_rate: float = 1.0
+    sampling_header: str | None = None  # hash this header instead of the request id
+    inline_max_bytes: int = 16384  # larger responses are graded in a thread, off the event loop
+
+
+@dataclass(frozen=True, slots=True)
+class Results:
+    path: Path | None = Path("results/grades.jsonl")
+    max_bytes: int = 100 * 1024 * 1024
+    backups: int = 5
+    capture_answer: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_body_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    drain_delay_s: float = 5.0
+    grace_period_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    models: tuple[str, ...] = ()  # allow-list of model label values; others become "other"
+    max_models: int = 20  # without an allow-list: first N models seen, then "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Logging:
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console"] = "json"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    listen: Listen = field(default_factory=Listen)
+    admin: Admin = field(default_factory=Admin)
+    upstream: Upstream = field(default_factory=Upstream)
+    tasks: Tasks = field(default_factory=Tasks)
+    grading: Grading = field(default_factory=Grading)
+    results: Results = field(default_factory=Results)
+    limits: Limits = field(default_factory=Limits)
+    shutdown: Shutdown = field(default_factory=Shutdown)
+    metrics: Metrics = field(default_factory=Metrics)
+    logging: Logging = field(default_factory=Logging)
+
+    def upstream_api_key(self) -> str | None:
+        """The upstream key from the environment variable the config names, if any."""
+        name = self.upstream.api_key_env
+        return os.environ.get(name) if name else None
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective config for the start-up log line: names of secrets, never values."""
+        plain: dict[str, Any] = _plain(self)
+        return plain
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _coerce(where: str, hint: Any, value: Any, from_text: bool) -> Any:
+    """Check (and, for environment strings, convert) one value against its type hint."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = get_args(hint)
+        if value is None or (from_text and value == "" and type(None) in options):
+            if type(None) in options:
+                return None
+            raise ConfigError(f"{where}: must be set")
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(where, option, value, from_text)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0])
+    if origin is Literal:
+        if value not in get_args(hint):
+            choices = "|".join(str(a) for a in get_args(hint))
+            raise ConfigError(f"{where}: must be one of {choices}, got {value!r}")
+        return value
+    if origin is tuple:
+        if from_text and isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: must be a list of strings")
+        return tuple(value)
+    if hint is bool:
+        if from_text and isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if from_text and isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+            return False
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if from_text and isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigError(f"{where}: must be an integer, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if from_text and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{where}: must be a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: must be a number, got {value!r}")
+        return float(value)
+    if hint is Path:
+        if not isinstance(value, str | Path):
+            raise ConfigError(f"{where}: must be a path, got {value!r}")
+        return Path(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported type")  # pragma: no cover - a programming error
+
+
+def _section(name: str, cls: type[Any], data: Any, from_text: Mapping[str, bool]) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name}: must be a mapping")
+    hints = get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{name}.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+    values = {
+        key: _coerce(f"{name}.{key}", hints[key], value, from_text.get(f"{name}.{key}", False))
+        for key, value in data.items()
+    }
+    return cls(**values)
+
+
+def _validate(config: Config) -> Config:
+    url = urlsplit(config.upstream.url)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise ConfigError(
+            f"upstream.url: must be an http(s) URL such as http://127.0.0.1:8000/v1, "
+            f"got {config.upstream.url!r}"
+        )
+    checks: list[tuple[bool, str]] = [
+        (0 <= config.listen.port <= 65535, "listen.port: must be 0..65535"),
+        (
+            config.admin.port is None or 0 <= config.admin.port <= 65535,
+            "admin.port: must be 0..65535",
+        ),
+        (config.upstream.connect_timeout_s > 0, "upstream.connect_timeout_s: must be > 0"),
+        (config.upstream.idle_timeout_s > 0, "upstream.idle_timeout_s: must be > 0"),
+        (config.grading.queue_size >= 1, "grading.queue_size: must be >= 1"),
+        (config.grading.workers >= 1, "grading.workers: must be >= 1"),
+        (0.0 <= config.grading.sample_rate <= 1.0, "grading.sample_rate: must be within 0..1"),
+        (config.grading.task_header.strip() != "", "grading.task_header: must not be empty"),
+        (config.results.max_bytes >= 1024, "results.max_bytes: must be >= 1024"),
+        (config.results.backups >= 0, "results.backups: must be >= 0"),
+        (config.limits.max_body_bytes >= 1024, "limits.max_body_bytes: must be >= 1024"),
+        (config.shutdown.drain_delay_s >= 0, "shutdown.drain_delay_s: must be >= 0"),
+        (config.shutdown.grace_period_s >= 0, "shutdown.grace_period_s: must be >= 0"),
+        (config.metrics.max_models >= 1, "metrics.max_models: must be >= 1"),
+        (config.tasks.watch_interval_s > 0, "tasks.watch_interval_s: must be > 0"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    if config.upstream.api_key_env and config.upstream.api_key_env not in os.environ:
+        raise ConfigError(
+            f"upstream.api_key_env: environment variable {config.upstream.api_key_env} is not set"
+        )
+    return config
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``GRADEPROXY_UPSTREAM_URL=...`` -> ``{"upstream": {"url": ...}}``."""
+    sections = {f.name: f.type for f in dataclasses.fields(Config)}
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        rest = key[len(ENV_PREFIX) :].lower()
+        section = next((s for s in sections if rest.startswith(s + "_")), None)
+        if section is None:
+            continue  # not a config override (e.g. a secret the config names)
+        out.setdefault(section, {})[rest[len(section) + 1 :]] = value
+    return out
+
+
+def load_config(
+    path: Path | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Build and validate the effective config; raise :class:`ConfigError` naming the field."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the config must be a mapping of sections")
+        data = dict(loaded or {})
+    sections = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(data) - sections)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown section (known: {', '.join(sorted(sections))})")
+    from_text: dict[str, bool] = {}
+    for section, values in _env_overrides(os.environ if environ is None else environ).items():
+        merged = dict(data.get(section) or {})
+        for key, text in values.items():
+            merged[key] = text
+            from_text[f"{section}.{key}"] = True
+        data[section] = merged
+    for section, given in (overrides or {}).items():
+        merged = dict(data.get(section) or {})
+        merged.update({k: v for k, v in given.items() if v is not None})
+        data[section] = merged
+    hints = get_type_hints(Config)
+    built = {name: _section(name, hints[name], data.get(name), from_text) for name in sections}
+    return _validate(Config(**built))

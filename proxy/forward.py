@@ -1,0 +1,226 @@
+"""Forwarding: relay a request upstream and its response back, byte for byte.
+
+The client gets the upstream's status, end-to-end headers and body bytes unchanged; nothing is
+re-serialised. Streams are relayed chunk by chunk as they arrive, and a graded response keeps
+only *references* to the chunks it relayed, parsed later by the grade queue, so grading adds
+no work between two chunks and no time to the first one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from proxy.errors import (
+    ProxyError,
+    UpstreamProtocolError,
+    UpstreamTimeoutError,
+    UpstreamUnreachableError,
+    in_band_error,
+)
+
+# RFC 9110 §7.6.1 plus the non-standard Proxy-Connection; every header named in Connection too.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# aiohttp sets Host and Content-Length itself and negotiates (and undoes) its own encoding.
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
+# The body we send is already decoded, and aiohttp re-frames it.
+_RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding"}
+# Non-streamed bodies up to this size are read whole and sent with a Content-Length; larger or
+# unsized ones are relayed as they arrive.
+BUFFER_MAX_BYTES = 4 * 1024 * 1024
+
+
+def _connection_named(headers: CIMultiDictProxy[str]) -> set[str]:
+    named: set[str] = set()
+    for value in headers.getall("Connection", []):
+        named.update(token.strip().lower() for token in value.split(",") if token.strip())
+    return named
+
+
+def request_headers(
+    incoming: CIMultiDictProxy[str],
+    private_prefixes: Iterable[str],
+    private_names: Iterable[str],
+    api_key: str | None,
+    request_id: str,
+) -> CIMultiDict[str]:
+    """Headers for the upstream request: end-to-end only, never the proxy's own."""
+    drop = _REQUEST_DROP | _connection_named(incoming) | {n.lower() for n in private_names}
+    prefixes = tuple(p.lower() for p in private_prefixes)
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in incoming.items():
+        lower = name.lower()
+        if lower in drop or lower.startswith(prefixes):
+            continue
+        out.add(name, value)
+    if api_key is not None:
+        out["Authorization"] = f"Bearer {api_key}"
+    out["x-request-id"] = request_id
+    return out
+
+
+def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMultiDict[str]:
+    """Headers for the client: end-to-end only; the upstream's x-request-id wins if it sent one."""
+    drop = _RESPONSE_DROP | _connection_named(upstream)
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in upstream.items():
+        if name.lower() not in drop:
+            out.add(name, value)
+    if "x-request-id" not in out:
+        out["x-request-id"] = request_id
+    return out
+
+
+@dataclass(slots=True)
+class Relay:
+    """What happened while relaying one response, for metrics, logs and grading."""
+
+    status: int = 0
+    stream: bool = False
+    ttfb_s: float = 0.0
+    upstream_wait_s: float = 0.0  # ttfb plus every wait for an upstream read
+    body_bytes: int = 0
+    parts: list[bytes] = field(default_factory=list)  # kept only when capture is on
+    upstream_request_id: str | None = None
+    upstream_failed: str | None = None  # set when the upstream failed after the response began
+    client_disconnected: bool = False
+    finished_at: float = 0.0
+
+
+def upstream_url(base: str, raw_path: str) -> URL:
+    """``base`` (ending in /v1) plus the client's raw path after /v1 and its raw query."""
+    return URL(base.rstrip("/") + raw_path[len("/v1") :], encoded=True)
+
+
+async def relay(
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    url: URL,
+    headers: CIMultiDict[str],
+    body: bytes,
+    capture: bool,
+    request_id: str,
+) -> tuple[web.StreamResponse, Relay]:
+    """Send the request upstream and relay the response; raise ProxyError before it starts."""
+    out = Relay()
+    sent = time.perf_counter()
+    try:
+        async with session.request(
+            request.method, url, headers=headers, data=body or None, allow_redirects=False
+        ) as upstream:
+            out.ttfb_s = out.upstream_wait_s = time.perf_counter() - sent
+            out.status = upstream.status
+            out.upstream_request_id = upstream.headers.get("x-request-id")
+            headers_out = response_headers(upstream.headers, request_id)
+            out.stream = upstream.content_type == "text/event-stream"
+            length = upstream.content_length
+            if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
+                return await _buffered(upstream, headers_out, out, capture), out
+            return await _streamed(request, upstream, headers_out, out, capture), out
+    except TimeoutError as exc:
+        if out.status:
+            raise  # pragma: no cover - reads after the start are handled in the relay loops
+        raise UpstreamTimeoutError(
+            f"the upstream did not answer in time: {exc or 'timeout'}"
+        ) from None
+    except aiohttp.ClientConnectorError as exc:
+        raise UpstreamUnreachableError(f"cannot connect to the upstream: {exc.os_error}") from None
+    except aiohttp.ClientError as exc:
+        if out.status:
+            raise
+        raise UpstreamProtocolError(f"the upstream broke the exchange: {exc}") from None
+
+
+async def _buffered(
+    upstream: aiohttp.ClientResponse,
+    headers: CIMultiDict[str],
+    out: Relay,
+    capture: bool,
+) -> web.StreamResponse:
+    started = time.perf_counter()
+    try:
+        data = await upstream.read()
+    except TimeoutError:
+        raise UpstreamTimeoutError("the upstream stopped sending its response") from None
+    except aiohttp.ClientError as exc:
+        raise UpstreamProtocolError(f"the upstream broke its response: {exc}") from None
+    out.upstream_wait_s += time.perf_counter() - started
+    out.body_bytes = len(data)
+    if capture:
+        out.parts.append(data)
+    out.finished_at = time.perf_counter()
+    return web.Response(status=upstream.status, body=data, headers=headers)
+
+
+async def _streamed(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    headers: CIMultiDict[str],
+    out: Relay,
+    capture: bool,
+) -> web.StreamResponse:
+    if out.stream:
+        headers.setdefault("Cache-Control", "no-cache")
+        headers["X-Accel-Buffering"] = "no"
+    response = web.StreamResponse(status=upstream.status, headers=headers)
+    await response.prepare(request)
+    chunks = upstream.content.iter_any()
+    while True:
+        waited = time.perf_counter()
+        try:
+            chunk = await chunks.__anext__()
+        except StopAsyncIteration:
+            break
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            error: ProxyError = (
+                UpstreamTimeoutError("the upstream stopped sending the stream")
+                if isinstance(exc, TimeoutError)
+                else UpstreamProtocolError(f"the upstream broke the stream: {exc}")
+            )
+            out.upstream_failed = error.code
+            if out.stream:
+                await _write_quietly(response, in_band_error(error), out)
+            break
+        finally:
+            out.upstream_wait_s += time.perf_counter() - waited
+        try:
+            await response.write(chunk)
+        except ConnectionResetError:  # the client went away: stop reading the upstream
+            out.client_disconnected = True
+            break
+        out.body_bytes += len(chunk)
+        if capture:
+            out.parts.append(chunk)
+    if not out.client_disconnected:
+        try:
+            await response.write_eof()
+        except ConnectionResetError:
+            out.client_disconnected = True
+    out.finished_at = time.perf_counter()
+    return response
+
+
+async def _write_quietly(response: web.StreamResponse, data: bytes, out: Relay) -> None:
+    try:
+        await response.write(data)
+    except ConnectionResetError:
+        out.client_disconnected = True

@@ -1,0 +1,249 @@
+"""The grade queue: captured responses are graded after the client has its last byte.
+
+Handlers only ``submit`` (a non-blocking put); a full queue drops the job and counts it. Workers
+parse the captured copy, run the grader, and record metrics and result rows. Small responses
+are graded inline (tens of microseconds); large ones in a thread so a pathological answer never
+stalls the event loop that is relaying other streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from grader._json import dumps
+from grader.score import score
+from grader.tasks import Task
+from grader.version import GRADER_RULES_VERSION
+from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
+from proxy.logs import get_logger
+from proxy.metrics import ProxyMetrics
+from proxy.results import ResultWriter
+
+log = get_logger("gradeproxy.grading")
+
+
+def sampled(key: str, rate: float) -> bool:
+    """Deterministic sampling: the same key gets the same decision in every replica."""
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") < rate * 2**64
+
+
+@dataclass(slots=True)
+class GradeJob:
+    """Everything needed to grade one response, captured on the hot path without parsing."""
+
+    request_id: str
+    task: Task
+    tasks_digest: str
+    upstream: str
+    stream: bool
+    request_body: bytes
+    response: list[bytes]  # the body (one part) or the stream's chunks, as relayed
+    finished_at: float  # perf_counter at the response's last byte
+    received_at: float = field(default_factory=time.time)  # wall clock, for the row
+    run: str | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    variant: str = "primary"
+    pair_id: str | None = None
+
+    @property
+    def size(self) -> int:
+        return sum(len(part) for part in self.response)
+
+
+@dataclass(slots=True)
+class Graded:
+    """The outcome of one job: rows to record, or the reason nothing was graded."""
+
+    rows: list[dict[str, Any]]
+    skip_reason: str | None = None
+    error_kind: str | None = None
+
+
+def _request_model(body: bytes) -> str | None:
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    model = payload.get("model") if isinstance(payload, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def capture(job: GradeJob) -> CaptureResult:
+    if not job.stream:
+        return answers_from_body(b"".join(job.response))
+    stream = StreamCapture()
+    for chunk in job.response:
+        stream.feed(chunk)
+    return stream.finish()
+
+
+def answer_text(answer: Answer) -> str:
+    """What the grader reads: tool calls as their JSON envelope, else the text content."""
+    return answer if isinstance(answer, str) else dumps(answer).decode()
+
+
+def grade_job(job: GradeJob, capture_answer: bool) -> Graded:
+    """Capture and grade one response (pure CPU; safe to run in a thread)."""
+    captured = capture(job)
+    if captured.error is not None:
+        # A partial capture is never graded: an in-band upstream error is the upstream's
+        # failure; anything else is a response we could not read (an infrastructure error).
+        if captured.error.startswith("upstream"):
+            return Graded([], skip_reason="upstream_error")
+        return Graded([], error_kind="capture")
+    if not captured.answers:
+        return Graded([], skip_reason="empty_response")
+    model = captured.model or _request_model(job.request_body)
+    rows = []
+    for index in sorted(captured.answers):
+        text = answer_text(captured.answers[index])
+        verdict = score(job.task, text)
+        row: dict[str, Any] = {
+            "request_id": job.request_id,
+            "time": datetime.fromtimestamp(job.received_at, UTC).isoformat(),
+            "task_id": job.task.id,
+            "mutationKind": job.task.mutation_kind,
+            "model": model,
+            "upstream": job.upstream,
+            "stream": job.stream,
+            "variant": job.variant,
+            "pair_id": job.pair_id,
+            "choice": index,
+            "finish_reason": captured.finish_reasons.get(index),
+            **verdict.to_dict(),
+            "result": verdict.result,
+            "call": verdict.call,
+            "tasks_digest": job.tasks_digest,
+            "grader_rules_version": GRADER_RULES_VERSION,
+            "run": job.run,
+            "meta": job.meta,
+            "timings": job.timings,
+        }
+        if capture_answer:
+            row["answer"] = text
+        rows.append(row)
+    return Graded(rows)
+
+
+class GradeQueue:
+    """A bounded queue of :class:`GradeJob` and the workers that drain it."""
+
+    def __init__(
+        self,
+        metrics: ProxyMetrics,
+        writer: ResultWriter | None,
+        *,
+        size: int,
+        workers: int,
+        inline_max_bytes: int,
+        capture_answer: bool,
+    ) -> None:
+        self.metrics = metrics
+        self.writer = writer
+        self.inline_max_bytes = inline_max_bytes
+        self.capture_answer = capture_answer
+        self._queue: asyncio.Queue[GradeJob] = asyncio.Queue(maxsize=size)
+        self._workers_wanted = workers
+        self._workers: list[asyncio.Task[None]] = []
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradeproxy-grade")
+        self.graded_rows = 0
+
+    def submit(self, job: GradeJob) -> bool:
+        """Enqueue without waiting; a full queue drops the job and counts it."""
+        try:
+            self._queue.put_nowait(job)
+        except asyncio.QueueFull:
+            self.metrics.skipped.labels("queue_full").inc()
+            return False
+        self.metrics.queue_depth.set(self._queue.qsize())
+        return True
+
+    def start(self) -> None:
+        for number in range(self._workers_wanted):
+            self._workers.append(asyncio.create_task(self._work(), name=f"grade-worker-{number}"))
+
+    async def drain(self, timeout_s: float | None = None) -> bool:
+        """Wait until every submitted job is recorded; False if the timeout passed first."""
+        try:
+            await asyncio.wait_for(self._queue.join(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def stop(self, timeout_s: float | None = None) -> None:
+        """Drain, then stop the workers and the grading thread."""
+        drained = await self.drain(timeout_s)
+        if not drained:
+            log.error("grade_queue_not_drained", left=self._queue.qsize())
+        for worker in self._workers:
+            worker.cancel()
+        for worker in self._workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+        self._workers.clear()
+        self._executor.shutdown(wait=True)
+
+    async def _work(self) -> None:
+        while True:
+            job = await self._queue.get()
+            try:
+                await self._handle(job)
+            finally:
+                self._queue.task_done()
+                self.metrics.queue_depth.set(self._queue.qsize())
+
+    async def _handle(self, job: GradeJob) -> None:
+        try:
+            if job.size <= self.inline_max_bytes:
+                graded = grade_job(job, self.capture_answer)
+            else:
+                loop = asyncio.get_running_loop()
+                graded = await loop.run_in_executor(
+                    self._executor, grade_job, job, self.capture_answer
+                )
+        except Exception:  # a grader bug is an infrastructure error, never a model failure
+            self.metrics.grading_errors.labels("grader").inc()
+            log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
+            return
+        if graded.error_kind is not None:
+            self.metrics.grading_errors.labels(graded.error_kind).inc()
+            return
+        if graded.skip_reason is not None:
+            self.metrics.skipped.labels(graded.skip_reason).inc()
+            return
+        self.record(job, graded.rows)
+
+    def record(self, job: GradeJob, rows: list[dict[str, Any]]) -> None:
+        """Count and write a job's rows."""
+        for row in rows:
+            model = self.metrics.model_label(row["model"])
+            self.metrics.grades.labels(job.task.id, model, row["result"]).inc()
+            if row["staleSchemaUsed"]:
+                self.metrics.stale.labels(job.task.id, model).inc()
+        latency = time.perf_counter() - job.finished_at
+        for row in rows:
+            row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
+        if self.writer is not None:
+            try:
+                self.writer.write(rows)
+            except OSError:
+                self.metrics.grading_errors.labels("results_write").inc()
+                log.exception("results_write_failed", request_id=job.request_id)
+                return
+        self.graded_rows += len(rows)
+        self.metrics.grade_latency.observe(latency)

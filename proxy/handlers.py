@@ -1,0 +1,193 @@
+"""The request handler: request → forward → (capture reference) → submit to the grade queue.
+
+Everything that decides *whether* a response is graded happens here, cheaply, so the skip
+counters are complete: no task header, unknown task, sampled out, upstream error status,
+client disconnected, or a full queue.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from aiohttp import web
+
+from proxy.errors import DrainingError, ProxyError
+from proxy.forward import Relay, relay, request_headers, upstream_url
+from proxy.grading import GradeJob, sampled
+from proxy.logs import get_logger
+from proxy.state import CONFIG, LIFECYCLE, METRICS, QUEUE, SESSION, TASKS
+
+log = get_logger("gradeproxy.request")
+
+CHAT_PATH = "/v1/chat/completions"
+MAX_META_HEADERS = 16
+MAX_META_VALUE = 256
+
+
+def _meta(request: web.Request, prefix: str) -> dict[str, str]:
+    meta: dict[str, str] = {}
+    lower = prefix.lower()
+    for name, value in request.headers.items():
+        if name.lower().startswith(lower) and len(meta) < MAX_META_HEADERS:
+            meta[name[len(prefix) :].lower()] = value[:MAX_META_VALUE]
+    return meta
+
+
+async def proxy_handler(request: web.Request) -> web.StreamResponse:
+    """Forward any ``/v1/*`` request; grade chat completions that name a loaded task."""
+    app = request.app
+    config, metrics = app[CONFIG], app[METRICS]
+    started = time.perf_counter()
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    request["request_id"] = request_id
+    if app[LIFECYCLE].refusing:
+        raise DrainingError("the proxy is shutting down; retry on another replica")
+    route = (
+        "chat_completions" if request.method == "POST" and request.path == CHAT_PATH else "other"
+    )
+    grading = config.grading
+    task_id = request.headers.get(grading.task_header) if route == "chat_completions" else None
+    tasks = app[TASKS].current
+    task = tasks.get(task_id) if tasks is not None and task_id else None
+    skip: str | None = None
+    if route == "chat_completions":
+        if not task_id:
+            skip = "no_task_header"
+        elif task is None:
+            skip = "unknown_task"
+        else:
+            key = request.headers.get(grading.sampling_header or "", request_id)
+            if not sampled(key, grading.sample_rate):
+                skip = "sampled_out"
+    body = await request.read()
+    headers = request_headers(
+        request.headers,
+        private_prefixes=("x-grade-", grading.meta_header_prefix),
+        private_names=(grading.task_header, grading.run_header),
+        api_key=config.upstream_api_key(),
+        request_id=request_id,
+    )
+    metrics.in_flight.inc()
+    outcome = Relay()
+    status = 0
+    try:
+        response, outcome = await relay(
+            request,
+            app[SESSION],
+            upstream_url(config.upstream.url, request.raw_path),
+            headers,
+            body,
+            capture=task is not None and skip is None,
+            request_id=request_id,
+        )
+        status = outcome.status
+    except ProxyError as error:
+        status = error.status
+        metrics.upstream_errors.labels(_upstream_error_kind(error)).inc()
+        if route == "chat_completions":
+            skip = skip or "upstream_error"
+            metrics.skipped.labels(skip).inc()
+        raise
+    finally:
+        metrics.in_flight.dec()
+        total = time.perf_counter() - started
+        _observe(request, route, status, total, outcome, skip, task_id)
+    if route == "chat_completions" and skip is None:
+        skip = _post_skip(outcome)
+        if skip is None and task is not None and tasks is not None:
+            job = GradeJob(
+                request_id=request_id,
+                task=task,
+                tasks_digest=tasks.digest,
+                upstream=config.upstream.url,
+                stream=outcome.stream,
+                request_body=body,
+                response=outcome.parts,
+                finished_at=outcome.finished_at,
+                run=request.headers.get(grading.run_header),
+                meta=_meta(request, grading.meta_header_prefix),
+                timings={
+                    "duration_s": round(total, 6),
+                    "ttfb_s": round(outcome.ttfb_s, 6),
+                    "overhead_s": round(max(total - outcome.upstream_wait_s, 0.0), 6),
+                },
+            )
+            app[QUEUE].submit(job)
+        elif skip is not None:
+            metrics.skipped.labels(skip).inc()
+    elif skip is not None:
+        metrics.skipped.labels(skip).inc()
+    return response
+
+
+def _post_skip(outcome: Relay) -> str | None:
+    if outcome.client_disconnected:
+        return "client_disconnected"
+    if outcome.status >= 400 or outcome.upstream_failed is not None:
+        return "upstream_error"
+    return None
+
+
+def _upstream_error_kind(error: ProxyError) -> str:
+    return {"upstream_unreachable": "connect", "upstream_timeout": "timeout"}.get(
+        error.code, "protocol"
+    )
+
+
+def _observe(
+    request: web.Request,
+    route: str,
+    status: int,
+    total: float,
+    outcome: Relay,
+    skip: str | None,
+    task_id: str | None,
+) -> None:
+    metrics = request.app[METRICS]
+    metrics.requests.labels(route, str(status or 500)).inc()
+    metrics.duration.labels(route).observe(total)
+    if outcome.status:
+        metrics.upstream_ttfb.labels(route).observe(outcome.ttfb_s)
+        metrics.overhead.labels(route).observe(max(total - outcome.upstream_wait_s, 0.0))
+    log.info(
+        "request",
+        request_id=request["request_id"],
+        upstream_request_id=outcome.upstream_request_id,
+        method=request.method,
+        path=request.path,
+        route=route,
+        status=status or 500,
+        stream=outcome.stream,
+        bytes=outcome.body_bytes,
+        duration_ms=round(total * 1000, 3),
+        ttfb_ms=round(outcome.ttfb_s * 1000, 3),
+        overhead_ms=round(max(total - outcome.upstream_wait_s, 0.0) * 1000, 3),
+        task=task_id,
+        graded=route == "chat_completions" and skip is None and not outcome.upstream_failed,
+        skip=skip,
+        upstream_failed=outcome.upstream_failed,
+        client_disconnected=outcome.client_disconnected,
+    )
+
+
+async def livez(request: web.Request) -> web.Response:
+    """Liveness: the process answers. No dependency checks (a sick backend is not our death)."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: tasks loaded and not draining."""
+    app = request.app
+    if app[LIFECYCLE].draining:
+        return web.json_response({"status": "draining"}, status=503)
+    if not app[TASKS].ready:
+        return web.json_response({"status": "loading_tasks"}, status=503)
+    tasks = app[TASKS].current
+    return web.json_response(
+        {
+            "status": "ready",
+            "tasks": len(tasks) if tasks else 0,
+            "digest": tasks.digest if tasks else None,
+        }
+    )

@@ -1,0 +1,225 @@
+"""The metric contract (docs/architecture.md): names, labels, buckets, and bounded cardinality.
+
+Dashboards and alerts are built on these names, so they are defined once, here. Every label
+value is bounded: ``task`` only takes ids of the loaded task set, ``model`` goes through
+:class:`ModelLabels` (an allow-list, or the first N models seen, then ``other``), and reasons
+come from closed sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import prometheus_client
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from grader.tasks import TaskSet
+from grader.version import __version__
+
+# `_created` series double the exposition and no panel uses them.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+del GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR  # we build our own registry
+
+ROUTES = ("chat_completions", "other")
+RESULTS = ("pass", "fail", "stale")
+SKIP_REASONS = (
+    "no_task_header",
+    "unknown_task",
+    "upstream_error",
+    "client_disconnected",
+    "queue_full",
+    "sampled_out",
+    "bad_request",
+    "empty_response",
+)
+GRADING_ERROR_KINDS = ("capture", "grader", "results_write")
+UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol")
+OTHER_MODEL = "other"
+UNKNOWN_MODEL = "unknown"
+
+# LLM requests last from milliseconds to minutes; client_python's defaults stop at 10 s.
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    20,
+    30,
+    60,
+    120,
+    300,
+    600,
+)
+TTFB_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+OVERHEAD_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1,
+)  # fmt: skip
+GRADE_LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30)
+
+
+class ModelLabels:
+    """Bounded ``model`` label values: an allow-list, or the first ``cap`` models seen."""
+
+    def __init__(self, allow: Iterable[str] = (), cap: int = 20) -> None:
+        self._allow = frozenset(allow)
+        self._cap = cap
+        self._seen: set[str] = set()
+
+    def __call__(self, model: str | None) -> str:
+        if not model:
+            return UNKNOWN_MODEL
+        if self._allow:
+            return model if model in self._allow else OTHER_MODEL
+        if model in self._seen:
+            return model
+        if len(self._seen) < self._cap:
+            self._seen.add(model)
+            return model
+        return OTHER_MODEL
+
+
+class ProxyMetrics:
+    """Every metric the proxy exports, on a registry of its own (one per app)."""
+
+    def __init__(self, models: ModelLabels | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.model_label = models or ModelLabels()
+        reg = self.registry
+        ProcessCollector(registry=reg)
+        PlatformCollector(registry=reg)
+        GCCollector(registry=reg)
+        self.requests = Counter(
+            "gradeproxy_requests_total",
+            "Requests answered, by route and HTTP status code.",
+            ["route", "code"],
+            registry=reg,
+        )
+        self.duration = Histogram(
+            "gradeproxy_request_duration_seconds",
+            "Time from request received to the last response byte sent.",
+            ["route"],
+            buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
+        self.upstream_ttfb = Histogram(
+            "gradeproxy_upstream_ttfb_seconds",
+            "Time from the upstream request sent to its response headers received.",
+            ["route"],
+            buckets=TTFB_BUCKETS,
+            registry=reg,
+        )
+        self.overhead = Histogram(
+            "gradeproxy_overhead_seconds",
+            "Time spent in the proxy itself for a request, upstream waiting excluded.",
+            ["route"],
+            buckets=OVERHEAD_BUCKETS,
+            registry=reg,
+        )
+        self.in_flight = Gauge(
+            "gradeproxy_in_flight_requests", "Requests being served now.", registry=reg
+        )
+        self.upstream_errors = Counter(
+            "gradeproxy_upstream_errors_total",
+            "Upstream failures the proxy answered itself (connect, timeout, protocol).",
+            ["kind"],
+            registry=reg,
+        )
+        self.grades = Counter(
+            "gradeproxy_grades_total",
+            "Graded answers by task, model and result (pass, fail, stale).",
+            ["task", "model", "result"],
+            registry=reg,
+        )
+        self.stale = Counter(
+            "gradeproxy_stale_schema_total",
+            "Graded answers that used the task's pre-migration (stale) schema.",
+            ["task", "model"],
+            registry=reg,
+        )
+        self.skipped = Counter(
+            "gradeproxy_grading_skipped_total",
+            "Chat completions not graded, by reason.",
+            ["reason"],
+            registry=reg,
+        )
+        self.grading_errors = Counter(
+            "gradeproxy_grading_errors_total",
+            "Grading infrastructure failures, never counted as model failures.",
+            ["kind"],
+            registry=reg,
+        )
+        self.queue_depth = Gauge(
+            "gradeproxy_grade_queue_depth", "Responses waiting to be graded.", registry=reg
+        )
+        self.grade_latency = Histogram(
+            "gradeproxy_grade_latency_seconds",
+            "Time from a response's last byte to its result being recorded.",
+            buckets=GRADE_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.tasks_loaded = Gauge(
+            "gradeproxy_tasks_loaded", "Tasks in the loaded task set.", registry=reg
+        )
+        self.task_info = Gauge(
+            "gradeproxy_task_info",
+            "1 for every loaded task, with its mutation kind (join on task).",
+            ["task", "mutation_kind"],
+            registry=reg,
+        )
+        self.build_info = Gauge(
+            "gradeproxy_build_info",
+            "1, labelled with the version and the loaded task set's digest.",
+            ["version", "tasks_digest"],
+            registry=reg,
+        )
+        self.task_reloads = Counter(
+            "gradeproxy_task_reloads_total",
+            "Task set reload attempts by result (ok, error).",
+            ["result"],
+            registry=reg,
+        )
+        # Known label combinations exist at 0 from the start, so rates and alerts see them.
+        for route in ROUTES:
+            self.duration.labels(route)
+            self.upstream_ttfb.labels(route)
+            self.overhead.labels(route)
+        for reason in SKIP_REASONS:
+            self.skipped.labels(reason)
+        for kind in GRADING_ERROR_KINDS:
+            self.grading_errors.labels(kind)
+        for kind in UPSTREAM_ERROR_KINDS:
+            self.upstream_errors.labels(kind)
+        for result in ("ok", "error"):
+            self.task_reloads.labels(result)
+        self.build_info.labels(__version__, "").set(1)
+
+    def set_task_set(self, tasks: TaskSet | None) -> None:
+        """Point the task-scoped series at a newly loaded task set."""
+        self.task_info.clear()
+        self.build_info.clear()
+        if tasks is None:
+            self.tasks_loaded.set(0)
+            self.build_info.labels(__version__, "").set(1)
+            return
+        self.tasks_loaded.set(len(tasks))
+        for task in tasks:
+            self.task_info.labels(task.id, task.mutation_kind or "none").set(1)
+        self.build_info.labels(__version__, tasks.digest).set(1)
