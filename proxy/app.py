@@ -22,7 +22,16 @@ from proxy.handlers import livez, proxy_handler, readyz
 from proxy.logs import get_logger
 from proxy.metrics import ModelLabels, ProxyMetrics
 from proxy.results import ResultWriter
-from proxy.state import CONFIG, LIFECYCLE, METRICS, QUEUE, SESSION, TASKS, Lifecycle
+from proxy.state import (
+    CONFIG,
+    LIFECYCLE,
+    METRICS,
+    QUEUE,
+    REQUEST_ID,
+    SESSION,
+    TASKS,
+    Lifecycle,
+)
 from proxy.taskstore import TaskStore
 
 log = get_logger("gradeproxy.app")
@@ -36,17 +45,17 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
     try:
         return await handler(request)
     except ProxyError as error:
-        request_id: str | None = request.get("request_id")
+        request_id: str | None = request.get(REQUEST_ID)
         return error.response(request_id)
     except web.HTTPRequestEntityTooLarge as exc:
         limit = request.app[CONFIG].limits.max_body_bytes
         return BodyTooLargeError(
             f"request body is larger than the limit of {limit} bytes ({exc.text})"
-        ).response(request.get("request_id"))
+        ).response(request.get(REQUEST_ID))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        response = ProxyError(exc.reason).response(request.get("request_id"))
+        response = ProxyError(exc.reason).response(request.get(REQUEST_ID))
         response.set_status(exc.status, exc.reason)
         return response
 

@@ -466,8 +466,6 @@ class StreamCapture:
             # The openai SDK stops at any data starting so; so does the capture.
             self._done = True
             return
-        if not data.strip():
-            return
         try:
             payload = _parse_json(data)
         except _CaptureError as exc:

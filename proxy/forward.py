@@ -8,6 +8,7 @@ no work between two chunks and no time to the first one.
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding"}
 # Non-streamed bodies up to this size are read whole and sent with a Content-Length; larger or
 # unsized ones are relayed as they arrive.
 BUFFER_MAX_BYTES = 4 * 1024 * 1024
+_LARGE_BODY = 1024 * 1024
+_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 
 
 def _connection_named(headers: CIMultiDictProxy[str]) -> set[str]:
@@ -103,6 +106,7 @@ class Relay:
     upstream_request_id: str | None = None
     upstream_failed: str | None = None  # set when the upstream failed after the response began
     client_disconnected: bool = False
+    at_event_boundary: bool = True  # whether the bytes relayed so far end an SSE event
     finished_at: float = 0.0
 
 
@@ -123,9 +127,13 @@ async def relay(
     """Send the request upstream and relay the response; raise ProxyError before it starts."""
     out = Relay()
     sent = time.perf_counter()
+    # aiohttp sends large byte strings in one blocking write; a BytesIO is sent in pieces.
+    data: bytes | io.BytesIO | None = body or None
+    if len(body) > _LARGE_BODY:
+        data = io.BytesIO(body)
     try:
         async with session.request(
-            request.method, url, headers=headers, data=body or None, allow_redirects=False
+            request.method, url, headers=headers, data=data, allow_redirects=False
         ) as upstream:
             out.ttfb_s = out.upstream_wait_s = time.perf_counter() - sent
             out.status = upstream.status
@@ -198,7 +206,9 @@ async def _streamed(
             )
             out.upstream_failed = error.code
             if out.stream:
-                await _write_quietly(response, in_band_error(error), out)
+                # End a half-relayed event first, so the error is an event of its own.
+                prefix = b"" if out.at_event_boundary else b"\n\n"
+                await _write_quietly(response, prefix + in_band_error(error), out)
             break
         finally:
             out.upstream_wait_s += time.perf_counter() - waited
@@ -208,6 +218,7 @@ async def _streamed(
             out.client_disconnected = True
             break
         out.body_bytes += len(chunk)
+        out.at_event_boundary = chunk.endswith(_EVENT_ENDS)
         if capture:
             out.parts.append(chunk)
     if not out.client_disconnected:

@@ -16,7 +16,7 @@ from proxy.errors import DrainingError, ProxyError
 from proxy.forward import Relay, relay, request_headers, upstream_url
 from proxy.grading import GradeJob, sampled
 from proxy.logs import get_logger
-from proxy.state import CONFIG, LIFECYCLE, METRICS, QUEUE, SESSION, TASKS
+from proxy.state import CONFIG, LIFECYCLE, METRICS, QUEUE, REQUEST_ID, SESSION, TASKS
 
 log = get_logger("gradeproxy.request")
 
@@ -40,7 +40,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     config, metrics = app[CONFIG], app[METRICS]
     started = time.perf_counter()
     request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-    request["request_id"] = request_id
+    request[REQUEST_ID] = request_id
     if app[LIFECYCLE].refusing:
         raise DrainingError("the proxy is shutting down; retry on another replica")
     route = (
@@ -152,7 +152,7 @@ def _observe(
         metrics.overhead.labels(route).observe(max(total - outcome.upstream_wait_s, 0.0))
     log.info(
         "request",
-        request_id=request["request_id"],
+        request_id=request[REQUEST_ID],
         upstream_request_id=outcome.upstream_request_id,
         method=request.method,
         path=request.path,

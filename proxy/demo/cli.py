@@ -1,0 +1,167 @@
+"""``gradeproxy demo``: the proxy, the demo backend and sample traffic, in one command.
+
+It starts the deterministic demo backend and the proxy on loopback, drives every sample task
+through the proxy with the official ``openai`` SDK (streamed and not, two models), waits for
+the grade queue, prints what was graded and a scoreboard read back from ``/metrics`` (the same
+numbers a Prometheus scrape sees), then keeps serving so you can point your own client at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from grader._json import loads_exact
+from proxy.app import make_app
+from proxy.cli import bound_port, shutdown, start_sites
+from proxy.config import load_config
+from proxy.demo.backend import DEMO_MODELS, make_demo_backend, run_demo_backend
+from proxy.logs import configure_logging
+from proxy.state import QUEUE
+
+SAMPLE_TASKS = Path(__file__).resolve().parents[2] / "config" / "tasks" / "sample.jsonl"
+CONCURRENCY = 8
+
+
+def run(name: str, args: argparse.Namespace) -> int:
+    tasks_path: Path = args.tasks or SAMPLE_TASKS
+    if name == "demo-backend":
+        configure_logging("info", "json")
+        print(
+            f"demo backend on http://{args.host}:{args.port}/v1 (tasks: {tasks_path})", flush=True
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(run_demo_backend(args.host, args.port, tasks_path))
+        return 0
+    configure_logging("warning", "json")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(demo(args, tasks_path))
+    return 0
+
+
+async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
+    backend = web.AppRunner(make_demo_backend(tasks_path), access_log=None)
+    await backend.setup()
+    backend_site = web.TCPSite(backend, args.host, args.backend_port)
+    await backend_site.start()
+    upstream = f"http://{args.host}:{bound_port(backend_site)}/v1"
+    results: Path = args.results
+    await asyncio.to_thread(results.unlink, missing_ok=True)
+    config = load_config(
+        None,
+        {
+            "upstream": {"url": upstream},
+            "tasks": {"path": str(tasks_path)},
+            "listen": {"host": args.host, "port": args.port},
+            "results": {"path": str(results)},
+            "shutdown": {"drain_delay_s": 0.0, "grace_period_s": 10.0},
+            "logging": {"level": "warning"},
+        },
+    )
+    app = make_app(config)
+    runners, sites = await start_sites(config, app)
+    base = f"http://{args.host}:{bound_port(sites[0])}"
+    print(f"gradeproxy demo: proxy {base}/v1 -> demo backend {upstream}\n", flush=True)
+    await _drive(base, tasks_path, args.rounds)
+    await app[QUEUE].drain(30)
+    _print_rows(results)
+    print(await _scoreboard(base), flush=True)
+    if args.exit:
+        await shutdown(config, app, runners)
+        await backend.cleanup()
+        return
+    print(
+        f"\nServing. Point any OpenAI client at base_url={base}/v1 and send the header "
+        f"'X-Grade-Task: <task id>' (ids in {tasks_path}).\n"
+        f"Metrics: {base}/metrics   Results: {results}   Stop: Ctrl-C",
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await shutdown(config, app, runners)
+    await backend.cleanup()
+
+
+async def _drive(base: str, tasks_path: Path, rounds: int) -> None:
+    files = sorted(tasks_path.rglob("*.jsonl")) if tasks_path.is_dir() else [tasks_path]  # noqa: ASYNC240 - start-up
+    lines = [line for f in files for line in f.read_text().splitlines() if line.strip()]
+    tasks = [t for t in map(loads_exact, lines) if "prompt" in t and "tools" in t]
+    client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="demo-key", max_retries=0)
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(number: int, task: dict[str, Any]) -> None:
+        stream = number % 2 == 1
+        model = DEMO_MODELS[number % len(DEMO_MODELS)]
+        request: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": "user", "content": task["prompt"]}],
+            "tools": task["tools"],
+            "extra_headers": {"X-Grade-Task": task["id"], "X-Grade-Run": "demo"},
+        }
+        async with gate:
+            if stream:
+                chunks = await client.chat.completions.create(stream=True, **request)
+                async for _ in chunks:
+                    pass
+            else:
+                await client.chat.completions.create(**request)
+
+    jobs = [one(n, task) for n, task in enumerate(tasks * rounds)]
+    await asyncio.gather(*jobs)
+    await client.close()
+
+
+def _print_rows(results: Path) -> None:
+    rows = [loads_exact(line) for line in results.read_text().splitlines() if line.strip()]
+    print(f"graded {len(rows)} answers (first 12 shown; all rows in {results}):")
+    for row in rows[:12]:
+        mode = "stream" if row["stream"] else "json  "
+        print(
+            f"  {row['result']:<5} {mode} {row['model']:<21} {row['task_id']:<38}"
+            f" {row['reason'][:60]}"
+        )
+    print()
+
+
+async def _scoreboard(base: str) -> str:
+    async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as response:
+        text = await response.text()
+    kinds: dict[str, str] = {}
+    grades: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "gradeproxy_task_info":
+                kinds[sample.labels["task"]] = sample.labels["mutation_kind"]
+            elif sample.name == "gradeproxy_grades_total":
+                grades[sample.labels["task"]][sample.labels["result"]] += sample.value
+    per_kind: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for task, results in grades.items():
+        for result, count in results.items():
+            per_kind[kinds.get(task, "none")][result] += count
+            per_kind["TOTAL"][result] += count
+    lines = [
+        "scoreboard (read back from /metrics):",
+        f"  {'mutation kind':<26} {'graded':>7} {'pass %':>7} {'stale %':>8}",
+    ]
+    for kind in [*sorted(k for k in per_kind if k != "TOTAL"), "TOTAL"]:
+        counts = per_kind[kind]
+        n = sum(counts.values())
+        if n:
+            lines.append(
+                f"  {kind:<26} {int(n):>7} {100 * counts['pass'] / n:>7.1f}"
+                f" {100 * counts['stale'] / n:>8.1f}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""A scripted fake backend and a proxy factory, both on real loopback sockets.
+
+The backend replays exact bytes (recorded wire formats in tests/fixtures/wire), split into
+chunks at chosen byte boundaries, with optional pauses, and records what it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from grader._json import dumps
+
+WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "wire"
+SSE = "text/event-stream"
+JSON = "application/json"
+
+
+@dataclass
+class Reply:
+    """One scripted response."""
+
+    body: bytes = b"{}"
+    status: int = 200
+    content_type: str = JSON
+    headers: dict[str, str] = field(default_factory=dict)
+    split_at: Sequence[int] = ()  # byte offsets where the body is cut into chunks
+    pause_s: float = 0.0  # between chunks
+    gate: asyncio.Event | None = None  # wait for it after the first chunk
+    fail_after: int | None = None  # drop the connection after this many chunks
+    chunked: bool = True  # no Content-Length: relayed as a stream
+
+    def parts(self) -> list[bytes]:
+        cuts = [0, *sorted(c for c in self.split_at if 0 < c < len(self.body)), len(self.body)]
+        return [self.body[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+@dataclass
+class Seen:
+    method: str
+    path_qs: str
+    headers: CIMultiDictProxy[str]
+    body: bytes
+
+
+class ScriptedBackend:
+    """An upstream that answers from a script and remembers every request."""
+
+    def __init__(self) -> None:
+        self.replies: list[Reply] = []
+        self.default = Reply(body=(WIRE / "openai_single_tool.json").read_bytes())
+        self.seen: list[Seen] = []
+        self.hook: Callable[[web.Request], Awaitable[None]] | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append(
+            Seen(
+                request.method,
+                request.path_qs,
+                CIMultiDictProxy(CIMultiDict(request.headers)),
+                await request.read(),
+            )
+        )
+        if self.hook is not None:
+            await self.hook(request)
+        reply = self.replies.pop(0) if self.replies else self.default
+        headers = CIMultiDict(reply.headers)
+        headers["Content-Type"] = reply.content_type
+        if not reply.chunked:
+            return web.Response(status=reply.status, body=reply.body, headers=headers)
+        response = web.StreamResponse(status=reply.status, headers=headers)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for number, part in enumerate(reply.parts()):
+            if reply.fail_after is not None and number >= reply.fail_after:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            await response.write(part)
+            if number == 0 and reply.gate is not None:
+                await reply.gate.wait()
+            if reply.pause_s:
+                await asyncio.sleep(reply.pause_s)
+        await response.write_eof()
+        return response
+
+
+def wire(name: str) -> bytes:
+    return (WIRE / name).read_bytes()
+
+
+def task_line(
+    task_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    stale: dict[str, Any] | None = None,
+    kind: str = "field_renamed",
+) -> bytes:
+    metadata: dict[str, Any] = {"mutationKind": kind}
+    if stale is not None:
+        metadata["stale"] = {"name": name, "arguments": stale}
+    return dumps(
+        {"id": task_id, "expected": {"name": name, "arguments": arguments}, "metadata": metadata}
+    )
