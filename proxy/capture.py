@@ -157,14 +157,11 @@ class _Call:
         the name so far cannot restate it, so only a fragment at least as long is compared,
         which keeps a long name streamed in pieces linear.
         """
-        if self.name_len and len(fragment) >= self.name_len:
-            current = self.name
-            if fragment == current:
-                return
-            if fragment.startswith(current):
-                self.name_parts[:] = [fragment]
-                self.name_len = len(fragment)
-                return
+        restates = self.name_len and len(fragment) >= self.name_len
+        if restates and fragment.startswith(self.name):
+            self.name_parts[:] = [fragment]
+            self.name_len = len(fragment)
+            return
         self.name_parts.append(fragment)
         self.name_len += len(fragment)
 
@@ -465,6 +462,8 @@ class StreamCapture:
         if data.startswith("[DONE]"):
             # The openai SDK stops at any data starting so; so does the capture.
             self._done = True
+            return
+        if not data.strip():
             return
         try:
             payload = _parse_json(data)

@@ -123,9 +123,10 @@ async def relay(
     body: bytes,
     capture: bool,
     request_id: str,
-) -> tuple[web.StreamResponse, Relay]:
-    """Send the request upstream and relay the response; raise ProxyError before it starts."""
-    out = Relay()
+    out: Relay,
+) -> web.StreamResponse:
+    """Send the request upstream and relay the response, recording into ``out`` as it goes
+    (so a cancelled handler still knows how far it got); raise ProxyError before it starts."""
     sent = time.perf_counter()
     # aiohttp sends large byte strings in one blocking write; a BytesIO is sent in pieces.
     data: bytes | io.BytesIO | None = body or None
@@ -142,8 +143,8 @@ async def relay(
             out.stream = upstream.content_type == "text/event-stream"
             length = upstream.content_length
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
-                return await _buffered(upstream, headers_out, out, capture), out
-            return await _streamed(request, upstream, headers_out, out, capture), out
+                return await _buffered(upstream, headers_out, out, capture)
+            return await _streamed(request, upstream, headers_out, out, capture)
     except TimeoutError as exc:
         if out.status:
             raise  # pragma: no cover - reads after the start are handled in the relay loops

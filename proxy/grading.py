@@ -99,6 +99,8 @@ def answer_text(answer: Answer) -> str:
 
 def grade_job(job: GradeJob, capture_answer: bool) -> Graded:
     """Capture and grade one response (pure CPU; safe to run in a thread)."""
+    if not any(part.strip() for part in job.response):
+        return Graded([], skip_reason="empty_response")  # e.g. llama.cpp's auto + stream
     captured = capture(job)
     if captured.error is not None:
         # A partial capture is never graded: an in-band upstream error is the upstream's

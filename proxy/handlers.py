@@ -7,6 +7,7 @@ client disconnected, or a full queue.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -21,6 +22,7 @@ from proxy.state import CONFIG, LIFECYCLE, METRICS, QUEUE, REQUEST_ID, SESSION, 
 log = get_logger("gradeproxy.request")
 
 CHAT_PATH = "/v1/chat/completions"
+CLIENT_CLOSED = 499  # nginx's "client closed request": no response was completed
 MAX_META_HEADERS = 16
 MAX_META_VALUE = 256
 
@@ -72,7 +74,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     outcome = Relay()
     status = 0
     try:
-        response, outcome = await relay(
+        response = await relay(
             request,
             app[SESSION],
             upstream_url(config.upstream.url, request.raw_path),
@@ -80,8 +82,16 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             body,
             capture=task is not None and skip is None,
             request_id=request_id,
+            out=outcome,
         )
         status = outcome.status
+    except asyncio.CancelledError:  # the client went away and aiohttp cancelled us
+        outcome.client_disconnected = True
+        status = CLIENT_CLOSED
+        if route == "chat_completions":
+            skip = skip or "client_disconnected"
+            metrics.skipped.labels(skip).inc()
+        raise
     except ProxyError as error:
         status = error.status
         metrics.upstream_errors.labels(_upstream_error_kind(error)).inc()

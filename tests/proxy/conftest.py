@@ -94,6 +94,10 @@ async def rows_of(
 ) -> list[dict[str, Any]]:
     """Result rows once the grade queue is empty."""
     assert await client.app[QUEUE].drain(10)
+    return await asyncio.to_thread(read_rows, path)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [loads_exact(line) for line in path.read_text().splitlines() if line.strip()]

@@ -7,6 +7,7 @@ chunks at chosen byte boundaries, with optional pauses, and records what it rece
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ class Reply:
 
     def parts(self) -> list[bytes]:
         cuts = [0, *sorted(c for c in self.split_at if 0 < c < len(self.body)), len(self.body)]
-        return [self.body[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+        return [self.body[a:b] for a, b in itertools.pairwise(cuts) if b > a]
 
 
 @dataclass

@@ -1,0 +1,694 @@
+"""Generate deploy/grafana/dashboards/gradeproxy.json, the gradeproxy overview dashboard.
+
+Plain dicts, written with orjson in insertion order, so the output is byte-for-byte
+deterministic: tests/deploy/test_dashboard.py regenerates it and compares bytes. Edit this
+script, never the JSON.
+
+    python deploy/grafana/build_dashboard.py           # rewrite the JSON
+    python deploy/grafana/build_dashboard.py --check   # exit 1 when the JSON is stale
+    python deploy/grafana/build_dashboard.py --stdout  # print it instead
+
+Conventions (checked by the tests, after grafana/dashboard-linter's rules):
+- one `datasource` template variable; every panel and target uses
+  {"type": "prometheus", "uid": "${datasource}"} (never exported `__inputs`/`${DS_...}`);
+- every selector carries the `job` and `instance` matchers, grade selectors `task`/`model` too;
+- every rate()/increase() uses `$__rate_interval`; panels built on the 5m recording rules of
+  deploy/prometheus/rules/recording.yml say so in their description;
+- every panel has a title, a description and a unit.
+
+It must never need anything beyond the standard library and orjson (a project dependency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+Json = dict[str, Any]
+
+UID = "gradeproxy-overview"
+TITLE = "gradeproxy overview"
+OUTPUT = Path(__file__).resolve().parent / "dashboards" / "gradeproxy.json"
+
+DS: Json = {"type": "prometheus", "uid": "${datasource}"}
+
+# Matchers every selector carries; grade-like metrics add task and model.
+BASE = 'job=~"$job", instance=~"$instance"'
+TASK = f'{BASE}, task=~"$task"'
+GRADE = f'{TASK}, model=~"$model"'
+# Primary variant only; also matches series from before the `variant` label exists.
+PRIMARY = f'{GRADE}, variant!="shadow"'
+
+RULES_NOTE = (
+    " Computed from the 5m recording rules in deploy/prometheus/rules/recording.yml,"
+    " so it is empty on a Prometheus that does not load them."
+)
+CHECKS_NOTE = (
+    " Empty until per-check grading ships (gradeproxy_check_results_total, gradeproxy_grader_info)."
+)
+SHADOW_NOTE = (
+    " Empty until shadow grading ships (the `variant` label on gradeproxy_grades_total,"
+    " gradeproxy_shadow_requests_total, gradeproxy_shadow_pairs_total)."
+)
+
+FULL, HALF, THIRD, QUARTER = 24, 12, 8, 6
+HEIGHT = 8
+
+
+def target(expr: str, legend: str, ref: str = "A", *, instant: bool = False) -> Json:
+    t: Json = {
+        "datasource": DS,
+        "editorMode": "code",
+        "expr": expr,
+        "legendFormat": legend,
+        "range": not instant,
+        "instant": instant,
+        "refId": ref,
+    }
+    if instant:
+        t["format"] = "table"
+    return t
+
+
+def quantiles(rule: str, matchers: str) -> list[Json]:
+    """p50/p90/p99 from a recording rule holding summed bucket rates."""
+    return [
+        target(
+            f"histogram_quantile({q}, sum by (le) ({rule}{{{matchers}}}))",
+            f"p{round(q * 100)}",
+            ref,
+        )
+        for q, ref in ((0.5, "A"), (0.9, "B"), (0.99, "C"))
+    ]
+
+
+def timeseries(
+    title: str,
+    description: str,
+    unit: str,
+    targets: list[Json],
+    *,
+    width: int = HALF,
+    stacked: bool = False,
+    max_value: float | None = None,
+) -> Json:
+    defaults: Json = {
+        "unit": unit,
+        "min": 0,
+        "custom": {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 20 if stacked else 0,
+            "showPoints": "never",
+            "spanNulls": False,
+            "stacking": {"mode": "normal" if stacked else "none", "group": "A"},
+        },
+    }
+    if max_value is not None:
+        defaults["max"] = max_value
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "gridPos": {"w": width, "h": HEIGHT},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {
+                "showLegend": True,
+                "displayMode": "table",
+                "placement": "bottom",
+                "calcs": ["lastNotNull", "max"],
+            },
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": targets,
+    }
+
+
+def stat(title: str, description: str, unit: str, targets: list[Json], width: int) -> Json:
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "gridPos": {"w": width, "h": HEIGHT},
+        "fieldConfig": {"defaults": {"unit": unit, "decimals": 0}, "overrides": []},
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "none",
+            "textMode": "value_and_name",
+        },
+        "targets": targets,
+    }
+
+
+def table(title: str, description: str, targets: list[Json], width: int) -> Json:
+    return {
+        "type": "table",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "gridPos": {"w": width, "h": HEIGHT},
+        "fieldConfig": {"defaults": {"unit": "none"}, "overrides": []},
+        "options": {"showHeader": True, "cellHeight": "sm"},
+        "transformations": [
+            {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True}}}
+        ],
+        "targets": targets,
+    }
+
+
+def row(title: str, description: str, panels: list[Json], *, collapsed: bool = False) -> Json:
+    return {
+        "type": "row",
+        "title": title,
+        "description": description,
+        "collapsed": collapsed,
+        "panels": panels,
+    }
+
+
+def traffic() -> Json:
+    return row(
+        "Traffic",
+        "Requests through the proxy and how they ended.",
+        [
+            timeseries(
+                "Requests per second by route and code",
+                "Responses sent by the proxy per second, by route (chat_completions or other)"
+                " and HTTP status code, counted when each response ends.",
+                "reqps",
+                [
+                    target(
+                        "sum by (route, code) (rate(gradeproxy_requests_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "{{route}} {{code}}",
+                    )
+                ],
+                width=THIRD,
+                stacked=True,
+            ),
+            timeseries(
+                "Error rate (5xx share of responses)",
+                "Share of responses with a 5xx status, by route. Upstream failures surface"
+                " here as 502/504; see the upstream errors panel for their kind.",
+                "percentunit",
+                [
+                    target(
+                        "sum by (route) (rate(gradeproxy_requests_total"
+                        f'{{{BASE}, code=~"5.."}}[$__rate_interval]))'
+                        " / sum by (route) (rate(gradeproxy_requests_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "{{route}}",
+                    )
+                ],
+                width=THIRD,
+                max_value=1,
+            ),
+            timeseries(
+                "Upstream errors per second by kind",
+                "Requests that failed between proxy and upstream, by kind: connect (no"
+                " connection), timeout (connect or idle timeout), protocol (broken response).",
+                "reqps",
+                [
+                    target(
+                        "sum by (kind) (rate(gradeproxy_upstream_errors_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "{{kind}}",
+                    )
+                ],
+                width=THIRD,
+                stacked=True,
+            ),
+            timeseries(
+                "In-flight requests",
+                "Requests currently being proxied, per instance (streams included).",
+                "short",
+                [
+                    target(
+                        f"sum by (instance) (gradeproxy_in_flight_requests{{{BASE}}})",
+                        "{{instance}}",
+                    )
+                ],
+                width=FULL,
+            ),
+        ],
+    )
+
+
+def latency() -> Json:
+    chat = f'{BASE}, route="chat_completions"'
+    return row(
+        "Latency",
+        "Chat-completion latency quantiles: end to end, upstream time to first byte, and"
+        " the time the proxy itself adds.",
+        [
+            timeseries(
+                "Request duration quantiles (chat completions)",
+                "p50/p90/p99 of the time from request received to response fully sent,"
+                " streams included." + RULES_NOTE,
+                "s",
+                quantiles("gradeproxy:request_duration_seconds_bucket:rate5m", chat),
+            ),
+            timeseries(
+                "Upstream time to first byte quantiles (chat completions)",
+                "p50/p90/p99 of the time from forwarding the request to the first response"
+                " byte from the upstream: the model's queueing and prefill time." + RULES_NOTE,
+                "s",
+                quantiles("gradeproxy:upstream_ttfb_seconds_bucket:rate5m", chat),
+            ),
+            timeseries(
+                "Proxy overhead quantiles (chat completions)",
+                "p50/p90/p99 of the latency the proxy adds on top of the upstream (request"
+                " handling and relay, not grading, which runs off the hot path)." + RULES_NOTE,
+                "s",
+                quantiles("gradeproxy:overhead_seconds_bucket:rate5m", chat),
+            ),
+            timeseries(
+                "Grade latency quantiles",
+                "p50/p90/p99 of the time from a response's end to its grade row being"
+                " recorded: queue wait plus grading. Growth means the graders fall behind."
+                + RULES_NOTE,
+                "s",
+                quantiles("gradeproxy:grade_latency_seconds_bucket:rate5m", BASE),
+            ),
+        ],
+    )
+
+
+def quality() -> Json:
+    return row(
+        "Grading quality",
+        "How well the models' tool calls match the tasks (primary variant).",
+        [
+            timeseries(
+                "Pass rate by task and model",
+                "Share of graded answers that matched the task's expected call, per task and"
+                " model (pass / (pass + fail + stale))." + RULES_NOTE,
+                "percentunit",
+                [
+                    target(
+                        "sum by (task, model) (gradeproxy:grades:rate5m"
+                        f'{{{GRADE}, result="pass"}})'
+                        " / sum by (task, model) (gradeproxy:grades:rate5m"
+                        f"{{{GRADE}}})",
+                        "{{task}} / {{model}}",
+                    )
+                ],
+                max_value=1,
+            ),
+            timeseries(
+                "Grades per second by result",
+                "Graded answers per second by result: pass, fail, or stale (matched the"
+                " task's pre-migration call).",
+                "cps",
+                [
+                    target(
+                        "sum by (result) (rate(gradeproxy_grades_total"
+                        f"{{{PRIMARY}}}[$__rate_interval]))",
+                        "{{result}}",
+                    )
+                ],
+                stacked=True,
+            ),
+            timeseries(
+                "Stale-schema rate by task",
+                "Share of graded answers that used the task's stale (pre-migration) tool"
+                " schema, per task. Alert GradeproxyStaleSchemaRateHigh fires above 10%."
+                + RULES_NOTE,
+                "percentunit",
+                [
+                    target(
+                        f"sum by (task) (gradeproxy:stale_schema:rate5m{{{GRADE}}})"
+                        f" / sum by (task) (gradeproxy:grades:rate5m{{{GRADE}}})",
+                        "{{task}}",
+                    )
+                ],
+                max_value=1,
+            ),
+            timeseries(
+                "Stale-schema rate by mutation kind",
+                "Share of graded answers that used a stale tool schema, by the kind of"
+                " schema mutation of their task (joined through gradeproxy_task_info)."
+                + RULES_NOTE,
+                "percentunit",
+                [
+                    target(
+                        "sum by (mutation_kind)"
+                        f" (gradeproxy:stale_schema_by_mutation_kind:rate5m{{{GRADE}}})"
+                        " / sum by (mutation_kind)"
+                        f" (gradeproxy:grades_by_mutation_kind:rate5m{{{GRADE}}})",
+                        "{{mutation_kind}}",
+                    )
+                ],
+                max_value=1,
+            ),
+        ],
+    )
+
+
+def pipeline() -> Json:
+    return row(
+        "Grading pipeline",
+        "Whether responses get graded at all: skips, infrastructure errors, queue, task set.",
+        [
+            timeseries(
+                "Grading skipped per second by reason",
+                "Responses not graded, by reason: no_task_header, unknown_task,"
+                " upstream_error, client_disconnected, queue_full (alerted), sampled_out.",
+                "cps",
+                [
+                    target(
+                        "sum by (reason) (rate(gradeproxy_grading_skipped_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "{{reason}}",
+                    )
+                ],
+                width=THIRD,
+                stacked=True,
+            ),
+            timeseries(
+                "Grading infrastructure errors per second by kind",
+                "Failures of the grading machinery itself (not failed answers), by kind."
+                " Any is alerted by GradeproxyGradingErrors.",
+                "cps",
+                [
+                    target(
+                        "sum by (kind) (rate(gradeproxy_grading_errors_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "{{kind}}",
+                    )
+                ],
+                width=THIRD,
+                stacked=True,
+            ),
+            timeseries(
+                "Grade queue depth",
+                "Responses waiting to be graded, per instance. Near grading.queue_size the"
+                " queue starts dropping (reason queue_full).",
+                "short",
+                [
+                    target(
+                        f"max by (instance) (gradeproxy_grade_queue_depth{{{BASE}}})",
+                        "{{instance}}",
+                    )
+                ],
+                width=THIRD,
+            ),
+            stat(
+                "Tasks loaded",
+                "Number of tasks in the loaded task set, per instance. Replicas should agree.",
+                "short",
+                [
+                    target(
+                        f"max by (instance) (gradeproxy_tasks_loaded{{{BASE}}})",
+                        "{{instance}}",
+                    )
+                ],
+                width=HALF,
+            ),
+            table(
+                "Build and task-set versions",
+                "Version and task-set digest per instance. More than one digest means the"
+                " replicas grade against different task sets (e.g. mid-rollout).",
+                [
+                    target(
+                        "max by (instance, version, tasks_digest)"
+                        f" (gradeproxy_build_info{{{BASE}}})",
+                        "",
+                        instant=True,
+                    )
+                ],
+                width=HALF,
+            ),
+        ],
+    )
+
+
+def checks() -> Json:
+    return row(
+        "Checks",
+        "Per-check grading results." + CHECKS_NOTE,
+        [
+            timeseries(
+                "Check results per second by check",
+                "Check outcomes per second by task, check and result." + CHECKS_NOTE,
+                "cps",
+                [
+                    target(
+                        "sum by (task, check, result) (rate(gradeproxy_check_results_total"
+                        f"{{{TASK}}}[$__rate_interval]))",
+                        "{{task}} {{check}} {{result}}",
+                    )
+                ],
+                width=THIRD,
+            ),
+            timeseries(
+                "Check pass rate by check",
+                "Share of check evaluations with result pass, by task and check." + CHECKS_NOTE,
+                "percentunit",
+                [
+                    target(
+                        "sum by (task, check) (rate(gradeproxy_check_results_total"
+                        f'{{{TASK}, result="pass"}}[$__rate_interval]))'
+                        " / sum by (task, check) (rate(gradeproxy_check_results_total"
+                        f"{{{TASK}}}[$__rate_interval]))",
+                        "{{task}} {{check}}",
+                    )
+                ],
+                width=THIRD,
+                max_value=1,
+            ),
+            table(
+                "Grader digests by check",
+                "The digest of each check's grader, per task: a change marks a grader"
+                " change, so pass rates before and after are not comparable." + CHECKS_NOTE,
+                [
+                    target(
+                        f"max by (task, check, digest) (gradeproxy_grader_info{{{TASK}}})",
+                        "",
+                        instant=True,
+                    )
+                ],
+                width=THIRD,
+            ),
+        ],
+        collapsed=True,
+    )
+
+
+def shadow() -> Json:
+    both = f'{GRADE}, variant=~"primary|shadow"'
+    return row(
+        "Primary vs shadow",
+        "The same traffic graded on the primary upstream and a shadow upstream." + SHADOW_NOTE,
+        [
+            timeseries(
+                "Pass rate: primary vs shadow by task",
+                "Pass rate per task for the primary and the shadow variant." + SHADOW_NOTE,
+                "percentunit",
+                [
+                    target(
+                        "sum by (task, variant) (rate(gradeproxy_grades_total"
+                        f'{{{both}, result="pass"}}[$__rate_interval]))'
+                        " / sum by (task, variant) (rate(gradeproxy_grades_total"
+                        f"{{{both}}}[$__rate_interval]))",
+                        "{{task}} {{variant}}",
+                    )
+                ],
+                width=THIRD,
+                max_value=1,
+            ),
+            timeseries(
+                "Shadow requests per second by result",
+                "Requests mirrored to the shadow upstream per second, by result." + SHADOW_NOTE,
+                "reqps",
+                [
+                    target(
+                        "sum by (result) (rate(gradeproxy_shadow_requests_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "{{result}}",
+                    )
+                ],
+                width=THIRD,
+                stacked=True,
+            ),
+            timeseries(
+                "Primary/shadow verdict pairs per second",
+                "Pairs of (primary result, shadow result) per second for the same request:"
+                " the off-diagonal pairs are where the two upstreams disagree." + SHADOW_NOTE,
+                "cps",
+                [
+                    target(
+                        "sum by (primary, shadow) (rate(gradeproxy_shadow_pairs_total"
+                        f"{{{TASK}}}[$__rate_interval]))",
+                        "{{primary}} → {{shadow}}",
+                    )
+                ],
+                width=THIRD,
+                stacked=True,
+            ),
+        ],
+        collapsed=True,
+    )
+
+
+def layout(rows: list[Json]) -> list[Json]:
+    """Assign ids and grid positions; nest the panels of collapsed rows, as Grafana does."""
+    panels: list[Json] = []
+    next_id = 1
+    y = 0
+    for r in rows:
+        children: list[Json] = r.pop("panels")
+        r["id"] = next_id
+        next_id += 1
+        r["gridPos"] = {"h": 1, "w": FULL, "x": 0, "y": y}
+        y += 1
+        x = 0
+        row_top = y
+        for p in children:
+            p["id"] = next_id
+            next_id += 1
+            width = p["gridPos"]["w"]
+            if x + width > FULL:
+                x = 0
+                y += HEIGHT
+            p["gridPos"] = {"h": HEIGHT, "w": width, "x": x, "y": y}
+            x += width
+        y += HEIGHT if children else 0
+        if r["collapsed"]:
+            r["panels"] = children
+            y = row_top  # a collapsed row takes one grid line
+            panels.append(r)
+        else:
+            r["panels"] = []
+            panels.append(r)
+            panels.extend(children)
+    return panels
+
+
+def query_variable(name: str, label: str, query: str) -> Json:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DS,
+        "definition": query,
+        "query": {"query": query, "refId": f"gradeproxy-{name}"},
+        "refresh": 2,
+        "sort": 1,
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "options": [],
+        "regex": "",
+        "hide": 0,
+    }
+
+
+def templating() -> Json:
+    return {
+        "list": [
+            {
+                "name": "datasource",
+                "label": "Data source",
+                "type": "datasource",
+                "query": "prometheus",
+                "current": {
+                    "selected": False,
+                    "text": "Prometheus",
+                    "value": "gradeproxy-prometheus",
+                },
+                "options": [],
+                "refresh": 1,
+                "regex": "",
+                "hide": 0,
+                "includeAll": False,
+                "multi": False,
+            },
+            query_variable("job", "Job", "label_values(gradeproxy_build_info, job)"),
+            query_variable(
+                "instance",
+                "Instance",
+                'label_values(gradeproxy_build_info{job=~"$job"}, instance)',
+            ),
+            query_variable(
+                "task",
+                "Task",
+                f"label_values(gradeproxy_task_info{{{BASE}}}, task)",
+            ),
+            query_variable(
+                "model",
+                "Model",
+                f"label_values(gradeproxy_grades_total{{{BASE}}}, model)",
+            ),
+        ]
+    }
+
+
+def dashboard() -> Json:
+    return {
+        "uid": UID,
+        "title": TITLE,
+        "description": "Traffic, latency and live tool-call grading of the gradeproxy"
+        " OpenAI-compatible proxy. Generated by deploy/grafana/build_dashboard.py.",
+        "tags": ["gradeproxy"],
+        "timezone": "browser",
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "30s",
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
+        "templating": templating(),
+        "links": [],
+        "panels": layout([traffic(), latency(), quality(), pipeline(), checks(), shadow()]),
+    }
+
+
+def render() -> bytes:
+    return orjson.dumps(dashboard(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 if the JSON is stale")
+    mode.add_argument("--stdout", action="store_true", help="print instead of writing")
+    args = parser.parse_args(argv)
+    data = render()
+    if args.stdout:
+        sys.stdout.buffer.write(data)
+        return 0
+    if args.check:
+        if not OUTPUT.is_file() or OUTPUT.read_bytes() != data:
+            print(f"{OUTPUT} is stale: run {Path(__file__).name}", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    OUTPUT.write_bytes(data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

