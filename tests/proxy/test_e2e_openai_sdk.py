@@ -104,7 +104,8 @@ async def test_sdk_sees_upstream_errors_as_typed_errors(
 ) -> None:
     backend.replies.append(
         Reply(
-            body=b'{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}',
+            body=b'{"error":{"message":"Rate limit reached","type":"requests","param":null,'
+            b'"code":"rate_limit_exceeded"}}',
             status=429,
             headers={"x-should-retry": "false"},
         )

@@ -1,0 +1,175 @@
+"""Health, hot reload and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from grader._json import loads_exact
+from proxy.metrics import ProxyMetrics
+from proxy.results import ResultWriter
+from proxy.state import LIFECYCLE, TASKS
+from proxy.taskstore import TaskStore
+from tests.proxy.conftest import TASK_LINES, ProxyFactory
+from tests.proxy.harness import SSE, Reply, ScriptedBackend, wire
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_livez_and_readyz(make_proxy: ProxyFactory) -> None:
+    client = await make_proxy()
+    assert (await client.get("/livez")).status == 200
+    ready = await client.get("/readyz")
+    assert ready.status == 200
+    assert (await ready.json())["tasks"] == 3
+    client.app[LIFECYCLE].draining = True
+    draining = await client.get("/readyz")
+    assert (draining.status, (await draining.json())["status"]) == (503, "draining")
+    assert (await client.get("/livez")).status == 200
+
+
+async def test_not_ready_until_tasks_load(make_proxy: ProxyFactory, tasks_file: Path) -> None:
+    await asyncio.to_thread(tasks_file.write_text, '{"id": "broken"}\n')
+    client = await make_proxy()
+    response = await client.get("/readyz")
+    assert (response.status, (await response.json())["status"]) == (503, "loading_tasks")
+
+
+async def test_refusing_after_drain_delay_is_503_with_retry_after(make_proxy: ProxyFactory) -> None:
+    client = await make_proxy()
+    client.app[LIFECYCLE].refusing = True
+    response = await client.post("/v1/chat/completions", data=b"{}")
+    assert response.status == 503
+    assert response.headers["Retry-After"] == "5"
+    assert (await response.json())["error"]["code"] == "server_draining"
+
+
+async def test_bad_reload_keeps_the_old_task_set(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(b"\n".join(TASK_LINES))
+    metrics = ProxyMetrics()
+    store = TaskStore(path, metrics)
+    assert await store.reload()
+    good = store.current
+    assert good is not None
+    path.write_text('{"id": "x", "expected": {"name": 1}}\n')
+    assert not await store.reload()
+    assert store.current is good
+    assert metrics.task_reloads.labels("error")._value.get() == 1
+    path.write_bytes(TASK_LINES[0])
+    assert await store.reload()
+    assert store.current is not None
+    assert list(store.current.tasks) == ["weather.single"]
+    assert store.current.digest != good.digest
+
+
+async def test_watch_picks_up_an_edited_file(make_proxy: ProxyFactory, tasks_file: Path) -> None:
+    client = await make_proxy(tasks={"watch": True, "watch_interval_s": 0.05})
+    store = client.app[TASKS]
+    before = store.current
+    assert before is not None
+    await asyncio.to_thread(tasks_file.write_bytes, TASK_LINES[1])
+    for _ in range(100):
+        if store.current is not before:
+            break
+        await asyncio.sleep(0.05)
+    assert store.current is not None
+    assert list(store.current.tasks) == ["weather.city_only"]
+
+
+def test_results_rotate_by_size(tmp_path: Path) -> None:
+    path = tmp_path / "grades.jsonl"
+    writer = ResultWriter(path, max_bytes=1024, backups=2)
+    for number in range(40):
+        writer.write([{"n": number, "pad": "x" * 90}])
+    writer.close()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["grades.jsonl", "grades.jsonl.1", "grades.jsonl.2"]
+    sizes = [p.stat().st_size for p in tmp_path.iterdir()]
+    assert all(size <= 1024 for size in sizes)
+    newest = [loads_exact(line)["n"] for line in path.read_text().splitlines()]
+    assert newest[-1] == 39
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.mark.e2e
+async def test_sigterm_finishes_streams_and_loses_no_graded_row(
+    tmp_path: Path,
+    tasks_file: Path,
+    backend: ScriptedBackend,
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+) -> None:
+    """SIGTERM mid-stream: readiness drops at once, the stream still completes, the process
+    exits 0 and the graded row is in the results file."""
+    server = await aiohttp_server(backend.app())
+    body = wire("openai_single_tool.sse")
+    backend.replies.append(
+        Reply(body=body, content_type=SSE, split_at=range(60, len(body), 60), pause_s=0.1)
+    )
+    port, results = free_port(), tmp_path / "results.jsonl"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"upstream:\n  url: {server.make_url('/v1')}\n"
+        f"listen:\n  port: {port}\n"
+        f"tasks:\n  path: {tasks_file}\n"
+        f"results:\n  path: {results}\n"
+        "shutdown:\n  drain_delay_s: 1.0\n  grace_period_s: 20\n"
+        "logging:\n  level: warning\n"
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "grader.cli",
+        "serve",
+        "--config",
+        str(config),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(400):
+                try:
+                    async with session.get(f"{base}/readyz") as ready:
+                        if ready.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail("the proxy never became ready")
+            async with session.post(
+                f"{base}/v1/chat/completions",
+                data=b"{}",
+                headers={"X-Grade-Task": "weather.single"},
+            ) as response:
+                first = await response.content.readexactly(60)
+                process.send_signal(signal.SIGTERM)
+                await asyncio.sleep(0.2)
+                async with aiohttp.ClientSession() as probe, probe.get(f"{base}/readyz") as ready:
+                    assert ready.status == 503
+                rest = await response.read()
+            assert first + rest == body
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    text = await asyncio.to_thread(results.read_text)
+    rows = [loads_exact(line) for line in text.splitlines()]
+    assert [(r["task_id"], r["result"]) for r in rows] == [("weather.single", "pass")]
