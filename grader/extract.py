@@ -28,9 +28,12 @@ from grader._json import MAX_DEPTH, JSONError, JSONTooDeepError, loads_exact, va
 from grader.canon import Canon, CObject, TooDeepError, canon
 
 _PROSE = re.compile(r"[{\[]")
-# Inside a span: a run of one opener, a run of one closer, a whole JSON string, or a quote
-# that starts no valid JSON string (unterminated, or a raw control character inside).
-_SPAN = re.compile(r'(\{+|\[+)|(\}+|\]+)|("(?:[^"\\\x00-\x1f]|\\.)*")|(")', re.DOTALL)
+# Inside a span: skip everything up to the next bracket in one match, whole JSON strings
+# included (a span then costs one step per bracket run, not one per string) ...
+_SKIP = re.compile(r'(?:[^{}\[\]"]+|"(?:[^"\\\x00-\x1f]|\\.)*")*', re.DOTALL)
+# ... then take a run of one opener, a run of one closer, or a quote that starts no valid
+# JSON string (unterminated, or a raw control character inside).
+_TOKEN = re.compile(r'(\{+|\[+)|(\}+|\]+)|(")')
 _OPENER_OF = {"}": "{", "]": "["}
 # Characters the scanner may visit in all, as passes over the answer (plus a floor).
 _SCAN_BUDGET_PASSES = 2
@@ -87,14 +90,16 @@ def _scan_from(text: str, start: int, state: _ScanState) -> int | None:
             depths.append(1)
             pos = m.end()
             continue
-        m = _SPAN.search(text, pos)
+        skipped = _SKIP.match(text, pos)
+        assert skipped is not None  # the pattern also matches the empty string
+        if first_string == n and text.find('"', pos, skipped.end()) >= 0:
+            first_string = pos  # at or before the first string: re-scans stay correct
+        m = _TOKEN.match(text, skipped.end())
         if m is None:
-            break
+            break  # the end of the text
         pos = m.end()
-        run_open, run_close, string, _bad_quote = m.groups()
-        if string is not None:
-            first_string = min(first_string, m.start())
-        elif run_open is not None:
+        run_open, run_close, _bad_quote = m.groups()
+        if run_open is not None:
             count = len(run_open)
             opens.extend(range(m.start(), pos))
             kinds.extend(run_open[0] * count)

@@ -1,0 +1,134 @@
+"""Grader speed: grades per second on typical answers, and milliseconds on adversarial ones.
+
+Prints figures and, in the same run, a baseline: ``orjson.loads`` of the same bytes (the floor
+any JSON-reading grader pays). The adversarial shapes are timed at 10 KB, 100 KB and 1 MB: a
+linear scanner shows ~10x per step. Run: ``python bench/grader_bench.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import orjson
+
+from grader import parse_task, score
+from grader._json import dumps
+
+TASK = parse_task(
+    {
+        "id": "bench",
+        "expected": {
+            "name": "create_ticket",
+            "arguments": {
+                "title": "Printer jam on floor 3",
+                "priority": "high",
+                "labels": ["hw", "office"],
+                "tags": "web,hero",
+                "eta": "PT45M",
+                "amount": 4550,
+                "customer": {"id": 981, "tier": "gold"},
+            },
+        },
+    }
+)
+CALL = dumps(TASK.raw["expected"]).decode()
+ARGS = dumps(TASK.raw["expected"]["arguments"]).decode()
+
+TYPICAL = {
+    "bare 300-byte call": CALL + " " * max(0, 300 - len(CALL)),
+    "2 KB prose + fenced call": ("I looked at the ticket history and the printer logs. " * 30)[
+        :1800
+    ]
+    + "\n```json\n"
+    + CALL
+    + "\n```\n",
+    "tool_calls wire format": dumps(
+        {
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "create_ticket", "arguments": ARGS},
+                }
+            ]
+        }
+    ).decode(),
+}
+
+
+def adversarial(size: int) -> dict[str, str]:
+    half = size // 2
+    return {
+        "deep nesting (objects)": '{"name":"x","arguments":'
+        + '{"a":' * (size // 5)
+        + "1"
+        + "}" * (size // 5)
+        + "}",
+        "deep nesting (arrays)": "[" * half + "]" * half + CALL,
+        "unclosed braces then call": "{" * half + CALL + " tail" * (half // 5),
+        "huge string": '{"name":"create_ticket","arguments":{"title":"' + "y" * size + '"}}',
+        "quote storm": '{"' * half,
+        "prose quotes and braces": ('{ it\'s "a {draft" ' * (size // 18))[:size] + CALL,
+    }
+
+
+def rate(fn: Callable[[], object], seconds: float) -> float:
+    """Calls per second, best of three rounds."""
+    best = 0.0
+    for _ in range(3):
+        count, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds / 3:
+            fn()
+            count += 1
+        best = max(best, count / elapsed)
+    return best
+
+
+def millis(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="shorter rounds")
+    args = parser.parse_args()
+    seconds = 0.6 if args.quick else 3.0
+    print("typical answers (one core)")
+    print(f"  {'case':<28} {'grades/s':>10} {'orjson.loads/s':>15} {'ratio':>7}  verdict")
+    print("  (baseline: orjson.loads of the JSON the answer carries, the floor of any JSON grader)")
+    for name, answer in TYPICAL.items():
+        graded = rate(lambda answer=answer: score(TASK, answer), seconds)
+        encoded = answer.encode()
+        baseline = rate(
+            lambda encoded=encoded: orjson.loads(encoded) if encoded[:1] == b"{" else None, seconds
+        )
+        verdict = score(TASK, answer).reason_code
+        print(
+            f"  {name:<28} {graded:>10,.0f} {baseline:>15,.0f} {graded / baseline:>7.2f}  {verdict}"
+        )
+    print("\nadversarial answers: median ms at 10 KB / 100 KB / 1 MB (linear: ~10x per step)")
+    print(
+        f"  {'shape':<28} {'10 KB':>9} {'100 KB':>9} {'1 MB':>9} {'x/step':>7}  verdict at 100 KB"
+    )
+    sizes = (10_000, 100_000, 1_000_000)
+    shapes = [adversarial(size) for size in sizes]
+    for name in shapes[0]:
+        row = [
+            millis(lambda s=s: score(TASK, s[name]), 3 if size >= 1_000_000 else 9)
+            for s, size in zip(shapes, sizes, strict=True)
+        ]
+        step = (row[2] / row[0]) ** 0.5 if row[0] > 0 else float("nan")
+        verdict = score(TASK, shapes[1][name]).reason_code
+        print(f"  {name:<28} {row[0]:>9.2f} {row[1]:>9.2f} {row[2]:>9.2f} {step:>7.1f}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()
