@@ -14,8 +14,13 @@ fi
 # shellcheck source=/dev/null
 . "$VENV/bin/activate"
 
-if [ -x scripts/install-ci-tools.sh ]; then
-    scripts/install-ci-tools.sh
+# Prometheus (promtool + server) and the manifest validators.
+scripts/install-ci-tools.sh
+# The real backend for the `realbackend` tests: llama.cpp's server with a tiny model. The first
+# run compiles llama.cpp (4-8 minutes on 2 cores); later runs reuse the cached build (seconds).
+# Locally, GRADEPROXY_SKIP_REAL_BACKEND=1 skips both the install and those tests.
+if [ -z "${GRADEPROXY_SKIP_REAL_BACKEND:-}" ] || [ -n "${CI:-}" ]; then
+    scripts/real-backend.sh install
 fi
 
 echo "== ruff"
