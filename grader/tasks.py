@@ -3,7 +3,11 @@
 A task file is JSONL, one task a line::
 
     {"id": "...", "expected": <call object or JSON string>,
-     "metadata": {"stale": <call, JSON string or null>, "mutationKind": <str or null>, ...}}
+     "metadata": {"stale": <call, JSON string or null>, "mutationKind": <str or null>, ...},
+     "checks": [<check definition>, ...], "item": {...}, "pass_rule": "all"}
+
+``checks`` is optional (docs/grading.md): without it a task has grading.md's tool-call check and
+must have ``expected``; with it, ``expected`` is needed only by checks that grade against it.
 
 Loading is all-or-nothing: the first problem stops it with ``file:line: message`` and nothing
 half-loaded is returned, so a bad edit can never replace a good task set in a running proxy.
@@ -16,29 +20,51 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader._json import JSONError, loads_exact
 from grader.canon import canonical_json
 from grader.extract import Call, call_from_value, extract
 from grader.version import GRADER_RULES_VERSION
 
+if TYPE_CHECKING:
+    from grader.checks import Check
+
 
 class TaskLoadError(ValueError):
     """A task file or task definition is unusable; the message names file and line."""
 
 
+class NoExpectedCallError(LookupError):
+    """The task has no ``expected`` call (its checks do not need one), so ``score()`` cannot
+    grade it: grade it with :func:`grader.checks.evaluate`."""
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One gradable task: the expected call and, optionally, the stale pre-migration call."""
+    """One gradable task: its checks, the expected call and the stale pre-migration call.
+
+    ``expected_call`` is None only for a task whose ``checks`` need no expected call; reading
+    :attr:`expected` on such a task raises :class:`NoExpectedCallError`, so code written for
+    tasks that always have one (``score()``) fails loudly instead of grading against nothing.
+    """
 
     id: str
-    expected: Call
+    expected_call: Call | None
     stale: Call | None = None
     mutation_kind: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<memory>"
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def expected(self) -> Call:
+        if self.expected_call is None:
+            raise NoExpectedCallError(
+                f"task {self.id!r} has no expected call; grade it with grader.checks.evaluate"
+            )
+        return self.expected_call
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +106,11 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         task_id = obj.get("id")
         if not isinstance(task_id, str) or not task_id:
             raise TaskLoadError("'id' must be a non-empty string")
-        if "expected" not in obj:
+        if "expected" not in obj and "checks" not in obj:
             raise TaskLoadError(f"task {task_id!r} has no 'expected' call")
-        expected = _call(obj["expected"], f"task {task_id!r}: 'expected'")
+        expected = None
+        if "expected" in obj:
+            expected = _call(obj["expected"], f"task {task_id!r}: 'expected'")
         metadata = obj.get("metadata")
         if metadata is None:
             metadata = {}
@@ -91,6 +119,10 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         stale = None
         if metadata.get("stale") is not None:
             stale = _call(metadata["stale"], f"task {task_id!r}: 'metadata.stale'")
+            if expected is None:
+                raise TaskLoadError(
+                    f"task {task_id!r}: 'metadata.stale' needs an 'expected' call beside it"
+                )
             if stale.canonical == expected.canonical:
                 raise TaskLoadError(
                     f"task {task_id!r}: 'metadata.stale' equals 'expected' after "
@@ -99,16 +131,24 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         kind = metadata.get("mutationKind")
         if kind is not None and not isinstance(kind, str):
             raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
+        # Imported here: grader.checks grades through grader.score, which imports this module.
+        from grader.checks import CheckDefinitionError, build_checks
+
+        try:
+            checks = build_checks(obj)
+        except CheckDefinitionError as exc:
+            raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     except TaskLoadError as exc:
         raise TaskLoadError(f"{source}: {exc}") from None
     return Task(
         id=task_id,
-        expected=expected,
+        expected_call=expected,
         stale=stale,
         mutation_kind=kind,
         metadata=MappingProxyType(dict(metadata)),
         raw=MappingProxyType(dict(obj)),
         source=source,
+        checks=checks,
     )
 
 

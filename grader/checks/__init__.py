@@ -1,0 +1,58 @@
+"""Checks: the columns a task grades an answer on (docs/checks-contract.md, docs/grading.md).
+
+Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
+:class:`JudgeClient` the caller supplies. Layout, one check family a module::
+
+    _base.py         Sample, CheckResult, CheckContext, the Check and JudgeClient protocols
+    templates.py     {{ sample.* }} / {{ item.* }} templates
+    string_check.py  OpenAI string_check (eq, ne, like, ilike)
+    similarity.py    OpenAI text_similarity (fuzzy_match, bleu, rouge_l)
+    tool_call.py     grading.md's tool-call grader, plus acceptable/optional/parallel/no-call
+    json_schema.py   arguments against a schema, or the request's own tool schema
+    policy.py        seed 001's action record: authority, forbidden calls, links
+    multi.py         OpenAI multi: sub-checks and a safe arithmetic formula
+    judge.py         the judge wrapper: pinning, retries, timeouts, concurrency, family warning
+    judge_checks.py  OpenAI label_model / score_model and our binary criterion form
+    judge_http.py    a stdlib JudgeClient for the CLI
+    build.py         definitions to checks, the pass rule
+    evaluate.py      run a task's checks on one answer
+    mutation.py      validate-tasks' fixture mutation analysis
+"""
+
+from grader.checks._base import (
+    CHECK_REASON_CODES,
+    Check,
+    CheckContext,
+    CheckDefinitionError,
+    CheckReasonCode,
+    CheckResult,
+    JudgeClient,
+    Sample,
+    check_digest,
+)
+from grader.checks.build import build_check, build_checks, columns_of
+from grader.checks.evaluate import TaskOutcome, evaluate, evaluate_sync, task_item
+from grader.checks.judge import Judge, JudgeConfig, model_family, pinned_problem
+
+__all__ = [
+    "CHECK_REASON_CODES",
+    "Check",
+    "CheckContext",
+    "CheckDefinitionError",
+    "CheckReasonCode",
+    "CheckResult",
+    "Judge",
+    "JudgeClient",
+    "JudgeConfig",
+    "Sample",
+    "TaskOutcome",
+    "build_check",
+    "build_checks",
+    "check_digest",
+    "columns_of",
+    "evaluate",
+    "evaluate_sync",
+    "model_family",
+    "pinned_problem",
+    "task_item",
+]

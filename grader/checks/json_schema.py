@@ -1,0 +1,138 @@
+"""``json_schema``: every call's arguments validated against a JSON Schema (seed 002).
+
+``{"type": "json_schema", "name", "schema": {...} | "from_request"}``
+
+With a literal schema, the arguments of every call in the answer must validate against it.
+With ``"from_request"``, each call is validated against the ``parameters`` of the tool of
+the same name in the request's own ``tools`` list (``CheckContext.request_tools``): the schema
+the model was actually shown. There, a call to a tool the request did not declare is a model
+fail (``undeclared_tool``); a request without tools is an infrastructure error
+(``no_request_tools``), because nothing was there to validate against.
+
+An answer without a call fails (``no_call``); arguments that are not a JSON object fail
+(``invalid_arguments``). ``format`` keywords are annotations, not assertions (the JSON Schema
+2020-12 default), so a verdict never depends on which optional format libraries are installed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+
+from grader.canon import TooDeepError, canonical_json
+from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec, sample_calls
+
+FROM_REQUEST = "from_request"
+_NO_PARAMETERS: Mapping[str, Any] = {"type": "object"}
+_SHOWN = 200  # characters of a validation message kept in a reason (it can quote the value)
+_CACHE_SIZE = 256  # validators for request schemas: requests repeat the same tools
+
+
+def _validator(schema: Any) -> Validator:
+    """A validator for ``schema``; raise ``SchemaError`` when the schema is invalid."""
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    validator: Validator = cls(schema)
+    return validator
+
+
+class _ValidatorCache:
+    """A small LRU of validators keyed by canonical schema text.
+
+    Locked: the proxy may grade in worker threads, and an ``OrderedDict`` reordered by two
+    threads at once can lose or double-evict entries.
+    """
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, Validator] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, schema: Any) -> Validator:
+        key = canonical_json(schema)
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        validator = _validator(schema)
+        with self._lock:
+            self._items[key] = validator
+            if len(self._items) > _CACHE_SIZE:
+                self._items.popitem(last=False)
+        return validator
+
+
+_REQUEST_VALIDATORS = _ValidatorCache()
+
+
+def _request_schema(tools: list[Any], name: str) -> Any | None:
+    """The ``parameters`` schema of the named tool in a request's ``tools``; None if absent."""
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        function = tool.get("function")
+        declared = function if isinstance(function, dict) else tool
+        if declared.get("name") == name:
+            parameters = declared.get("parameters")
+            return parameters if parameters is not None else _NO_PARAMETERS
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class JsonSchemaCheck(BaseCheck):
+    schema: Any  # the literal schema, or None for "from_request"
+    validator: Validator | None
+
+    @classmethod
+    def build(cls, definition: Mapping[str, Any], where: str) -> JsonSchemaCheck:
+        spec = Spec(definition, where, frozenset({"schema"}))
+        schema = definition.get("schema")
+        if schema == FROM_REQUEST:
+            return cls(spec.name, "json_schema", spec.digest(), None, None)
+        if not isinstance(schema, dict | bool):
+            raise spec.error("schema", f"must be a JSON Schema object or {FROM_REQUEST!r}")
+        try:
+            validator = _validator(schema)
+        except SchemaError as exc:
+            raise spec.error("schema", f"is not a valid JSON Schema: {exc.message}") from None
+        return cls(spec.name, "json_schema", spec.digest(), schema, validator)
+
+    def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
+        calls = sample_calls(sample)
+        if not calls:
+            return self.result(False, "answer has no call to validate", "no_call")
+        tools = context.request_tools
+        if self.validator is None and not tools:
+            reason = "schema is 'from_request' but the request declared no tools"
+            return self.result(None, reason, "no_request_tools", error=reason)
+        for index, call in enumerate(calls):
+            label = f"call #{index} ({call.name or '<unnamed>'})"
+            if call.name is None or call.arguments is None:
+                return self.result(
+                    False, f"{label}: arguments are not a JSON object", "invalid_arguments"
+                )
+            validator = self.validator
+            if validator is None:
+                schema = _request_schema(tools or [], call.name)
+                if schema is None:
+                    return self.result(
+                        False, f"{label}: the request declared no such tool", "undeclared_tool"
+                    )
+                try:
+                    validator = _REQUEST_VALIDATORS.get(schema)
+                except (SchemaError, TooDeepError, TypeError) as exc:
+                    reason = f"{label}: the request's parameters schema is invalid"
+                    return self.result(None, reason, "request_schema_invalid", error=str(exc))
+            error = jsonschema.exceptions.best_match(validator.iter_errors(call.arguments))
+            if error is not None:
+                where = error.json_path.replace("$", "arguments", 1)
+                message = error.message[:_SHOWN] + ("…" if len(error.message) > _SHOWN else "")
+                return self.result(False, f"{label}: {where}: {message}", "schema_invalid")
+        return self.result(True, f"{len(calls)} call(s) valid", "schema_valid")

@@ -1,0 +1,143 @@
+"""``gradeproxy compare``: primary vs shadow over the proxy's result rows, pair by pair.
+
+Reads one or more result files (JSONL, as ``results.path`` writes them; rotated files too),
+pairs the rows by ``pair_id`` and ``choice`` (grader/compare_runs.py), and prints per task and
+per mutation kind the two pass and stale rates, wins/losses/ties and the exact McNemar p-value;
+``--json`` prints the same as one JSON object. Exit 0 when the comparison ran (whatever it
+says), 2 on unreadable input, naming file and line, with nothing printed on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from grader._json import dumps
+from grader.cli._io import InputError, read_jsonl
+from grader.compare_runs import RESULTS, Comparison, Leg, Summary, summarise
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "compare",
+        help="compare primary and shadow grades pair by pair",
+        description="Compare the primary and shadow variants of the proxy's result rows: pass "
+        "and stale rates, wins/losses/ties over complete pairs, exact McNemar p-value.",
+    )
+    parser.add_argument(
+        "--results", required=True, nargs="+", type=Path, metavar="FILE", help="result JSONL"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run)
+
+
+def _optional_str(row: dict[str, Any], key: str, where: str) -> str | None:
+    value = row.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"{where}: '{key}' must be a string or null")
+    return value
+
+
+def read_legs(paths: list[Path]) -> tuple[list[Leg], int, int]:
+    """The paired legs of every file, the number of rows, and the rows that pair with nothing."""
+    legs: list[Leg] = []
+    rows = unpaired = 0
+    for path in paths:
+        for lineno, row in read_jsonl(path):
+            where = f"{path}:{lineno}"
+            if not isinstance(row, dict):
+                raise InputError(f"{where}: expected a result row (a JSON object)")
+            task_id, result = row.get("task_id"), row.get("result")
+            if not isinstance(task_id, str) or not isinstance(result, str):
+                raise InputError(f"{where}: a result row needs string 'task_id' and 'result'")
+            variant = row.get("variant")
+            if variant not in (None, "primary", "shadow"):
+                raise InputError(f"{where}: 'variant' must be primary, shadow or null")
+            pair_id = _optional_str(row, "pair_id", where)
+            kind = _optional_str(row, "mutationKind", where)
+            choice = row.get("choice", 0)
+            if isinstance(choice, bool) or not isinstance(choice, int):
+                raise InputError(f"{where}: 'choice' must be an integer")
+            rows += 1
+            if pair_id is None or variant is None or result not in RESULTS:
+                unpaired += 1
+                continue
+            legs.append(Leg(pair_id, choice, variant, task_id, kind, result))
+    return legs, rows, unpaired
+
+
+def _percent(count: int, total: int) -> str:
+    return f"{100 * count / total:.1f}%" if total else "-"
+
+
+def _delta(c: Comparison) -> str:
+    return f"{100 * (c.shadow_pass - c.primary_pass) / c.pairs:+.1f}pp" if c.pairs else "-"
+
+
+def _p(c: Comparison) -> str:
+    value = float(c.p_value)
+    return f"{value:.4g}" if value >= 1e-4 else f"{value:.2e}"
+
+
+HEADER = ("pairs", "pass P", "pass S", "Δ pass", "stale P", "stale S", "wins", "losses",
+          "ties", "McNemar p")  # fmt: skip
+
+
+def _cells(c: Comparison) -> tuple[str, ...]:
+    return (
+        str(c.pairs),
+        _percent(c.primary_pass, c.pairs),
+        _percent(c.shadow_pass, c.pairs),
+        _delta(c),
+        _percent(c.primary_stale, c.pairs),
+        _percent(c.shadow_stale, c.pairs),
+        str(c.wins),
+        str(c.losses),
+        str(c.ties),
+        _p(c),
+    )
+
+
+def render_table(summary: Summary) -> str:
+    """The comparison as an aligned text table (P = primary, S = shadow)."""
+    sections = [
+        ("task", summary.by_task),
+        ("mutation kind", summary.by_mutation_kind),
+        ("", [summary.overall]),
+    ]
+    first = max([len("mutation kind"), *(len(c.group) for _, group in sections for c in group)])
+    widths = [max(len(h), 7) for h in HEADER]
+    lines = [
+        f"{summary.overall.pairs} complete pairs from {summary.rows} rows "
+        f"(left out: {summary.incomplete} incomplete, {summary.conflicting} conflicting pairs; "
+        f"{summary.unpaired_rows} rows without a pair). P = primary, S = shadow; "
+        "wins: only the shadow passed; losses: only the primary passed.",
+    ]
+    for title, group in sections:
+        lines.append("")
+        lines.append(
+            f"{title:<{first}}  "
+            + "  ".join(f"{h:>{w}}" for h, w in zip(HEADER, widths, strict=True))
+        )
+        for c in group:
+            cells = "  ".join(f"{v:>{w}}" for v, w in zip(_cells(c), widths, strict=True))
+            lines.append(f"{c.group:<{first}}  {cells}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        legs, rows, unpaired = read_legs(args.results)
+    except InputError as exc:
+        print(f"gradeproxy compare: error: {exc}", file=sys.stderr)
+        return 2
+    summary = summarise(legs, rows, unpaired)
+    if args.json:
+        data = {"files": [str(p) for p in args.results], **summary.to_dict()}
+        sys.stdout.buffer.write(dumps(data) + b"\n")
+        sys.stdout.flush()
+    else:
+        print(render_table(summary))
+    return 0
