@@ -1,8 +1,10 @@
 """The aiohttp application: routes, the error middleware, and resources with their lifetimes.
 
 Resources live in ``cleanup_ctx`` generators, so start-up and shutdown run in one order and
-unwind in reverse: results writer → client session → grade queue → task store. On shutdown the
-queue drains before the writer closes, so no graded row is lost.
+unwind in reverse: results writer and grade queue → client session → shadow runner → task
+store. On shutdown the shadow legs still in flight get ``shutdown.grace_period_s`` to finish
+(then are cancelled) while the queue still runs, and the queue drains before the writer closes,
+so no graded row is lost.
 """
 
 from __future__ import annotations
@@ -21,14 +23,20 @@ from proxy.grading import GradeQueue
 from proxy.handlers import livez, proxy_handler, readyz
 from proxy.logs import get_logger
 from proxy.metrics import ModelLabels, ProxyMetrics
+from proxy.pairs import PairTracker
 from proxy.results import ResultWriter
+from proxy.routing import Router
+from proxy.shadow import ShadowRunner, make_session
 from proxy.state import (
     CONFIG,
     LIFECYCLE,
     METRICS,
+    PAIRS,
     QUEUE,
     REQUEST_ID,
+    ROUTER,
     SESSION,
+    SHADOWS,
     TASKS,
     Lifecycle,
 )
@@ -69,7 +77,11 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
     )
     app[LIFECYCLE] = Lifecycle()
     app[TASKS] = TaskStore(config.tasks.path, app[METRICS])
-    app.cleanup_ctx.extend([_results_and_queue, _client_session, _task_loading])
+    app[ROUTER] = Router(config)
+    app[PAIRS] = PairTracker(
+        app[METRICS], config.grading.pair_max_pending, config.grading.pair_ttl_s
+    )
+    app.cleanup_ctx.extend([_results_and_queue, _client_session, _shadows, _task_loading])
     app.router.add_route("*", "/v1/{tail:.*}", proxy_handler)
     if config.admin.port is None:
         add_admin_routes(app, app)
@@ -105,6 +117,7 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         workers=config.grading.workers,
         inline_max_bytes=config.grading.inline_max_bytes,
         capture_answer=config.results.capture_answer,
+        pairs=app[PAIRS],
     )
     app[QUEUE] = queue
     queue.start()
@@ -129,6 +142,14 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
     ) as session:
         app[SESSION] = session
         yield
+
+
+async def _shadows(app: web.Application) -> AsyncIterator[None]:
+    session = make_session() if app[ROUTER].has_shadows else None
+    runner = ShadowRunner(app[METRICS], app[QUEUE], app[PAIRS], session)
+    app[SHADOWS] = runner
+    yield
+    await runner.close(timeout_s=app[CONFIG].shutdown.grace_period_s)
 
 
 async def _task_loading(app: web.Application) -> AsyncIterator[None]:

@@ -1,9 +1,13 @@
 """The proxy's configuration: one YAML file, ``GRADEPROXY_*`` environment overrides, CLI flags.
 
 Precedence, lowest first: defaults, the file, the environment, command-line flags. Unknown keys
-are errors, and every error names the field (``upstream.url: must be an http(s) URL``), so a bad
-config fails at start and never half-applies. Secrets appear only as environment variable
-*names* (``api_key_env``); their values are read at start and never logged.
+are errors, and every error names the field (``upstream.url: must be an http(s) URL``,
+``routes[1].shadow.sample_rate: must be within 0..1``), so a bad config fails at start and
+never half-applies. Secrets appear only as environment variable *names* (``api_key_env``);
+their values are read at start and never logged.
+
+``routes`` and the ``shadow`` blocks are structured (a list, nested mappings) and come from the
+file or from ``overrides`` only; ``GRADEPROXY_*`` variables override scalar fields.
 """
 
 from __future__ import annotations
@@ -39,11 +43,37 @@ class Admin:
 
 
 @dataclass(frozen=True, slots=True)
+class Shadow:
+    """A candidate upstream that gets a copy of sampled graded requests (docs/shadow.md)."""
+
+    url: str = ""
+    api_key_env: str | None = None  # unset: no Authorization (the client's is never sent)
+    model: str | None = None  # rewrite `model` in the shadow's copy of the request body
+    sample_rate: float = 1.0  # of the requests that are graded (same sampling key)
+    max_concurrency: int = 8  # shadow requests in flight at once; more are skipped, not queued
+    timeout_s: float = 60.0  # the whole shadow exchange, read to its last byte
+    stream: Literal["same", "never"] = "same"  # never: ask for a plain JSON body
+
+
+@dataclass(frozen=True, slots=True)
 class Upstream:
     url: str = ""
     api_key_env: str | None = None
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 300.0  # between two reads of the upstream body; no total timeout
+    shadow: Shadow | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Requests whose body's ``model`` matches ``match`` (an fnmatch glob) go to ``url``."""
+
+    match: str = ""
+    url: str = ""
+    api_key_env: str | None = None
+    connect_timeout_s: float = 10.0
+    idle_timeout_s: float = 300.0
+    shadow: Shadow | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +91,12 @@ class Grading:
     queue_size: int = 10000
     workers: int = 2
     sample_rate: float = 1.0
-    sampling_header: str | None = None  # hash this header instead of the request id
+    # The sampling key of both grading and shadow sampling: this header (e.g. a conversation
+    # id) when the request has it, else the request id.
+    sampling_header: str | None = None
     inline_max_bytes: int = 16384  # larger responses are graded in a thread, off the event loop
+    pair_max_pending: int = 10000  # shadow pairs waiting for their second leg
+    pair_ttl_s: float = 900.0  # how long a pair waits for its second leg
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +135,7 @@ class Config:
     listen: Listen = field(default_factory=Listen)
     admin: Admin = field(default_factory=Admin)
     upstream: Upstream = field(default_factory=Upstream)
+    routes: tuple[Route, ...] = ()
     tasks: Tasks = field(default_factory=Tasks)
     grading: Grading = field(default_factory=Grading)
     results: Results = field(default_factory=Results)
@@ -126,7 +161,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, tuple):
-        return list(value)
+        return [_plain(item) for item in value]
     return value
 
 
@@ -153,6 +188,15 @@ def _coerce(where: str, hint: Any, value: Any, from_text: bool) -> Any:
             choices = "|".join(str(a) for a in get_args(hint))
             raise ConfigError(f"{where}: must be one of {choices}, got {value!r}")
         return value
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if from_text and isinstance(value, str):
+            raise ConfigError(f"{where}: must be a mapping; set it in the config file")
+        return _section(where, hint, value, {})
+    if origin is tuple and get_args(hint)[0] is not str:
+        (item,) = get_args(hint)[:1]
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: must be a list")
+        return tuple(_coerce(f"{where}[{n}]", item, v, False) for n, v in enumerate(value))
     if origin is tuple:
         if from_text and isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
@@ -213,13 +257,51 @@ def _section(name: str, cls: type[Any], data: Any, from_text: Mapping[str, bool]
     return cls(**values)
 
 
-def _validate(config: Config) -> Config:
-    url = urlsplit(config.upstream.url)
+def _check_url(where: str, value: str) -> None:
+    url = urlsplit(value)
     if url.scheme not in ("http", "https") or not url.netloc:
         raise ConfigError(
-            f"upstream.url: must be an http(s) URL such as http://127.0.0.1:8000/v1, "
-            f"got {config.upstream.url!r}"
+            f"{where}: must be an http(s) URL such as http://127.0.0.1:8000/v1, got {value!r}"
         )
+
+
+def _check_secret(where: str, name: str | None) -> None:
+    if name and name not in os.environ:
+        raise ConfigError(f"{where}: environment variable {name} is not set")
+
+
+def _validate_shadow(where: str, shadow: Shadow | None) -> None:
+    if shadow is None:
+        return
+    _check_url(f"{where}.url", shadow.url)
+    checks = [
+        (0.0 <= shadow.sample_rate <= 1.0, "sample_rate: must be within 0..1"),
+        (shadow.max_concurrency >= 1, "max_concurrency: must be >= 1"),
+        (shadow.timeout_s > 0, "timeout_s: must be > 0"),
+        (shadow.model is None or shadow.model.strip() != "", "model: must not be empty"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(f"{where}.{message}")
+    _check_secret(f"{where}.api_key_env", shadow.api_key_env)
+
+
+def _validate_routes(config: Config) -> None:
+    _validate_shadow("upstream.shadow", config.upstream.shadow)
+    for number, route in enumerate(config.routes):
+        where = f"routes[{number}]"
+        if not route.match.strip():
+            raise ConfigError(f"{where}.match: must be a non-empty model name glob")
+        _check_url(f"{where}.url", route.url)
+        for name in ("connect_timeout_s", "idle_timeout_s"):
+            if getattr(route, name) <= 0:
+                raise ConfigError(f"{where}.{name}: must be > 0")
+        _check_secret(f"{where}.api_key_env", route.api_key_env)
+        _validate_shadow(f"{where}.shadow", route.shadow)
+
+
+def _validate(config: Config) -> Config:
+    _check_url("upstream.url", config.upstream.url)
     checks: list[tuple[bool, str]] = [
         (0 <= config.listen.port <= 65535, "listen.port: must be 0..65535"),
         (
@@ -239,20 +321,20 @@ def _validate(config: Config) -> Config:
         (config.shutdown.grace_period_s >= 0, "shutdown.grace_period_s: must be >= 0"),
         (config.metrics.max_models >= 1, "metrics.max_models: must be >= 1"),
         (config.tasks.watch_interval_s > 0, "tasks.watch_interval_s: must be > 0"),
+        (config.grading.pair_max_pending >= 1, "grading.pair_max_pending: must be >= 1"),
+        (config.grading.pair_ttl_s > 0, "grading.pair_ttl_s: must be > 0"),
     ]
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
-    if config.upstream.api_key_env and config.upstream.api_key_env not in os.environ:
-        raise ConfigError(
-            f"upstream.api_key_env: environment variable {config.upstream.api_key_env} is not set"
-        )
+    _check_secret("upstream.api_key_env", config.upstream.api_key_env)
+    _validate_routes(config)
     return config
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """``GRADEPROXY_UPSTREAM_URL=...`` -> ``{"upstream": {"url": ...}}``."""
-    sections = {f.name: f.type for f in dataclasses.fields(Config)}
+    sections = _sections()
     out: dict[str, dict[str, Any]] = {}
     for key, value in environ.items():
         if not key.startswith(ENV_PREFIX):
@@ -265,9 +347,15 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _sections() -> set[str]:
+    """Top-level fields that are mappings of fields (``routes``, a list, is not one)."""
+    hints = get_type_hints(Config)
+    return {f.name for f in dataclasses.fields(Config) if dataclasses.is_dataclass(hints[f.name])}
+
+
 def load_config(
     path: Path | None = None,
-    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Config:
     """Build and validate the effective config; raise :class:`ConfigError` naming the field."""
@@ -282,10 +370,10 @@ def load_config(
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the config must be a mapping of sections")
         data = dict(loaded or {})
-    sections = {f.name for f in dataclasses.fields(Config)}
-    unknown = sorted(set(data) - sections)
+    known = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown section (known: {', '.join(sorted(sections))})")
+        raise ConfigError(f"{unknown[0]}: unknown section (known: {', '.join(sorted(known))})")
     from_text: dict[str, bool] = {}
     for section, values in _env_overrides(os.environ if environ is None else environ).items():
         merged = dict(data.get(section) or {})
@@ -294,9 +382,17 @@ def load_config(
             from_text[f"{section}.{key}"] = True
         data[section] = merged
     for section, given in (overrides or {}).items():
+        if not isinstance(given, Mapping):  # `routes`: a list replaces the file's
+            data[section] = given
+            continue
         merged = dict(data.get(section) or {})
         merged.update({k: v for k, v in given.items() if v is not None})
         data[section] = merged
     hints = get_type_hints(Config)
-    built = {name: _section(name, hints[name], data.get(name), from_text) for name in sections}
+    built = {
+        name: _section(name, hints[name], data.get(name), from_text)
+        if name in _sections()
+        else _coerce(name, hints[name], [] if data.get(name) is None else data[name], False)
+        for name in known
+    }
     return _validate(Config(**built))

@@ -107,6 +107,7 @@ class Relay:
     upstream_failed: str | None = None  # set when the upstream failed after the response began
     client_disconnected: bool = False
     at_event_boundary: bool = True  # whether the bytes relayed so far end an SSE event
+    started_at: float = 0.0  # perf_counter when the upstream request was sent
     finished_at: float = 0.0
 
 
@@ -124,17 +125,23 @@ async def relay(
     capture: bool,
     request_id: str,
     out: Relay,
+    client_timeout: aiohttp.ClientTimeout,
 ) -> web.StreamResponse:
     """Send the request upstream and relay the response, recording into ``out`` as it goes
     (so a cancelled handler still knows how far it got); raise ProxyError before it starts."""
-    sent = time.perf_counter()
+    sent = out.started_at = time.perf_counter()
     # aiohttp sends large byte strings in one blocking write; a BytesIO is sent in pieces.
     data: bytes | io.BytesIO | None = body or None
     if len(body) > _LARGE_BODY:
         data = io.BytesIO(body)
     try:
         async with session.request(
-            request.method, url, headers=headers, data=data, allow_redirects=False
+            request.method,
+            url,
+            headers=headers,
+            data=data,
+            allow_redirects=False,
+            timeout=client_timeout,
         ) as upstream:
             out.ttfb_s = out.upstream_wait_s = time.perf_counter() - sent
             out.status = upstream.status

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -26,6 +26,7 @@ from grader.version import GRADER_RULES_VERSION
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
+from proxy.pairs import PairTracker
 from proxy.results import ResultWriter
 
 log = get_logger("gradeproxy.grading")
@@ -57,8 +58,8 @@ class GradeJob:
     run: str | None = None
     meta: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    variant: str = "primary"
-    pair_id: str | None = None
+    variant: Literal["primary", "shadow"] = "primary"
+    pair_id: str | None = None  # set on both legs of a shadowed request
 
     @property
     def size(self) -> int:
@@ -154,9 +155,11 @@ class GradeQueue:
         workers: int,
         inline_max_bytes: int,
         capture_answer: bool,
+        pairs: PairTracker | None = None,
     ) -> None:
         self.metrics = metrics
         self.writer = writer
+        self.pairs = pairs
         self.inline_max_bytes = inline_max_bytes
         self.capture_answer = capture_answer
         self._queue: asyncio.Queue[GradeJob] = asyncio.Queue(maxsize=size)
@@ -171,6 +174,7 @@ class GradeQueue:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:
             self.metrics.skipped.labels("queue_full").inc()
+            self._report(job, None)
             return False
         self.metrics.queue_depth.set(self._queue.qsize())
         return True
@@ -221,22 +225,33 @@ class GradeQueue:
         except Exception:  # a grader bug is an infrastructure error, never a model failure
             self.metrics.grading_errors.labels("grader").inc()
             log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
+            self._report(job, None)
             return
         if graded.error_kind is not None:
             self.metrics.grading_errors.labels(graded.error_kind).inc()
+            self._report(job, None)
             return
         if graded.skip_reason is not None:
             self.metrics.skipped.labels(graded.skip_reason).inc()
+            self._report(job, None)
             return
         self.record(job, graded.rows)
 
+    def _report(self, job: GradeJob, rows: list[dict[str, Any]] | None) -> None:
+        """Tell the pair tracker how a leg of a shadowed request ended (once per leg)."""
+        if job.pair_id is None or self.pairs is None:
+            return
+        results = None if rows is None else {row["choice"]: row["result"] for row in rows}
+        self.pairs.leg(job.pair_id, job.variant, job.task.id, results)
+
     def record(self, job: GradeJob, rows: list[dict[str, Any]]) -> None:
-        """Count and write a job's rows."""
+        """Count and write a job's rows (and settle its pair, when it is a shadowed leg)."""
         for row in rows:
             model = self.metrics.model_label(row["model"])
-            self.metrics.grades.labels(job.task.id, model, row["result"]).inc()
+            self.metrics.grades.labels(job.task.id, model, row["result"], job.variant).inc()
             if row["staleSchemaUsed"]:
-                self.metrics.stale.labels(job.task.id, model).inc()
+                self.metrics.stale.labels(job.task.id, model, job.variant).inc()
+        self._report(job, rows)
         latency = time.perf_counter() - job.finished_at
         for row in rows:
             row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}

@@ -1,8 +1,9 @@
-"""The request handler: request → forward → (capture reference) → submit to the grade queue.
+"""The request handler: request → route → forward (+ shadow copy) → submit to the grade queue.
 
-Everything that decides *whether* a response is graded happens here, cheaply, so the skip
-counters are complete: no task header, unknown task, sampled out, upstream error status,
-client disconnected, or a full queue.
+Everything that decides *whether* a response is graded (or shadowed) happens here, cheaply, so
+the skip counters are complete: no task header, unknown task, sampled out, upstream error
+status, client disconnected, or a full queue. A shadow copy is admitted and started here
+(proxy/shadow.py) but never awaited: the client's response depends on the primary alone.
 """
 
 from __future__ import annotations
@@ -12,12 +13,27 @@ import time
 import uuid
 
 from aiohttp import web
+from multidict import CIMultiDict
 
+from grader.tasks import Task
 from proxy.errors import DrainingError, ProxyError
 from proxy.forward import Relay, relay, request_headers, upstream_url
 from proxy.grading import GradeJob, sampled
 from proxy.logs import get_logger
-from proxy.state import CONFIG, LIFECYCLE, METRICS, QUEUE, REQUEST_ID, SESSION, TASKS
+from proxy.routing import ShadowTarget
+from proxy.shadow import ShadowLeg, shadow_headers
+from proxy.state import (
+    CONFIG,
+    LIFECYCLE,
+    METRICS,
+    PAIRS,
+    QUEUE,
+    REQUEST_ID,
+    ROUTER,
+    SESSION,
+    SHADOWS,
+    TASKS,
+)
 
 log = get_logger("gradeproxy.request")
 
@@ -52,83 +68,134 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     task_id = request.headers.get(grading.task_header) if route == "chat_completions" else None
     tasks = app[TASKS].current
     task = tasks.get(task_id) if tasks is not None and task_id else None
+    # One sampling key for grading and shadows: a shadowed request is always a graded one.
+    key = request.headers.get(grading.sampling_header or "") or request_id
     skip: str | None = None
     if route == "chat_completions":
         if not task_id:
             skip = "no_task_header"
         elif task is None:
             skip = "unknown_task"
-        else:
-            key = request.headers.get(grading.sampling_header or "", request_id)
-            if not sampled(key, grading.sample_rate):
-                skip = "sampled_out"
+        elif not sampled(key, grading.sample_rate):
+            skip = "sampled_out"
     body = await request.read()
+    target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = request_headers(
         request.headers,
         private_prefixes=("x-grade-", grading.meta_header_prefix),
         private_names=(grading.task_header, grading.run_header),
-        api_key=config.upstream_api_key(),
+        api_key=target.api_key,
         request_id=request_id,
     )
-    metrics.in_flight.inc()
-    outcome = Relay()
-    status = 0
-    try:
-        response = await relay(
-            request,
-            app[SESSION],
-            upstream_url(config.upstream.url, request.raw_path),
-            headers,
-            body,
-            capture=task is not None and skip is None,
-            request_id=request_id,
-            out=outcome,
+    pair_id: str | None = None
+    if target.shadow is not None and task is not None and tasks is not None:
+        # Started before the primary is awaited, so both legs run together.
+        pair_id = _start_shadow(
+            request, target.shadow, key, skip is None, headers, body, task, tasks.digest
         )
-        status = outcome.status
-    except asyncio.CancelledError:  # the client went away and aiohttp cancelled us
-        outcome.client_disconnected = True
-        status = CLIENT_CLOSED
-        if route == "chat_completions":
-            skip = skip or "client_disconnected"
-            metrics.skipped.labels(skip).inc()
-        raise
-    except ProxyError as error:
-        status = error.status
-        metrics.upstream_errors.labels(_upstream_error_kind(error)).inc()
-        if route == "chat_completions":
-            skip = skip or "upstream_error"
-            metrics.skipped.labels(skip).inc()
-        raise
-    finally:
-        metrics.in_flight.dec()
-        total = time.perf_counter() - started
-        _observe(request, route, status, total, outcome, skip, task_id)
-    if route == "chat_completions" and skip is None:
-        skip = _post_skip(outcome)
-        if skip is None and task is not None and tasks is not None:
-            job = GradeJob(
+    submitted = False
+    try:
+        metrics.in_flight.inc()
+        outcome = Relay()
+        status = 0
+        try:
+            response = await relay(
+                request,
+                app[SESSION],
+                upstream_url(target.url, request.raw_path),
+                headers,
+                body,
+                capture=task is not None and skip is None,
                 request_id=request_id,
-                task=task,
-                tasks_digest=tasks.digest,
-                upstream=config.upstream.url,
-                stream=outcome.stream,
-                request_body=body,
-                response=outcome.parts,
-                finished_at=outcome.finished_at,
-                run=request.headers.get(grading.run_header),
-                meta=_meta(request, grading.meta_header_prefix),
-                timings={
-                    "duration_s": round(total, 6),
-                    "ttfb_s": round(outcome.ttfb_s, 6),
-                    "overhead_s": round(max(total - outcome.upstream_wait_s, 0.0), 6),
-                },
+                out=outcome,
+                client_timeout=target.timeout,
             )
-            app[QUEUE].submit(job)
+            status = outcome.status
+        except asyncio.CancelledError:  # the client went away and aiohttp cancelled us
+            outcome.client_disconnected = True
+            status = CLIENT_CLOSED
+            if route == "chat_completions":
+                skip = skip or "client_disconnected"
+                metrics.skipped.labels(skip).inc()
+            raise
+        except ProxyError as error:
+            status = error.status
+            metrics.upstream_errors.labels(_upstream_error_kind(error)).inc()
+            if route == "chat_completions":
+                skip = skip or "upstream_error"
+                metrics.skipped.labels(skip).inc()
+            raise
+        finally:
+            metrics.in_flight.dec()
+            total = time.perf_counter() - started
+            _observe(request, route, status, total, outcome, skip, task_id, pair_id)
+        if route == "chat_completions" and skip is None:
+            skip = _post_skip(outcome)
+            if skip is None and task is not None and tasks is not None:
+                if pair_id is not None:
+                    leg_s = outcome.finished_at - outcome.started_at
+                    metrics.variant_duration.labels("primary").observe(leg_s)
+                    metrics.variant_ttfb.labels("primary").observe(outcome.ttfb_s)
+                job = GradeJob(
+                    request_id=request_id,
+                    task=task,
+                    tasks_digest=tasks.digest,
+                    upstream=target.url,
+                    stream=outcome.stream,
+                    request_body=body,
+                    response=outcome.parts,
+                    finished_at=outcome.finished_at,
+                    run=request.headers.get(grading.run_header),
+                    meta=_meta(request, grading.meta_header_prefix),
+                    timings={
+                        "duration_s": round(total, 6),
+                        "ttfb_s": round(outcome.ttfb_s, 6),
+                        "overhead_s": round(max(total - outcome.upstream_wait_s, 0.0), 6),
+                    },
+                    pair_id=pair_id,
+                )
+                submitted = True  # from here on the queue reports the leg, even when full
+                app[QUEUE].submit(job)
+            elif skip is not None:
+                metrics.skipped.labels(skip).inc()
         elif skip is not None:
             metrics.skipped.labels(skip).inc()
-    elif skip is not None:
-        metrics.skipped.labels(skip).inc()
-    return response
+        return response
+    finally:
+        if pair_id is not None and not submitted and task is not None:
+            app[PAIRS].leg(pair_id, "primary", task.id, None)
+
+
+def _start_shadow(
+    request: web.Request,
+    shadow: ShadowTarget,
+    key: str,
+    graded: bool,
+    headers: CIMultiDict[str],
+    body: bytes,
+    task: Task,
+    tasks_digest: str,
+) -> str | None:
+    """Start the shadow copy of a graded request if it is sampled and a slot is free; its
+    pair id, or None (the reason counted)."""
+    runner = request.app[SHADOWS]
+    if not (graded and sampled(key, shadow.sample_rate)):
+        runner.sampled_out()
+        return None
+    grading = request.app[CONFIG].grading
+    leg = ShadowLeg(
+        pair_id=uuid.uuid4().hex,
+        target=shadow,
+        url=upstream_url(shadow.url, request.raw_path),
+        headers=shadow_headers(headers, shadow.api_key),
+        body=body,
+        request_id=request[REQUEST_ID],
+        task=task,
+        tasks_digest=tasks_digest,
+        run=request.headers.get(grading.run_header),
+        meta=_meta(request, grading.meta_header_prefix),
+    )
+    return leg.pair_id if runner.start(leg) else None
 
 
 def _post_skip(outcome: Relay) -> str | None:
@@ -153,6 +220,7 @@ def _observe(
     outcome: Relay,
     skip: str | None,
     task_id: str | None,
+    pair_id: str | None,
 ) -> None:
     metrics = request.app[METRICS]
     metrics.requests.labels(route, str(status or 500)).inc()
@@ -178,6 +246,7 @@ def _observe(
         skip=skip,
         upstream_failed=outcome.upstream_failed,
         client_disconnected=outcome.client_disconnected,
+        pair_id=pair_id,  # set when a shadow copy was started
     )
 
 

@@ -44,6 +44,9 @@ SKIP_REASONS = (
     "empty_response",
 )
 GRADING_ERROR_KINDS = ("capture", "grader", "results_write")
+VARIANTS = ("primary", "shadow")
+SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
+UNPAIRED_REASONS = ("ungraded", "expired", "overflow")
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol")
 OTHER_MODEL = "other"
 UNKNOWN_MODEL = "unknown"
@@ -144,14 +147,52 @@ class ProxyMetrics:
         )
         self.grades = Counter(
             "gradeproxy_grades_total",
-            "Graded answers by task, model and result (pass, fail, stale).",
-            ["task", "model", "result"],
+            "Graded answers by task, model, result (pass, fail, stale) and variant"
+            " (primary, shadow).",
+            ["task", "model", "result", "variant"],
             registry=reg,
         )
         self.stale = Counter(
             "gradeproxy_stale_schema_total",
-            "Graded answers that used the task's pre-migration (stale) schema.",
-            ["task", "model"],
+            "Graded answers that used the task's pre-migration (stale) schema, by variant.",
+            ["task", "model", "variant"],
+            registry=reg,
+        )
+        self.shadow_requests = Counter(
+            "gradeproxy_shadow_requests_total",
+            "Graded requests eligible for a shadow copy, by what became of the copy: ok, error,"
+            " timeout, skipped_concurrency, sampled_out.",
+            ["result"],
+            registry=reg,
+        )
+        self.shadow_pairs = Counter(
+            "gradeproxy_shadow_pairs_total",
+            "Answer pairs (same request, same choice) with both legs graded, by task and the"
+            " result of each leg.",
+            ["task", "primary", "shadow"],
+            registry=reg,
+        )
+        self.shadow_unpaired = Counter(
+            "gradeproxy_shadow_unpaired_total",
+            "Shadowed requests whose pair never completed: a leg was not graded (ungraded), its"
+            " second leg never came (expired), or the pending map was full (overflow).",
+            ["reason"],
+            registry=reg,
+        )
+        self.variant_duration = Histogram(
+            "gradeproxy_variant_request_duration_seconds",
+            "Shadowed requests only: time from the upstream request sent to its last byte"
+            " received, per leg (primary, shadow), for legs that succeeded.",
+            ["variant"],
+            buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
+        self.variant_ttfb = Histogram(
+            "gradeproxy_variant_ttfb_seconds",
+            "Shadowed requests only: time from the upstream request sent to its response"
+            " headers, per leg (primary, shadow), for legs that succeeded.",
+            ["variant"],
+            buckets=TTFB_BUCKETS,
             registry=reg,
         )
         self.skipped = Counter(
@@ -209,6 +250,13 @@ class ProxyMetrics:
             self.upstream_errors.labels(kind)
         for result in ("ok", "error"):
             self.task_reloads.labels(result)
+        for result in SHADOW_RESULTS:
+            self.shadow_requests.labels(result)
+        for reason in UNPAIRED_REASONS:
+            self.shadow_unpaired.labels(reason)
+        for variant in VARIANTS:
+            self.variant_duration.labels(variant)
+            self.variant_ttfb.labels(variant)
         self.build_info.labels(__version__, "").set(1)
 
     def set_task_set(self, tasks: TaskSet | None) -> None:

@@ -10,6 +10,9 @@ from aiohttp import web
 from proxy.config import Config
 from proxy.grading import GradeQueue
 from proxy.metrics import ProxyMetrics
+from proxy.pairs import PairTracker
+from proxy.routing import Router
+from proxy.shadow import ShadowRunner
 from proxy.taskstore import TaskStore
 
 
@@ -27,4 +30,7 @@ TASKS = web.AppKey("tasks", TaskStore)
 QUEUE = web.AppKey("queue", GradeQueue)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
+ROUTER = web.AppKey("router", Router)
+PAIRS = web.AppKey("pairs", PairTracker)
+SHADOWS = web.AppKey("shadows", ShadowRunner)
 REQUEST_ID = web.RequestKey("request_id", str)

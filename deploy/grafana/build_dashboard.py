@@ -50,10 +50,7 @@ RULES_NOTE = (
 CHECKS_NOTE = (
     " Empty until per-check grading ships (gradeproxy_check_results_total, gradeproxy_grader_info)."
 )
-SHADOW_NOTE = (
-    " Empty until shadow grading ships (the `variant` label on gradeproxy_grades_total,"
-    " gradeproxy_shadow_requests_total, gradeproxy_shadow_pairs_total)."
-)
+SHADOW_NOTE = " Empty unless an upstream or route has a `shadow` in the proxy config."
 
 FULL, HALF, THIRD, QUARTER = 24, 12, 8, 6
 HEIGHT = 8
@@ -487,11 +484,14 @@ def shadow() -> Json:
     both = f'{GRADE}, variant=~"primary|shadow"'
     return row(
         "Primary vs shadow",
-        "The same traffic graded on the primary upstream and a shadow upstream." + SHADOW_NOTE,
+        "The same live requests answered by the primary upstream (what clients get) and"
+        " copied to a shadow upstream, both graded (docs/shadow.md)." + SHADOW_NOTE,
         [
             timeseries(
                 "Pass rate: primary vs shadow by task",
-                "Pass rate per task for the primary and the shadow variant." + SHADOW_NOTE,
+                "Pass rate per task and variant over all graded answers of each variant. The"
+                " primary side also counts requests that were not shadowed (sampling,"
+                " concurrency limit); the paired panel beside compares like for like.",
                 "percentunit",
                 [
                     target(
@@ -506,23 +506,55 @@ def shadow() -> Json:
                 max_value=1,
             ),
             timeseries(
-                "Shadow requests per second by result",
-                "Requests mirrored to the shadow upstream per second, by result." + SHADOW_NOTE,
-                "reqps",
+                "Paired pass rate: primary vs shadow by task",
+                "Pass rate per task over complete pairs only (both legs of the same request"
+                " graded): the like-for-like comparison.",
+                "percentunit",
                 [
                     target(
-                        "sum by (result) (rate(gradeproxy_shadow_requests_total"
-                        f"{{{BASE}}}[$__rate_interval]))",
-                        "{{result}}",
-                    )
+                        "sum by (task) (rate(gradeproxy_shadow_pairs_total"
+                        f'{{{TASK}, primary="pass"}}[$__rate_interval]))'
+                        " / sum by (task) (rate(gradeproxy_shadow_pairs_total"
+                        f"{{{TASK}}}[$__rate_interval]))",
+                        "{{task}} primary",
+                    ),
+                    target(
+                        "sum by (task) (rate(gradeproxy_shadow_pairs_total"
+                        f'{{{TASK}, shadow="pass"}}[$__rate_interval]))'
+                        " / sum by (task) (rate(gradeproxy_shadow_pairs_total"
+                        f"{{{TASK}}}[$__rate_interval]))",
+                        "{{task}} shadow",
+                        "B",
+                    ),
                 ],
                 width=THIRD,
-                stacked=True,
+                max_value=1,
+            ),
+            timeseries(
+                "Shadow wins and losses per second by task",
+                "Pairs where only the shadow passed (wins) and where only the primary passed"
+                " (losses). Only these discordant pairs separate the two upstreams; test a"
+                " difference with `gradeproxy compare` (exact McNemar).",
+                "cps",
+                [
+                    target(
+                        "sum by (task) (rate(gradeproxy_shadow_pairs_total"
+                        f'{{{TASK}, primary!="pass", shadow="pass"}}[$__rate_interval]))',
+                        "{{task}} wins",
+                    ),
+                    target(
+                        "sum by (task) (rate(gradeproxy_shadow_pairs_total"
+                        f'{{{TASK}, primary="pass", shadow!="pass"}}[$__rate_interval]))',
+                        "{{task}} losses",
+                        "B",
+                    ),
+                ],
+                width=THIRD,
             ),
             timeseries(
                 "Primary/shadow verdict pairs per second",
-                "Pairs of (primary result, shadow result) per second for the same request:"
-                " the off-diagonal pairs are where the two upstreams disagree." + SHADOW_NOTE,
+                "Pairs of (primary result, shadow result) per second for the same request and"
+                " choice: the off-diagonal pairs are where the two upstreams disagree.",
                 "cps",
                 [
                     target(
@@ -533,6 +565,79 @@ def shadow() -> Json:
                 ],
                 width=THIRD,
                 stacked=True,
+            ),
+            timeseries(
+                "Stale-schema rate: primary vs shadow by task",
+                "Share of graded answers that used the task's pre-migration schema, per task"
+                " and variant.",
+                "percentunit",
+                [
+                    target(
+                        "sum by (task, variant) (rate(gradeproxy_stale_schema_total"
+                        f"{{{both}}}[$__rate_interval]))"
+                        " / sum by (task, variant) (rate(gradeproxy_grades_total"
+                        f"{{{both}}}[$__rate_interval]))",
+                        "{{task}} {{variant}}",
+                    )
+                ],
+                width=THIRD,
+                max_value=1,
+            ),
+            timeseries(
+                "Shadow requests per second by result",
+                "Graded requests eligible for a shadow copy, by what became of the copy: ok,"
+                " error, timeout, skipped_concurrency (limit reached, never queued),"
+                " sampled_out. Unpaired pairs (a leg not graded, expired, overflow) as well.",
+                "reqps",
+                [
+                    target(
+                        "sum by (result) (rate(gradeproxy_shadow_requests_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "{{result}}",
+                    ),
+                    target(
+                        "sum by (reason) (rate(gradeproxy_shadow_unpaired_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "unpaired {{reason}}",
+                        "B",
+                    ),
+                ],
+                width=THIRD,
+                stacked=True,
+            ),
+            timeseries(
+                "Upstream duration by variant (p50, p95)",
+                "Shadowed requests only: time from the upstream request sent to its last"
+                " byte, per leg, for legs that succeeded. Both legs cover the same requests.",
+                "s",
+                [
+                    target(
+                        f"histogram_quantile({q}, sum by (variant, le)"
+                        " (rate(gradeproxy_variant_request_duration_seconds_bucket"
+                        f"{{{BASE}}}[$__rate_interval])))",
+                        f"{{{{variant}}}} p{round(q * 100)}",
+                        ref,
+                    )
+                    for q, ref in ((0.5, "A"), (0.95, "B"))
+                ],
+                width=HALF,
+            ),
+            timeseries(
+                "Upstream time to first byte by variant (p50, p95)",
+                "Shadowed requests only: time from the upstream request sent to its response"
+                " headers, per leg, for legs that succeeded.",
+                "s",
+                [
+                    target(
+                        f"histogram_quantile({q}, sum by (variant, le)"
+                        " (rate(gradeproxy_variant_ttfb_seconds_bucket"
+                        f"{{{BASE}}}[$__rate_interval])))",
+                        f"{{{{variant}}}} p{round(q * 100)}",
+                        ref,
+                    )
+                    for q, ref in ((0.5, "A"), (0.95, "B"))
+                ],
+                width=HALF,
             ),
         ],
         collapsed=True,

@@ -380,7 +380,6 @@ def test_panel_fits_the_grid(panel: Json) -> None:
     ("row_title", "note"),
     [
         pytest.param("Checks", "Empty until per-check grading ships", id="checks"),
-        pytest.param("Primary vs shadow", "Empty until shadow grading ships", id="shadow"),
     ],
 )
 def test_future_rows_say_they_are_empty_until_their_feature_ships(
@@ -390,6 +389,29 @@ def test_future_rows_say_they_are_empty_until_their_feature_ships(
     assert row["panels"], "the row has no panels"
     for panel in [row, *row["panels"]]:
         assert note in panel["description"], panel["title"]
+
+
+SHADOW_METRICS = {
+    "gradeproxy_grades_total",
+    "gradeproxy_stale_schema_total",
+    "gradeproxy_shadow_requests_total",
+    "gradeproxy_shadow_pairs_total",
+    "gradeproxy_shadow_unpaired_total",
+    "gradeproxy_variant_request_duration_seconds_bucket",
+    "gradeproxy_variant_ttfb_seconds_bucket",
+}
+
+
+def test_shadow_row_is_live_and_reads_only_stable_shadow_metrics() -> None:
+    """The primary-vs-shadow row shipped: no "empty until" note, every series stable."""
+    (row,) = [p for p in PANELS if p["type"] == "row" and p["title"] == "Primary vs shadow"]
+    assert len(row["panels"]) >= 6
+    for panel in [row, *row["panels"]]:
+        assert "Empty until" not in panel["description"], panel["title"]
+    names = {s.name for p in row["panels"] for t in p["targets"] for s in selectors(t["expr"])}
+    assert names == SHADOW_METRICS
+    stable = {n for n, spec in contract()["metrics"].items() if spec["status"] == "stable"}
+    assert {n.removesuffix("_bucket") for n in names} <= stable
 
 
 @pytest.mark.parametrize(
@@ -419,6 +441,15 @@ def test_future_rows_say_they_are_empty_until_their_feature_ships(
                      id="checks"),
         pytest.param("Pass rate: primary vs shadow by task", "gradeproxy_grades_total",
                      id="primary-vs-shadow"),
+        pytest.param("Paired pass rate: primary vs shadow by task",
+                     "gradeproxy_shadow_pairs_total", id="paired-pass-rate"),
+        pytest.param("Shadow wins and losses per second by task",
+                     "gradeproxy_shadow_pairs_total", id="wins-losses"),
+        pytest.param("Shadow requests per second by result", "gradeproxy_shadow_requests_total",
+                     id="shadow-requests"),
+        pytest.param("Upstream duration by variant (p50, p95)",
+                     "gradeproxy_variant_request_duration_seconds_bucket",
+                     id="variant-latency"),
     ],
 )  # fmt: skip
 def test_required_panel_exists(title: str, metric: str) -> None:

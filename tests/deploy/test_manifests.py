@@ -289,6 +289,19 @@ ALERT_CASES: list[tuple[str, list[Json], str, list[tuple[str, list[Json]]]]] = [
         [("15m", [])],
     ),
     (
+        "stale-shadow-schema-answers-do-not-count",
+        [
+            grades("pass", "0+10x20"),
+            grades("stale", "0+100x20", ', variant="shadow"'),
+            {"series": f'gradeproxy_stale_schema_total{{{G}, variant="shadow"}}',
+             "values": "0+100x20"},
+            {"series": f'gradeproxy_stale_schema_total{{{G}, variant="primary"}}',
+             "values": "0+0x20"},
+        ],
+        "GradeproxyStaleSchemaRateHigh",
+        [("15m", [])],
+    ),
+    (
         "pass-rate-drop-90-to-50-fires",
         [
             grades("pass", "0+9x119 1080+5x80"),

@@ -1,0 +1,235 @@
+"""Shadow evaluation: a copy of a sampled, graded request goes to a candidate upstream.
+
+The client only ever sees the primary. The shadow copy is started as a task *before* the
+handler awaits the primary's relay, so both legs run together; it is read to its end on its own
+session and graded through the same grade queue (``grade_job``) as the primary, with the same
+``pair_id`` and ``variant="shadow"``. Its failure, slowness or overload never reaches the
+primary: it runs under its own total timeout, a full concurrency limit skips it (never waits),
+and every outcome, exceptions included, ends in the task's done callback, which counts
+``gradeproxy_shadow_requests_total{result}`` and hands the leg to the grade queue or, when there
+is nothing to grade, straight to the pair tracker.
+
+It must never alter the primary's bytes, delay the primary, or send the client's (or the
+primary's) credentials to the shadow upstream. The shadow's copy of the body is the only place
+the proxy re-serialises a body, and only when ``model`` is overridden or ``stream: never``
+turns a streamed request into a plain one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import aiohttp
+from multidict import CIMultiDict
+from yarl import URL
+
+from grader._json import JSONError, dumps, loads_exact
+from grader.tasks import Task
+from proxy.grading import GradeJob, GradeQueue
+from proxy.logs import get_logger
+from proxy.metrics import ProxyMetrics
+from proxy.pairs import PairTracker
+from proxy.routing import ShadowTarget
+
+log = get_logger("gradeproxy.shadow")
+
+ShadowResult = Literal["ok", "error", "timeout"]
+SSE = "text/event-stream"
+# Credentials and identities meant for the primary's provider never go to the shadow's.
+_CREDENTIALS = ("authorization", "api-key", "x-api-key", "cookie", "openai-organization",
+                "openai-project")  # fmt: skip
+# A shadow response is held in memory until graded; one larger than this is an error.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+def shadow_body(body: bytes, model: str | None, stream: Literal["same", "never"]) -> bytes:
+    """The shadow's copy of the request body: the same bytes unless something must change.
+
+    Raises ValueError when a change is needed but the body is not a JSON object.
+    """
+    if model is None and (stream == "same" or b'"stream"' not in body):
+        return body
+    try:
+        payload = loads_exact(body.decode("utf-8"))
+    except (UnicodeDecodeError, JSONError) as exc:
+        raise ValueError(f"the request body is not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise ValueError("the request body is not a JSON object")
+    changed = False
+    if model is not None:
+        payload["model"] = model
+        changed = True
+    if stream == "never" and payload.get("stream") is True:
+        payload["stream"] = False
+        payload.pop("stream_options", None)  # only valid with stream: true
+        changed = True
+    return dumps(payload) if changed else body
+
+
+def shadow_headers(primary: CIMultiDict[str], api_key: str | None) -> CIMultiDict[str]:
+    """The primary's upstream headers without credentials, plus the shadow's own key."""
+    headers = CIMultiDict((k, v) for k, v in primary.items() if k.lower() not in _CREDENTIALS)
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+@dataclass(slots=True)
+class ShadowLeg:
+    """One shadow copy: what to send, and what to grade it against."""
+
+    pair_id: str
+    target: ShadowTarget
+    url: URL
+    headers: CIMultiDict[str]
+    body: bytes
+    request_id: str
+    task: Task
+    tasks_digest: str
+    run: str | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Outcome:
+    result: ShadowResult
+    job: GradeJob | None = None
+
+
+class ShadowRunner:
+    """Starts shadow copies, keeps their tasks referenced, and drains them at shutdown."""
+
+    def __init__(
+        self,
+        metrics: ProxyMetrics,
+        queue: GradeQueue,
+        pairs: PairTracker,
+        session: aiohttp.ClientSession | None,
+    ) -> None:
+        self.metrics = metrics
+        self.queue = queue
+        self.pairs = pairs
+        self.session = session
+        self._tasks: set[asyncio.Task[_Outcome]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def sampled_out(self) -> None:
+        """Count an eligible request that is not shadowed: not graded, or not sampled."""
+        self.metrics.shadow_requests.labels("sampled_out").inc()
+
+    def start(self, leg: ShadowLeg) -> bool:
+        """Start a leg if a slot is free, without waiting; False (counted) when none is.
+        The slot is held until the task ends, however it ends."""
+        if self.session is None or not leg.target.slots.try_acquire():
+            self.metrics.shadow_requests.labels("skipped_concurrency").inc()
+            return False
+        task = asyncio.create_task(self._run(leg), name=f"shadow-{leg.pair_id}")
+        self._tasks.add(task)  # the event loop keeps only a weak reference
+        task.add_done_callback(lambda done: self._done(leg, done))
+        return True
+
+    def _done(self, leg: ShadowLeg, task: asyncio.Task[_Outcome]) -> None:
+        self._tasks.discard(task)
+        leg.target.slots.release()
+        # Cancelled at shutdown (maybe before its first step, so _run never ran): count here.
+        if task.cancelled() or task.exception() is not None:
+            outcome = _Outcome("error")
+        else:
+            outcome = task.result()
+        self.metrics.shadow_requests.labels(outcome.result).inc()
+        if outcome.job is not None:
+            self.queue.submit(outcome.job)  # the queue reports the leg to the pair tracker
+        else:
+            self.pairs.leg(leg.pair_id, "shadow", leg.task.id, None)
+
+    async def _run(self, leg: ShadowLeg) -> _Outcome:
+        target = leg.target
+        try:
+            body = shadow_body(leg.body, target.model, target.stream)
+            async with asyncio.timeout(target.timeout_s):
+                return await self._exchange(leg, body)
+        except TimeoutError:
+            return _Outcome("timeout")
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            log.info("shadow_failed", pair_id=leg.pair_id, shadow=target.name, error=str(exc))
+            return _Outcome("error")
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here must stay in the shadow leg
+            log.exception("shadow_crashed", pair_id=leg.pair_id, shadow=target.name)
+            return _Outcome("error")
+
+    async def _exchange(self, leg: ShadowLeg, body: bytes) -> _Outcome:
+        assert self.session is not None  # start() refuses legs without a session
+        sent = time.perf_counter()
+        async with self.session.post(
+            leg.url, headers=leg.headers, data=body, allow_redirects=False
+        ) as response:
+            ttfb = time.perf_counter() - sent
+            parts: list[bytes] = []
+            size = 0
+            async for chunk in response.content.iter_any():
+                size += len(chunk)
+                if size > MAX_RESPONSE_BYTES:
+                    raise ValueError(f"shadow response larger than {MAX_RESPONSE_BYTES} bytes")
+                parts.append(chunk)
+            finished = time.perf_counter()
+            if response.status >= 400:
+                log.info("shadow_status", pair_id=leg.pair_id, status=response.status)
+                return _Outcome("error")
+            stream = response.content_type == SSE
+        self.metrics.variant_duration.labels("shadow").observe(finished - sent)
+        self.metrics.variant_ttfb.labels("shadow").observe(ttfb)
+        job = GradeJob(
+            request_id=leg.request_id,
+            task=leg.task,
+            tasks_digest=leg.tasks_digest,
+            upstream=leg.target.url,
+            stream=stream,
+            request_body=body,
+            response=parts,
+            finished_at=finished,
+            run=leg.run,
+            meta=leg.meta,
+            timings={"duration_s": round(finished - sent, 6), "ttfb_s": round(ttfb, 6)},
+            variant="shadow",
+            pair_id=leg.pair_id,
+        )
+        return _Outcome("ok", job)
+
+    async def idle(self) -> None:
+        """Wait until no shadow leg is in flight (tests, and the start of shutdown)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def close(self, timeout_s: float) -> None:
+        """Let in-flight legs finish within ``timeout_s``, cancel the rest, close the session."""
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if pending:
+                log.warning("shadow_legs_cancelled", count=len(pending))
+        if self.session is not None:
+            await self.session.close()
+
+
+def make_session() -> aiohttp.ClientSession:
+    """The shadows' own session: its pool and failures are kept apart from the primary's.
+    Each leg is bounded by its shadow's ``timeout_s`` (asyncio.timeout), not by the session."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None),
+        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60),
+        auto_decompress=True,
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
