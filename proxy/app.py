@@ -17,15 +17,18 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
+from grader.checks import Judge, JudgeConfig
 from proxy.config import Config
 from proxy.errors import BodyTooLargeError, ProxyError
 from proxy.grading import GradeQueue
 from proxy.handlers import livez, proxy_handler, readyz
+from proxy.judge import AiohttpJudgeClient
 from proxy.logs import get_logger
 from proxy.metrics import ModelLabels, ProxyMetrics
 from proxy.pairs import PairTracker
 from proxy.results import ResultWriter
 from proxy.routing import Router
+from proxy.scoring_api import add_scoring_routes
 from proxy.shadow import ShadowRunner, make_session
 from proxy.state import (
     CONFIG,
@@ -83,6 +86,8 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
     )
     app.cleanup_ctx.extend([_results_and_queue, _client_session, _shadows, _task_loading])
     app.router.add_route("*", "/v1/{tail:.*}", proxy_handler)
+    if config.scoring.enabled:
+        add_scoring_routes(app, max_batch=config.scoring.max_batch)
     if config.admin.port is None:
         add_admin_routes(app, app)
     return app
@@ -110,6 +115,7 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
     writer = None
     if config.results.path is not None:
         writer = ResultWriter(config.results.path, config.results.max_bytes, config.results.backups)
+    judge_session, judge = _judge(config)
     queue = GradeQueue(
         app[METRICS],
         writer,
@@ -118,14 +124,34 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         inline_max_bytes=config.grading.inline_max_bytes,
         capture_answer=config.results.capture_answer,
         pairs=app[PAIRS],
+        judge=judge,
     )
     app[QUEUE] = queue
     queue.start()
     yield
     await queue.stop(timeout_s=config.shutdown.grace_period_s)
+    if judge_session is not None:
+        await judge_session.close()
     if writer is not None:
         writer.close()
         log.info("results_flushed", path=str(writer.path), rows=writer.rows_written)
+
+
+def _judge(config: Config) -> tuple[aiohttp.ClientSession | None, Judge | None]:
+    """The judge for label_model/score_model checks, when one is configured. Without one those
+    checks are infrastructure errors (``judge_unavailable``), never model failures."""
+    settings = config.judge
+    if settings.endpoint is None:
+        return None, None
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+    client = AiohttpJudgeClient(session, settings.endpoint, settings.api_key_env)
+    judge_config = JudgeConfig(
+        model=settings.model,
+        timeout_s=settings.timeout_s,
+        max_concurrency=settings.max_concurrency,
+        retries=settings.retries,
+    )
+    return session, Judge(client, judge_config)
 
 
 async def _client_session(app: web.Application) -> AsyncIterator[None]:

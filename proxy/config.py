@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_type_hints
 from urllib.parse import urlsplit
 
 import yaml
 
+from grader.checks import JudgeConfig
+from proxy._coerce import ConfigError, coerce, plain
+from proxy._coerce import section as build_section
+
+__all__ = ["Config", "ConfigError", "load_config"]
+
 ENV_PREFIX = "GRADEPROXY_"
-
-
-class ConfigError(ValueError):
-    """The configuration is unusable; the message names the field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,26 @@ class Logging:
 
 
 @dataclass(frozen=True, slots=True)
+class Judge:
+    """The LLM judge for ``label_model``/``score_model`` checks (off the hot path, like all)."""
+
+    endpoint: str | None = None  # an OpenAI-compatible base URL ending in /v1
+    model: str | None = None  # pinned default for checks that name none (no `latest` aliases)
+    api_key_env: str | None = None
+    timeout_s: float = 30.0
+    max_concurrency: int = 4
+    retries: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Scoring:
+    """The scoring HTTP routes under /grading/v1 (docs/scoring.md); off by default."""
+
+    enabled: bool = False
+    max_batch: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     listen: Listen = field(default_factory=Listen)
     admin: Admin = field(default_factory=Admin)
@@ -143,6 +164,8 @@ class Config:
     shutdown: Shutdown = field(default_factory=Shutdown)
     metrics: Metrics = field(default_factory=Metrics)
     logging: Logging = field(default_factory=Logging)
+    judge: Judge = field(default_factory=Judge)
+    scoring: Scoring = field(default_factory=Scoring)
 
     def upstream_api_key(self) -> str | None:
         """The upstream key from the environment variable the config names, if any."""
@@ -151,110 +174,8 @@ class Config:
 
     def redacted(self) -> dict[str, Any]:
         """The effective config for the start-up log line: names of secrets, never values."""
-        plain: dict[str, Any] = _plain(self)
-        return plain
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, tuple):
-        return [_plain(item) for item in value]
-    return value
-
-
-def _coerce(where: str, hint: Any, value: Any, from_text: bool) -> Any:
-    """Check (and, for environment strings, convert) one value against its type hint."""
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        options = get_args(hint)
-        if value is None or (from_text and value == "" and type(None) in options):
-            if type(None) in options:
-                return None
-            raise ConfigError(f"{where}: must be set")
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _coerce(where, option, value, from_text)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0])
-    if origin is Literal:
-        if value not in get_args(hint):
-            choices = "|".join(str(a) for a in get_args(hint))
-            raise ConfigError(f"{where}: must be one of {choices}, got {value!r}")
-        return value
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        if from_text and isinstance(value, str):
-            raise ConfigError(f"{where}: must be a mapping; set it in the config file")
-        return _section(where, hint, value, {})
-    if origin is tuple and get_args(hint)[0] is not str:
-        (item,) = get_args(hint)[:1]
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: must be a list")
-        return tuple(_coerce(f"{where}[{n}]", item, v, False) for n, v in enumerate(value))
-    if origin is tuple:
-        if from_text and isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: must be a list of strings")
-        return tuple(value)
-    if hint is bool:
-        if from_text and isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
-            return True
-        if from_text and isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
-            return False
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if from_text and isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                raise ConfigError(f"{where}: must be an integer, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if from_text and isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{where}: must be a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}: must be a number, got {value!r}")
-        return float(value)
-    if hint is Path:
-        if not isinstance(value, str | Path):
-            raise ConfigError(f"{where}: must be a path, got {value!r}")
-        return Path(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: must be a string, got {value!r}")
-        return value
-    raise ConfigError(f"{where}: unsupported type")  # pragma: no cover - a programming error
-
-
-def _section(name: str, cls: type[Any], data: Any, from_text: Mapping[str, bool]) -> Any:
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{name}: must be a mapping")
-    hints = get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{name}.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
-    values = {
-        key: _coerce(f"{name}.{key}", hints[key], value, from_text.get(f"{name}.{key}", False))
-        for key, value in data.items()
-    }
-    return cls(**values)
+        data: dict[str, Any] = plain(self)
+        return data
 
 
 def _check_url(where: str, value: str) -> None:
@@ -329,7 +250,22 @@ def _validate(config: Config) -> Config:
             raise ConfigError(message)
     _check_secret("upstream.api_key_env", config.upstream.api_key_env)
     _validate_routes(config)
+    _validate_judge(config.judge)
+    if config.scoring.max_batch < 1:
+        raise ConfigError("scoring.max_batch: must be >= 1")
     return config
+
+
+def _validate_judge(judge: Judge) -> None:
+    if judge.endpoint is not None:
+        _check_url("judge.endpoint", judge.endpoint)
+    _check_secret("judge.api_key_env", judge.api_key_env)
+    try:
+        JudgeConfig.from_mapping(
+            {k: v for k, v in plain(judge).items() if k not in ("endpoint", "api_key_env")}
+        )
+    except ValueError as exc:
+        raise ConfigError(f"judge: {exc}") from None
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -390,9 +326,9 @@ def load_config(
         data[section] = merged
     hints = get_type_hints(Config)
     built = {
-        name: _section(name, hints[name], data.get(name), from_text)
+        name: build_section(name, hints[name], data.get(name), from_text)
         if name in _sections()
-        else _coerce(name, hints[name], [] if data.get(name) is None else data[name], False)
+        else coerce(name, hints[name], [] if data.get(name) is None else data[name], False)
         for name in known
     }
     return _validate(Config(**built))

@@ -20,10 +20,11 @@ from typing import Any, Literal
 import orjson
 
 from grader._json import dumps
-from grader.score import score
+from grader.checks import CheckContext, Judge
 from grader.tasks import Task
 from grader.version import GRADER_RULES_VERSION
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
+from proxy.checking import grade_answer, grade_answer_judged, has_checks, needs_judge
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
@@ -73,15 +74,26 @@ class Graded:
     rows: list[dict[str, Any]]
     skip_reason: str | None = None
     error_kind: str | None = None
+    # Rows of a task with judge checks, graded on the event loop: (row index, answer, context).
+    pending: list[tuple[int, str, CheckContext]] = field(default_factory=list)
 
 
-def _request_model(body: bytes) -> str | None:
+def _request_json(body: bytes) -> dict[str, Any] | None:
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-    model = payload.get("model") if isinstance(payload, dict) else None
+    return payload if isinstance(payload, dict) else None
+
+
+def _request_model(body: bytes) -> str | None:
+    model = (_request_json(body) or {}).get("model")
     return model if isinstance(model, str) else None
+
+
+def _tools(request: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = request.get("tools")
+    return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None
 
 
 def capture(job: GradeJob) -> CaptureResult:
@@ -111,11 +123,16 @@ def grade_job(job: GradeJob, capture_answer: bool) -> Graded:
         return Graded([], error_kind="capture")
     if not captured.answers:
         return Graded([], skip_reason="empty_response")
+    request = _request_json(job.request_body) if has_checks(job.task) else None
     model = captured.model or _request_model(job.request_body)
-    rows = []
+    context = CheckContext(
+        request_tools=_tools(request) if request is not None else None, model=model
+    )
+    judged = needs_judge(job.task)
+    rows: list[dict[str, Any]] = []
+    pending: list[tuple[int, str, CheckContext]] = []
     for index in sorted(captured.answers):
         text = answer_text(captured.answers[index])
-        verdict = score(job.task, text)
         row: dict[str, Any] = {
             "request_id": job.request_id,
             "time": datetime.fromtimestamp(job.received_at, UTC).isoformat(),
@@ -128,19 +145,24 @@ def grade_job(job: GradeJob, capture_answer: bool) -> Graded:
             "pair_id": job.pair_id,
             "choice": index,
             "finish_reason": captured.finish_reasons.get(index),
-            **verdict.to_dict(),
-            "result": verdict.result,
-            "call": verdict.call,
-            "tasks_digest": job.tasks_digest,
-            "grader_rules_version": GRADER_RULES_VERSION,
-            "run": job.run,
-            "meta": job.meta,
-            "timings": job.timings,
         }
+        if judged:
+            pending.append((len(rows), text, context))  # finished on the event loop
+        else:
+            row.update(grade_answer(job.task, text, context))
+        row.update(
+            {
+                "tasks_digest": job.tasks_digest,
+                "grader_rules_version": GRADER_RULES_VERSION,
+                "run": job.run,
+                "meta": job.meta,
+                "timings": job.timings,
+            }
+        )
         if capture_answer:
             row["answer"] = text
         rows.append(row)
-    return Graded(rows)
+    return Graded(rows, pending=pending)
 
 
 class GradeQueue:
@@ -156,8 +178,10 @@ class GradeQueue:
         inline_max_bytes: int,
         capture_answer: bool,
         pairs: PairTracker | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.metrics = metrics
+        self.judge = judge
         self.writer = writer
         self.pairs = pairs
         self.inline_max_bytes = inline_max_bytes
@@ -235,22 +259,41 @@ class GradeQueue:
             self.metrics.skipped.labels(graded.skip_reason).inc()
             self._report(job, None)
             return
+        for index, text, context in graded.pending:
+            try:
+                fields = await grade_answer_judged(job.task, text, context, self.judge)
+            except Exception:  # a check bug: an infrastructure error, never a model failure
+                self.metrics.grading_errors.labels("grader").inc()
+                log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
+                self._report(job, None)
+                return
+            graded.rows[index].update(fields)
         self.record(job, graded.rows)
 
     def _report(self, job: GradeJob, rows: list[dict[str, Any]] | None) -> None:
         """Tell the pair tracker how a leg of a shadowed request ended (once per leg)."""
         if job.pair_id is None or self.pairs is None:
             return
-        results = None if rows is None else {row["choice"]: row["result"] for row in rows}
+        results = None
+        if rows is not None:  # an `error` row is ungraded: its pair stays incomplete
+            results = {r["choice"]: r["result"] for r in rows if r["result"] != "error"}
         self.pairs.leg(job.pair_id, job.variant, job.task.id, results)
 
     def record(self, job: GradeJob, rows: list[dict[str, Any]]) -> None:
         """Count and write a job's rows (and settle its pair, when it is a shadowed leg)."""
+        metrics = self.metrics
         for row in rows:
-            model = self.metrics.model_label(row["model"])
-            self.metrics.grades.labels(job.task.id, model, row["result"], job.variant).inc()
-            if row["staleSchemaUsed"]:
-                self.metrics.stale.labels(job.task.id, model, job.variant).inc()
+            for column in row["checks"]:
+                passed = column["passed"]
+                result = "error" if passed is None else "pass" if passed else "fail"
+                metrics.check_results.labels(job.task.id, column["name"], result, job.variant).inc()
+            if row["result"] == "error":  # out of every pass-rate denominator
+                metrics.grading_errors.labels("check").inc()
+                continue
+            model = metrics.model_label(row["model"])
+            metrics.grades.labels(job.task.id, model, row["result"], job.variant).inc()
+            if row["result"] == "stale":
+                metrics.stale.labels(job.task.id, model, job.variant).inc()
         self._report(job, rows)
         latency = time.perf_counter() - job.finished_at
         for row in rows:

@@ -40,10 +40,10 @@ SKIP_REASONS = (
     "client_disconnected",
     "queue_full",
     "sampled_out",
-    "bad_request",
     "empty_response",
 )
-GRADING_ERROR_KINDS = ("capture", "grader", "results_write")
+GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write")
+CHECK_RESULTS = ("pass", "fail", "error")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
 UNPAIRED_REASONS = ("ungraded", "expired", "overflow")
@@ -179,6 +179,19 @@ class ProxyMetrics:
             ["reason"],
             registry=reg,
         )
+        self.check_results = Counter(
+            "gradeproxy_check_results_total",
+            "Result columns of graded answers by task, check (column) and result (pass, fail, "
+            "error: an infrastructure error, never a model failure), by variant.",
+            ["task", "check", "result", "variant"],
+            registry=reg,
+        )
+        self.grader_info = Gauge(
+            "gradeproxy_grader_info",
+            "1 for every check of every loaded task, with the digest of its definition.",
+            ["task", "check", "digest"],
+            registry=reg,
+        )
         self.variant_duration = Histogram(
             "gradeproxy_variant_request_duration_seconds",
             "Shadowed requests only: time from the upstream request sent to its last byte"
@@ -262,6 +275,7 @@ class ProxyMetrics:
     def set_task_set(self, tasks: TaskSet | None) -> None:
         """Point the task-scoped series at a newly loaded task set."""
         self.task_info.clear()
+        self.grader_info.clear()
         self.build_info.clear()
         if tasks is None:
             self.tasks_loaded.set(0)
@@ -270,4 +284,6 @@ class ProxyMetrics:
         self.tasks_loaded.set(len(tasks))
         for task in tasks:
             self.task_info.labels(task.id, task.mutation_kind or "none").set(1)
+            for check in task.checks:
+                self.grader_info.labels(task.id, check.name, check.digest).set(1)
         self.build_info.labels(__version__, tasks.digest).set(1)

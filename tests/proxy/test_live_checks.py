@@ -1,0 +1,269 @@
+"""Checks on live traffic: one column per check in each row and in the metrics, judge checks
+through a real (fake) judge endpoint, infrastructure errors kept out of pass rates, grader
+digests exported, and the scoring routes switched on by config."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from grader._json import dumps
+from tests.proxy.conftest import ProxyFactory, rows_of
+from tests.proxy.harness import Reply, ScriptedBackend, wire
+from tests.proxy.test_live_grading import metric_value
+
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "unit": {"type": "string", "enum": ["celsius"]},
+                },
+                "required": ["city", "unit"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
+CHECKED = {
+    "id": "weather.checked",
+    "expected": {"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}},
+    "item": {"city": "Zürich"},
+    "checks": [
+        {"type": "tool_call", "name": "call"},
+        {
+            "type": "string_check",
+            "name": "city_exact",
+            "operation": "eq",
+            "input": "{{ sample.output_tools[0].function.arguments.city }}",
+            "reference": "{{ item.city }}",
+        },
+        {"type": "json_schema", "name": "schema", "schema": "from_request"},
+    ],
+    "metadata": {
+        "stale": {"name": "get_weather", "arguments": {"city": "Zürich", "units": "C"}},
+        "mutationKind": "field_renamed",
+    },
+}
+UNRESOLVED = {
+    "id": "weather.unresolved",
+    "checks": [
+        {
+            "type": "string_check",
+            "name": "needs_item",
+            "operation": "eq",
+            "input": "{{ sample.output_text }}",
+            "reference": "{{ item.missing_field }}",
+        }
+    ],
+    "metadata": {"mutationKind": "none"},
+}
+JUDGED = {
+    "id": "reply.judged",
+    "prompt": "Reply to a customer asking about the weather.",
+    "checks": [
+        {
+            "type": "label_model",
+            "name": "polite",
+            "model": "judge-model-2024-08-06",
+            "criterion": "The reply is polite.",
+            "pass_examples": ["Thank you!"],
+            "fail_examples": ["Go away."],
+        }
+    ],
+    "metadata": {"mutationKind": "judge"},
+}
+
+
+@pytest.fixture
+async def checked_tasks(tasks_file: Path) -> Path:
+    lines = [dumps(task) for task in (CHECKED, UNRESOLVED, JUDGED)]
+    await asyncio.to_thread(tasks_file.write_bytes, b"\n".join(lines) + b"\n")
+    return tasks_file
+
+
+async def post(client: Any, task: str, tools: list[Any] | None = None) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    if tools is not None:
+        body["tools"] = tools
+    response = await client.post(
+        "/v1/chat/completions", data=dumps(body), headers={"X-Grade-Task": task}
+    )
+    await response.read()
+
+
+@pytest.mark.parametrize(
+    ("body", "result", "columns"),
+    [
+        pytest.param(
+            wire("openai_single_tool.json"),
+            "pass",
+            {"call": True, "city_exact": True, "schema": True},
+            id="all_columns_pass",
+        ),
+        pytest.param(
+            wire("openai_single_tool.json").replace(
+                b'\\"unit\\":\\"celsius\\"', b'\\"units\\":\\"C\\"'
+            ),
+            "stale",
+            {"call": False, "city_exact": True, "schema": False},
+            id="stale_call",
+        ),
+        pytest.param(
+            wire("openai_text.json"),
+            "error",
+            {"call": False, "city_exact": None, "schema": False},
+            id="prose_leaves_template_unresolved",
+        ),
+    ],
+)
+async def test_one_column_per_check(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    checked_tasks: Path,
+    results_path: Path,
+    body: bytes,
+    result: str,
+    columns: dict[str, bool | None],
+) -> None:
+    backend.replies.append(Reply(body=body))
+    client = await make_proxy()
+    await post(client, "weather.checked", WEATHER_TOOLS)
+    [row] = await rows_of(client, results_path)
+    assert {c["name"]: c["passed"] for c in row["checks"]} == columns
+    assert row["result"] == result
+    assert all(c["digest"].startswith("sha256:") or len(c["digest"]) >= 32 for c in row["checks"])
+    metrics = await (await client.get("/metrics")).text()
+    for name, passed in columns.items():
+        label = "error" if passed is None else "pass" if passed else "fail"
+        assert (
+            metric_value(
+                metrics,
+                "gradeproxy_check_results_total",
+                task="weather.checked",
+                check=name,
+                result=label,
+                variant="primary",
+            )
+            == 1
+        )
+    graded = metric_value(metrics, "gradeproxy_grades_total", task="weather.checked")
+    assert graded == (0 if result == "error" else 1)  # an infrastructure error is no model failure
+    assert metric_value(metrics, "gradeproxy_grading_errors_total", kind="check") == (
+        result == "error"
+    )
+
+
+async def test_unresolved_template_is_an_infrastructure_error(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, checked_tasks: Path, results_path: Path
+) -> None:
+    backend.replies.append(Reply(body=wire("openai_text.json")))
+    client = await make_proxy()
+    await post(client, "weather.unresolved")
+    [row] = await rows_of(client, results_path)
+    assert (row["result"], row["passed"], row["score"]) == ("error", None, None)
+    metrics = await (await client.get("/metrics")).text()
+    assert metric_value(metrics, "gradeproxy_grades_total") == 0
+    assert (
+        metric_value(metrics, "gradeproxy_check_results_total", check="needs_item", result="error")
+        == 1
+    )
+
+
+async def test_grader_info_exports_every_check_digest(
+    make_proxy: ProxyFactory, checked_tasks: Path
+) -> None:
+    client = await make_proxy()
+    metrics = await (await client.get("/metrics")).text()
+    for check in ("call", "city_exact", "schema"):
+        assert (
+            metric_value(metrics, "gradeproxy_grader_info", task="weather.checked", check=check)
+            == 1
+        )
+    assert metric_value(metrics, "gradeproxy_grader_info", task="reply.judged", check="polite") == 1
+
+
+def judge_app(replies: list[str], seen: list[Any]) -> web.Application:
+    async def complete(request: web.Request) -> web.Response:
+        seen.append(await request.json())
+        content = replies.pop(0) if replies else "PASS"
+        return web.json_response(
+            {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", complete)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("replies", "result", "code"),
+    [
+        pytest.param(["PASS"], "pass", None, id="pass"),
+        pytest.param(["FAIL"], "fail", None, id="fail"),
+        pytest.param(["pass", "PASS"], "pass", None, id="parse_error_then_retry"),
+        pytest.param(
+            ["Maybe", "PASS.", "sure"],
+            "error",
+            "judge_parse_error",
+            id="never_parses_is_not_a_fail",
+        ),
+    ],
+)
+async def test_judge_checks_on_live_traffic(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    checked_tasks: Path,
+    results_path: Path,
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+    replies: list[str],
+    result: str,
+    code: str | None,
+) -> None:
+    seen: list[Any] = []
+    judge = await aiohttp_server(judge_app(list(replies), seen))
+    backend.replies.append(Reply(body=wire("openai_text.json")))
+    client = await make_proxy(judge={"endpoint": str(judge.make_url("/v1")), "retries": 2})
+    await post(client, "reply.judged")
+    [row] = await rows_of(client, results_path)
+    assert row["result"] == result
+    [column] = row["checks"]
+    if code is not None:
+        assert column["reason_code"] == code
+    assert seen[0]["model"] == "judge-model-2024-08-06"
+    assert seen[0]["temperature"] == 0
+    assert "It’s 12°C and sunny in Zürich." in dumps(seen[0]["messages"]).decode()
+
+
+async def test_judge_checks_without_a_judge_are_errors(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, checked_tasks: Path, results_path: Path
+) -> None:
+    backend.replies.append(Reply(body=wire("openai_text.json")))
+    client = await make_proxy()
+    await post(client, "reply.judged")
+    [row] = await rows_of(client, results_path)
+    assert row["result"] == "error"
+
+
+@pytest.mark.parametrize(("enabled", "status"), [(True, 200), (False, 404)])
+async def test_scoring_routes_follow_config(
+    make_proxy: ProxyFactory, checked_tasks: Path, enabled: bool, status: int
+) -> None:
+    client = await make_proxy(scoring={"enabled": enabled})
+    answer = '{"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}'
+    response = await client.post(
+        "/grading/v1/score", json={"task_id": "weather.checked", "answer": answer}
+    )
+    assert response.status == status
+    if enabled:
+        assert (await response.json())["verdict"]["score"] == 1
