@@ -132,6 +132,11 @@ def main() -> None:
         f'wrk.method = "POST"\nwrk.body = "{escaped}"\n'
         'wrk.headers["Content-Type"] = "application/json"\nwrk.headers["X-Grade-Task"] = "bench.weather"\n'
     )
+    plain = work / "plain.lua"  # the same request without the task header: forwarded, not graded
+    plain.write_text(
+        f'wrk.method = "POST"\nwrk.body = "{escaped}"\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
     (work / "tasks.jsonl").write_text(TASK)
     backend_port, pass_port, proxy_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{backend_port}/v1"
@@ -164,6 +169,10 @@ def main() -> None:
                 url = f"http://127.0.0.1:{ports[name]}/v1/chat/completions"
                 results[name] = {c: wrk(url, c, args.seconds, script, 0) for c in (1, 16)}
                 stream_ttfb[name] = asyncio.run(ttfb(url, args.ttfb_samples))
+                if name == "gradeproxy":
+                    results["gradeproxy, ungraded"] = {
+                        c: wrk(url, c, args.seconds, plain, 0) for c in (1, 16)
+                    }
     rows = (
         sum(1 for _ in (work / "results.jsonl").open()) if (work / "results.jsonl").exists() else 0
     )

@@ -286,14 +286,16 @@ class GradeQueue:
             for column in row["checks"]:
                 passed = column["passed"]
                 result = "error" if passed is None else "pass" if passed else "fail"
-                metrics.check_results.labels(job.task.id, column["name"], result, job.variant).inc()
+                metrics.child(
+                    metrics.check_results, job.task.id, column["name"], result, job.variant
+                ).inc()
             if row["result"] == "error":  # out of every pass-rate denominator
                 metrics.grading_errors.labels("check").inc()
                 continue
             model = metrics.model_label(row["model"])
-            metrics.grades.labels(job.task.id, model, row["result"], job.variant).inc()
+            metrics.child(metrics.grades, job.task.id, model, row["result"], job.variant).inc()
             if row["result"] == "stale":
-                metrics.stale.labels(job.task.id, model, job.variant).inc()
+                metrics.child(metrics.stale, job.task.id, model, job.variant).inc()
         self._report(job, rows)
         latency = time.perf_counter() - job.finished_at
         for row in rows:

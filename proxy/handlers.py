@@ -9,8 +9,8 @@ status, client disconnected, or a full queue. A shadow copy is admitted and star
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -57,7 +57,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     app = request.app
     config, metrics = app[CONFIG], app[METRICS]
     started = time.perf_counter()
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    request_id = request.headers.get("x-request-id") or os.urandom(16).hex()
     request[REQUEST_ID] = request_id
     if app[LIFECYCLE].refusing:
         raise DrainingError("the proxy is shutting down; retry on another replica")
@@ -184,7 +184,7 @@ def _start_shadow(
         return None
     grading = request.app[CONFIG].grading
     leg = ShadowLeg(
-        pair_id=uuid.uuid4().hex,
+        pair_id=os.urandom(16).hex(),
         target=shadow,
         url=upstream_url(shadow.url, request.raw_path),
         headers=shadow_headers(headers, shadow.api_key),
@@ -222,12 +222,10 @@ def _observe(
     task_id: str | None,
     pair_id: str | None,
 ) -> None:
-    metrics = request.app[METRICS]
-    metrics.requests.labels(route, str(status or 500)).inc()
-    metrics.duration.labels(route).observe(total)
-    if outcome.status:
-        metrics.upstream_ttfb.labels(route).observe(outcome.ttfb_s)
-        metrics.overhead.labels(route).observe(max(total - outcome.upstream_wait_s, 0.0))
+    overhead = max(total - outcome.upstream_wait_s, 0.0)
+    request.app[METRICS].request_done(
+        route, status or 500, total, outcome.ttfb_s if outcome.status else None, overhead
+    )
     log.info(
         "request",
         request_id=request[REQUEST_ID],
@@ -240,7 +238,7 @@ def _observe(
         bytes=outcome.body_bytes,
         duration_ms=round(total * 1000, 3),
         ttfb_ms=round(outcome.ttfb_s * 1000, 3),
-        overhead_ms=round(max(total - outcome.upstream_wait_s, 0.0) * 1000, 3),
+        overhead_ms=round(overhead * 1000, 3),
         task=task_id,
         graded=route == "chat_completions" and skip is None and not outcome.upstream_failed,
         skip=skip,

@@ -9,6 +9,7 @@ come from closed sets.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import prometheus_client
 from prometheus_client import (
@@ -251,10 +252,11 @@ class ProxyMetrics:
             registry=reg,
         )
         # Known label combinations exist at 0 from the start, so rates and alerts see them.
-        for route in ROUTES:
-            self.duration.labels(route)
-            self.upstream_ttfb.labels(route)
-            self.overhead.labels(route)
+        self._requests_by: dict[tuple[str, int], Any] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._duration_by = {route: self.duration.labels(route) for route in ROUTES}
+        self._ttfb_by = {route: self.upstream_ttfb.labels(route) for route in ROUTES}
+        self._overhead_by = {route: self.overhead.labels(route) for route in ROUTES}
         for reason in SKIP_REASONS:
             self.skipped.labels(reason)
         for kind in GRADING_ERROR_KINDS:
@@ -272,8 +274,32 @@ class ProxyMetrics:
             self.variant_ttfb.labels(variant)
         self.build_info.labels(__version__, "").set(1)
 
+    def request_done(
+        self, route: str, code: int, total_s: float, ttfb_s: float | None, overhead_s: float
+    ) -> None:
+        """Record one answered request. Children are cached: ``labels()`` validates and locks
+        on every call, and this runs once per request on the hot path."""
+        key = (route, code)
+        counter = self._requests_by.get(key)
+        if counter is None:
+            counter = self._requests_by[key] = self.requests.labels(route, str(code))
+        counter.inc()
+        self._duration_by[route].observe(total_s)
+        if ttfb_s is not None:
+            self._ttfb_by[route].observe(ttfb_s)
+            self._overhead_by[route].observe(overhead_s)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """A labelled child, cached (for the grade workers' per-row counters)."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
     def set_task_set(self, tasks: TaskSet | None) -> None:
         """Point the task-scoped series at a newly loaded task set."""
+        self._children.clear()  # task ids may have gone; cached children would outlive them
         self.task_info.clear()
         self.grader_info.clear()
         self.build_info.clear()
