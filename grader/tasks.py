@@ -172,9 +172,18 @@ def build_task_set(tasks: Iterable[Task], sources: tuple[str, ...] = ()) -> Task
     return TaskSet(MappingProxyType(by_id), digest, sources)
 
 
-def _task_files(path: Path) -> list[Path]:
+def task_files(path: Path) -> list[Path]:
+    """The task files a path names: itself, or every ``*.jsonl`` below a folder, sorted.
+
+    Hidden entries are skipped: a Kubernetes ConfigMap mounted as a folder holds a second copy
+    of every file under ``..<timestamp>/``, which would load every task twice.
+    """
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+        files = sorted(
+            p
+            for p in path.rglob("*.jsonl")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
         if not files:
             raise TaskLoadError(f"{path}: no *.jsonl task files in this folder")
         return files
@@ -202,7 +211,7 @@ def iter_file_tasks(path: Path) -> Iterator[Task]:
 
 def load_tasks(path: str | Path) -> TaskSet:
     """Load a task file or a folder of ``*.jsonl`` files, all or nothing."""
-    files = _task_files(Path(path))
+    files = task_files(Path(path))
     tasks = [task for file in files for task in iter_file_tasks(file)]
     if not tasks:
         raise TaskLoadError(f"{path}: no tasks defined")

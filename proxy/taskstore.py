@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from grader.tasks import TaskLoadError, TaskSet, load_tasks
+from grader.tasks import TaskLoadError, TaskSet, load_tasks, task_files
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 
@@ -32,7 +32,10 @@ class TaskStore:
     def _fingerprint(self) -> tuple[tuple[str, float, int], ...]:
         if self.path is None:
             return ()
-        files = sorted(self.path.rglob("*.jsonl")) if self.path.is_dir() else [self.path]
+        try:
+            files = task_files(self.path)
+        except TaskLoadError:
+            return ()
         stamps = []
         for file in files:
             try:

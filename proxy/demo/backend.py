@@ -27,6 +27,8 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from grader.tasks import task_files
+
 __all__ = [
     "DEMO_MODELS",
     "MAX_CHOICES",
@@ -133,7 +135,7 @@ def load_demo_tasks(path: Path) -> tuple[DemoTask, ...]:
     tasks: list[DemoTask] = []
     ids: set[str] = set()
     prompts: set[str] = set()
-    files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+    files = task_files(path)
     lines = [(f, n, line) for f in files for n, line in enumerate(f.read_bytes().splitlines(), 1)]
     for file, lineno, line in lines:
         if not line.strip():
@@ -704,7 +706,7 @@ def make_demo_backend(tasks_path: Path, *, chunk_delay: float = 0.0) -> web.Appl
     if chunk_delay < 0:
         raise ValueError("chunk_delay must be >= 0")
     tasks = load_demo_tasks(tasks_path)
-    files = sorted(tasks_path.rglob("*.jsonl")) if tasks_path.is_dir() else [tasks_path]
+    files = task_files(tasks_path)
     fingerprint = "fp_" + hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:10]
     app = web.Application(middlewares=[_openai_errors])
     app[_STATE] = _State(tasks=tasks, fingerprint=fingerprint, chunk_delay=chunk_delay)

@@ -22,6 +22,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from grader._json import loads_exact
+from grader.tasks import task_files
 from proxy.app import make_app
 from proxy.cli import bound_port, shutdown, start_sites
 from proxy.config import load_config
@@ -96,7 +97,7 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
 
 
 async def _drive(base: str, tasks_path: Path, rounds: int) -> None:
-    files = sorted(tasks_path.rglob("*.jsonl")) if tasks_path.is_dir() else [tasks_path]  # noqa: ASYNC240 - start-up
+    files = task_files(tasks_path)
     lines = [line for f in files for line in f.read_text().splitlines() if line.strip()]
     tasks = [t for t in map(loads_exact, lines) if "prompt" in t and "tools" in t]
     client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="demo-key", max_retries=0)

@@ -153,3 +153,16 @@ def test_sample_suite_loads() -> None:
     tasks = load_tasks(Path(__file__).parents[2] / "config" / "tasks")
     assert len(tasks) >= 60
     assert len({task.mutation_kind for task in tasks}) >= 6
+
+
+def test_configmap_folder_loads_each_task_once(tmp_path: Path) -> None:
+    """A ConfigMap volume: files in ``..<timestamp>/``, ``..data`` linking to it, and links at
+    the top. The hidden copies must not load every task twice."""
+    stamped = tmp_path / "..2026_11_30_02_00_00.123"
+    stamped.mkdir()
+    write(stamped / "tasks.jsonl", GOOD, {**GOOD, "id": "b"})
+    (tmp_path / "..data").symlink_to(stamped.name)
+    (tmp_path / "tasks.jsonl").symlink_to("..data/tasks.jsonl")
+    tasks = load_tasks(tmp_path)
+    assert sorted(tasks.tasks) == ["a", "b"]
+    assert tasks.sources == (str(tmp_path / "tasks.jsonl"),)

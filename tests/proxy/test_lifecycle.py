@@ -173,3 +173,43 @@ async def test_sigterm_finishes_streams_and_loses_no_graded_row(
     text = await asyncio.to_thread(results.read_text)
     rows = [loads_exact(line) for line in text.splitlines()]
     assert [(r["task_id"], r["result"]) for r in rows] == [("weather.single", "pass")]
+
+
+async def test_admin_port_serves_health_and_metrics_apart(
+    tasks_file: Path, backend_server: TestServer
+) -> None:
+    from proxy.app import make_app
+    from proxy.cli import bound_port, start_sites
+    from proxy.config import load_config
+
+    config = load_config(
+        None,
+        {
+            "upstream": {"url": str(backend_server.make_url("/v1"))},
+            "tasks": {"path": str(tasks_file)},
+            "listen": {"port": 0},
+            "admin": {"port": 0},
+            "results": {"path": None},
+        },
+        environ={},
+    )
+    app = make_app(config)
+    runners, sites = await start_sites(config, app)
+    try:
+        proxy, admin = (f"http://127.0.0.1:{bound_port(site)}" for site in sites)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(100):
+                async with session.get(f"{admin}/readyz") as ready:
+                    if ready.status == 200:
+                        break
+                await asyncio.sleep(0.02)
+            async with session.get(f"{admin}/metrics") as metrics:
+                assert metrics.status == 200
+                assert "gradeproxy_build_info" in await metrics.text()
+            async with session.get(f"{proxy}/metrics") as not_here:
+                assert not_here.status == 404
+            async with session.get(f"{proxy}/v1/models") as forwarded:
+                assert forwarded.status == 200
+    finally:
+        for runner in runners:
+            await runner.cleanup()
