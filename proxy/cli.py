@@ -21,6 +21,7 @@ from aiohttp import web
 
 from proxy.app import make_admin_app, make_app
 from proxy.config import Config, ConfigError, load_config
+from proxy.grading import GIL_SWITCH_INTERVAL_S
 from proxy.logs import configure_logging, get_logger
 from proxy.state import LIFECYCLE, TASKS
 
@@ -46,6 +47,8 @@ def run(name: str, args: argparse.Namespace) -> int:
     if name == "check-config":
         return _check(config)
     configure_logging(config.logging.level, config.logging.format)
+    # The grade thread must hand the GIL back to the event loop quickly (bench/loop_lag_bench.py).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     asyncio.run(serve(config))
     return 0
 

@@ -33,6 +33,11 @@ from proxy.results import ResultWriter
 log = get_logger("gradeproxy.grading")
 
 
+# While a large response is graded in the thread, the event loop needs the GIL back quickly:
+# Python's default 5 ms switch interval lets the grading thread hold it that long at a time.
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
 def sampled(key: str, rate: float) -> bool:
     """Deterministic sampling: the same key gets the same decision in every replica."""
     if rate >= 1.0:
