@@ -20,24 +20,26 @@ reported in ``CaptureResult.error`` and the grader skips the response.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeAlias, TypeGuard
+from typing import Any
 
-import orjson
-
+from proxy._accumulate import (
+    _MAX_MESSAGE,
+    Answer,
+    _CaptureError,
+    _Choice,
+    _choice_index,
+    _choices,
+    _error_message,
+    _finish_reason,
+    _message_answer,
+    _nonempty_str,
+    _parse_json,
+)
 from proxy.sse import SSEDecoder
 
 __all__ = ["Answer", "CaptureResult", "StreamCapture", "answers_from_body"]
-
-Answer: TypeAlias = dict[str, Any] | str
-
-# orjson silently turns integers beyond 64 bits into floats; a run this long may be one.
-_MAYBE_BIG_INT: Final = re.compile(r"\d{19}")
-# An upstream error message lands in logs and result rows; a backend may send pages of it.
-_MAX_MESSAGE: Final = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,274 +59,6 @@ class CaptureResult:
     error: str | None = None
     usage: dict[str, Any] | None = None
     done: bool = False
-
-
-class _CaptureError(Exception):
-    """A response that cannot be read; its message becomes ``CaptureResult.error``."""
-
-
-def _parse_json(text: str | bytes) -> Any:
-    """Parse with orjson, or exactly with the stdlib where a long digit run could be lost."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    try:
-        if _MAYBE_BIG_INT.search(text):
-            return json.loads(text)
-        return orjson.loads(text)
-    except ValueError as exc:
-        raise _CaptureError(f"invalid JSON: {exc}") from None
-    except RecursionError:
-        raise _CaptureError("invalid JSON: nested too deeply") from None
-
-
-def _nonempty_str(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _is_index(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _arguments_text(value: object) -> str:
-    """Arguments as the JSON text the grader parses; some servers send the object itself."""
-    if isinstance(value, str):
-        return value
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError as exc:
-        raise _CaptureError(f"tool arguments cannot be serialised: {exc}") from None
-
-
-def _fragment_arguments(value: object) -> tuple[str, bool]:
-    """A delta's arguments as text, and whether it is a whole value rather than a fragment.
-
-    Serialising comes before any state changes, so an unreadable object leaves no trace.
-    """
-    if value is None:
-        return "", False
-    if isinstance(value, str):
-        return value, False
-    return _arguments_text(value), True
-
-
-def _content_text(value: object) -> str | None:
-    """Text of a ``content`` field: a string, or the text parts of a content-part list."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        texts = [
-            part["text"]
-            for part in value
-            if isinstance(part, Mapping)
-            and part.get("type") == "text"
-            and isinstance(part.get("text"), str)
-        ]
-        return "".join(texts)
-    return None
-
-
-def _error_message(error: object) -> str:
-    message = error.get("message") if isinstance(error, Mapping) else error
-    if isinstance(message, str) and message:
-        return f"upstream error: {message[:_MAX_MESSAGE]}"
-    return "upstream error"
-
-
-class _Call:
-    """One tool call being assembled; ``seq`` keeps calls sharing a wire index in order."""
-
-    __slots__ = ("args", "id", "index", "name_len", "name_parts", "seq")
-
-    def __init__(self, index: int, seq: int) -> None:
-        self.index = index
-        self.seq = seq
-        self.id: str | None = None
-        self.name_parts: list[str] = []
-        self.name_len = 0
-        self.args: list[str] = []
-
-    @property
-    def name(self) -> str:
-        if len(self.name_parts) > 1:
-            self.name_parts[:] = ["".join(self.name_parts)]
-        return self.name_parts[0] if self.name_parts else ""
-
-    def add_name(self, fragment: str) -> None:
-        """Merge a name fragment, treating a restatement of the name as no change.
-
-        Servers that repeat the whole name in every chunk (llama.cpp) or send it growing
-        ("get_wea", "get_weather") would otherwise be concatenated. A fragment shorter than
-        the name so far cannot restate it, so only a fragment at least as long is compared,
-        which keeps a long name streamed in pieces linear.
-        """
-        restates = self.name_len and len(fragment) >= self.name_len
-        if restates and fragment.startswith(self.name):
-            self.name_parts[:] = [fragment]
-            self.name_len = len(fragment)
-            return
-        self.name_parts.append(fragment)
-        self.name_len += len(fragment)
-
-    def add_arguments(self, text: str, whole: bool) -> None:
-        if whole:
-            # An object is a whole value, not a fragment: a repeat of it replaces, not appends.
-            self.args[:] = [text]
-        elif text:
-            self.args.append(text)
-
-    @property
-    def empty(self) -> bool:
-        """A fragment of nothing but nulls and empty strings, as some servers send."""
-        return self.id is None and not self.name_len and not self.args
-
-    def answer(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": "".join(self.args)},
-        }
-
-
-class _Choice:
-    """The accumulated state of one choice index of a stream."""
-
-    __slots__ = ("calls", "content", "finish_reason", "legacy", "slots")
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.calls: list[_Call] = []
-        # The call each wire index currently feeds; a new id at a used index opens a new call.
-        self.slots: dict[int, _Call] = {}
-        self.legacy: _Call | None = None
-        self.finish_reason: str | None = None
-
-    def add_delta(self, delta: Mapping[str, Any]) -> None:
-        text = _content_text(delta.get("content"))
-        if text:
-            self.content.append(text)
-        tool_calls = delta.get("tool_calls")
-        if isinstance(tool_calls, list):
-            for position, fragment in enumerate(tool_calls):
-                if isinstance(fragment, Mapping):
-                    self._add_tool_fragment(fragment, position)
-        function_call = delta.get("function_call")
-        if isinstance(function_call, Mapping):
-            text, whole = _fragment_arguments(function_call.get("arguments"))
-            if self.legacy is None:
-                self.legacy = _Call(0, 0)
-            name = _nonempty_str(function_call.get("name"))
-            if name is not None:
-                self.legacy.add_name(name)
-            self.legacy.add_arguments(text, whole)
-
-    def _add_tool_fragment(self, fragment: Mapping[str, Any], position: int) -> None:
-        raw_index = fragment.get("index")
-        # A server that omits the index is taken to list calls in index order.
-        index = raw_index if _is_index(raw_index) else position
-        call_id = _nonempty_str(fragment.get("id"))
-        function = fragment.get("function")
-        if not isinstance(function, Mapping):
-            function = {}
-        name = _nonempty_str(function.get("name"))
-        text, whole = _fragment_arguments(function.get("arguments"))
-        call = self.slots.get(index)
-        if call is None or self._starts_new_call(call, call_id, name):
-            call = _Call(index, len(self.calls))
-            self.calls.append(call)
-            self.slots[index] = call
-        if call_id is not None and call.id is None:
-            call.id = call_id
-        if name is not None:
-            call.add_name(name)
-        call.add_arguments(text, whole)
-
-    @staticmethod
-    def _starts_new_call(call: _Call, call_id: str | None, name: str | None) -> bool:
-        if call_id is not None and call.id is not None:
-            # A repeated id continues the call (llama.cpp); another id that comes with a name
-            # is a parallel call reusing the index (Ollama, SGLang).
-            return call_id != call.id and name is not None
-        if call_id is None and name is not None and call.name_len and call.args:
-            # No ids to go by: a different name once arguments have begun can only be a
-            # further call. A restated or growing name is the same call.
-            return not name.startswith(call.name)
-        return False
-
-    def answer(self) -> Answer:
-        calls = [call for call in self.calls if not call.empty]
-        if calls:
-            calls.sort(key=lambda call: (call.index, call.seq))
-            return {"tool_calls": [call.answer() for call in calls]}
-        if self.legacy is not None and (self.legacy.name_len or self.legacy.args):
-            return {"tool_calls": [self.legacy.answer()]}
-        return "".join(self.content)
-
-
-def _finish_reason(value: object) -> str | None:
-    # Some servers send "" rather than null on chunks that do not finish.
-    return _nonempty_str(value)
-
-
-def _message_answer(message: Mapping[str, Any]) -> Answer:
-    tool_calls = message.get("tool_calls")
-    if isinstance(tool_calls, list) and tool_calls:
-        calls: list[dict[str, Any]] = []
-        for entry in tool_calls:
-            if not isinstance(entry, Mapping):
-                raise _CaptureError("a tool call is not a JSON object")
-            function = entry.get("function")
-            if not isinstance(function, Mapping):
-                function = {}
-            name = function.get("name")
-            arguments = function.get("arguments")
-            calls.append(
-                {
-                    "id": _nonempty_str(entry.get("id")),
-                    "type": "function",
-                    "function": {
-                        "name": name if isinstance(name, str) else "",
-                        "arguments": "" if arguments is None else _arguments_text(arguments),
-                    },
-                }
-            )
-        return {"tool_calls": calls}
-    function_call = message.get("function_call")
-    if isinstance(function_call, Mapping):
-        name = function_call.get("name")
-        arguments = function_call.get("arguments")
-        return {
-            "tool_calls": [
-                {
-                    "id": None,
-                    "type": "function",
-                    "function": {
-                        "name": name if isinstance(name, str) else "",
-                        "arguments": "" if arguments is None else _arguments_text(arguments),
-                    },
-                }
-            ]
-        }
-    text = _content_text(message.get("content"))
-    return text if text is not None else ""
-
-
-def _choice_index(choice: Mapping[str, Any], position: int) -> int:
-    raw = choice.get("index", position)
-    if not _is_index(raw):
-        raise _CaptureError(f"choice index is not a non-negative integer: {raw!r}")
-    return raw
-
-
-def _choices(payload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    choices = payload.get("choices")
-    if choices is None:
-        return []
-    if not isinstance(choices, list):
-        raise _CaptureError("choices is not a list")
-    for choice in choices:
-        if not isinstance(choice, Mapping):
-            raise _CaptureError("a choice is not a JSON object")
-    return choices
 
 
 def answers_from_body(body: bytes) -> CaptureResult:
