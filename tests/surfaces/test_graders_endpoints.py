@@ -346,9 +346,10 @@ async def test_request_errors_name_the_field(
 
 @pytest.fixture
 def real_checks() -> None:
-    checks = pytest.importorskip("grader.checks")
-    if not hasattr(checks, "build_check"):
-        pytest.skip("grader.checks has not landed in this build yet")
+    """The endpoint runs the real check implementations (grader.checks), not stand-ins."""
+    from grader import checks
+
+    assert callable(checks.build_check)
 
 
 SEED_003_ROUTES = [
