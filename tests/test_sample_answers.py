@@ -1,0 +1,54 @@
+"""config/answers/sample.jsonl is current, and grading it offline gives the numbers the live
+demo shows for the same answers (offline and live share one grader)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from grader._json import loads_exact
+from grader.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "make_sample_answers", ROOT / "scripts" / "make_sample_answers.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_answers_are_current() -> None:
+    module = generator()
+    assert module.OUT.read_bytes() == module.render(), "run scripts/make_sample_answers.py"
+
+
+def test_offline_grade_of_the_sample_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "report.json"
+    code = main(
+        [
+            "grade",
+            "--tasks",
+            str(ROOT / "config" / "tasks" / "sample.jsonl"),
+            "--answers",
+            str(ROOT / "config" / "answers" / "sample.jsonl"),
+            "--report",
+            str(report),
+        ]
+    )
+    assert code == 0
+    data = loads_exact(report.read_text())
+    assert (data["n"], data["passed"], data["staleSchemaUsed"]) == (144, 80, 39)
+    assert set(data["reasons"]) == {"match", "stale_schema", "value_mismatch", "no_call"}
+    assert len(data["perMutationKind"]) == 9
+    assert "TOTAL" in capsys.readouterr().out
