@@ -301,3 +301,41 @@ async def test_client_disconnect_stops_upstream_read(
     await asyncio.sleep(0.1)
     metrics = (await (await make_proxy()).get("/metrics")).status
     assert metrics == 200
+
+
+async def test_upstream_silent_mid_stream_is_an_in_band_timeout(
+    make_proxy: ProxyFactory, backend: ScriptedBackend
+) -> None:
+    """The idle bound applies between chunks: a stream that stalls gets an in-band error."""
+    body = wire("openai_single_tool.sse")
+    first_event_end = body.index(b"\n\n") + 2
+    never = asyncio.Event()
+    backend.replies.append(
+        Reply(body=body, content_type=SSE, split_at=[first_event_end], gate=never)
+    )
+    client = await make_proxy(upstream={"idle_timeout_s": 0.3})
+    response = await client.post("/v1/chat/completions", data=b"{}")
+    received = await asyncio.wait_for(response.read(), timeout=10)
+    assert received.startswith(body[:first_event_end])
+    assert b'"code":"upstream_timeout"' in received
+    assert b"[DONE]" not in received
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_slow_but_steady_upstream_is_not_cut(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, stream: bool
+) -> None:
+    """Silence between chunks stays under the idle bound, the whole exchange exceeds it."""
+    body = wire("openai_single_tool.sse" if stream else "openai_single_tool.json")
+    backend.replies.append(
+        Reply(
+            body=body,
+            content_type=SSE if stream else JSON,
+            split_at=range(len(body) // 6, len(body), len(body) // 6),
+            pause_s=0.1,
+        )
+    )
+    client = await make_proxy(upstream={"idle_timeout_s": 0.35})
+    response = await client.post("/v1/chat/completions", data=b"{}")
+    assert response.status == 200
+    assert await response.read() == body
