@@ -122,6 +122,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--ttfb-samples", type=int, default=200)
+    parser.add_argument(
+        "--litellm",
+        metavar="PATH",
+        help="also measure LiteLLM's proxy (the path to its `litellm` executable, installed apart: "
+        "python -m venv v && v/bin/pip install 'litellm[proxy]')",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk not found: apt-get install wrk")
@@ -157,6 +163,24 @@ def main() -> None:
         "gradeproxy": [sys.executable, "-m", "grader.cli", "serve", "--config", str(config)],
     }
     ports = {"direct": backend_port, "pass-through": pass_port, "gradeproxy": proxy_port}
+    if args.litellm:
+        litellm_port = free_port()
+        litellm_config = work / "litellm.yaml"
+        litellm_config.write_text(
+            "model_list:\n  - model_name: bench-model\n    litellm_params:\n"
+            f"      model: openai/bench-model\n      api_base: {upstream}\n      api_key: none\n"
+        )
+        os.environ["LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY"] = "true"
+        subjects["litellm"] = [
+            args.litellm,
+            "--config",
+            str(litellm_config),
+            "--port",
+            str(litellm_port),
+            "--num_workers",
+            "1",
+        ]
+        ports["litellm"] = litellm_port
     results: dict[str, dict[int, dict[str, float]]] = {}
     stream_ttfb: dict[str, list[float]] = {}
     for name, argv in subjects.items():
@@ -189,14 +213,25 @@ def main() -> None:
     for conn in (1, 16):
         print(
             f"throughput gradeproxy / pass-through at {conn:>2} conn: {ours[conn]['rps'] / base[conn]['rps']:.3f}"
-            f"   (goal >= 0.95)"
+            f"   (goal >= 0.95; every response graded, one JSON log line each)"
         )
+        forwarded_only = results["gradeproxy, ungraded"][conn]["rps"] / base[conn]["rps"]
+        print(f"  same, requests without a task header (forwarded only): {forwarded_only:.3f}")
     added_base = base[1]["p50_ms"] - results["direct"][1]["p50_ms"]
     added_ours = ours[1]["p50_ms"] - results["direct"][1]["p50_ms"]
     print(
         f"added p50 latency at 1 conn: pass-through {added_base:.3f} ms, gradeproxy {added_ours:.3f} ms, "
         f"ratio {added_ours / added_base if added_base > 0 else float('nan'):.2f}   (goal <= 1.1)"
     )
+    if "litellm" in results:
+        for conn in (1, 16):
+            graded = ours[conn]["rps"] / results["litellm"][conn]["rps"]
+            forwarded = (
+                results["gradeproxy, ungraded"][conn]["rps"] / results["litellm"][conn]["rps"]
+            )
+            print(
+                f"throughput gradeproxy / litellm at {conn:>2} conn: {graded:.1f}x graded, {forwarded:.1f}x forwarded only"
+            )
     print(
         f"\nstreamed time to first byte, {args.ttfb_samples} sequential requests "
         f"(backend pauses {1000 * 0.02:.0f} ms after its first chunk):"
