@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
@@ -266,7 +267,7 @@ def check_digest(definition: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class BaseCheck:
+class BaseCheck(ABC):
     """Common fields and the synchronous-check ``arun``; subclasses implement ``run``."""
 
     name: str
@@ -282,8 +283,9 @@ class BaseCheck:
         """The result columns this check yields, in order."""
         return (self.name,)
 
+    @abstractmethod
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
-        raise NotImplementedError
+        """Grade one sample: every check type says what it compares."""
 
     async def arun(
         self,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,14 @@ class ScriptedBackend:
                 await asyncio.sleep(reply.pause_s)
         await response.write_eof()
         return response
+
+
+def free_port() -> int:
+    """A port free on loopback now, for servers the tests start as processes."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def wire(name: str) -> bytes:

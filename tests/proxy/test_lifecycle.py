@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ from proxy.results import ResultWriter
 from proxy.state import LIFECYCLE, TASKS
 from proxy.taskstore import TaskStore
 from tests.proxy.conftest import TASK_LINES, ProxyFactory
-from tests.proxy.harness import SSE, Reply, ScriptedBackend, wire
+from tests.proxy.harness import SSE, Reply, ScriptedBackend, free_port, wire
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,13 +97,6 @@ def test_results_rotate_by_size(tmp_path: Path) -> None:
     assert all(size <= 1024 for size in sizes)
     newest = [loads_exact(line)["n"] for line in path.read_text().splitlines()]
     assert newest[-1] == 39
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.mark.e2e

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ import yaml
 from aiohttp.test_utils import TestServer
 
 from tests.proxy.conftest import ProxyFactory, rows_of
-from tests.proxy.harness import Reply, ScriptedBackend, task_line, wire
+from tests.proxy.harness import Reply, ScriptedBackend, free_port, task_line, wire
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(240)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,13 +72,6 @@ def recording_rules() -> list[str]:
         for rule in group["rules"]
         if "record" in rule
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextlib.asynccontextmanager

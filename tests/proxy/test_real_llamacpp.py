@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from grader._json import dumps, loads_exact
 from tests.proxy.conftest import ProxyFactory, rows_of
+from tests.proxy.harness import free_port
 from tests.proxy.test_live_grading import metric_value
 
 pytestmark = [pytest.mark.realbackend, pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -63,18 +63,11 @@ PROSE: dict[str, Any] = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def llama_url() -> Iterator[str]:
     if os.environ.get("GRADEPROXY_SKIP_REAL_BACKEND") and not os.environ.get("CI"):
         pytest.skip("GRADEPROXY_SKIP_REAL_BACKEND is set")
-    env = {**os.environ, "LLAMA_PORT": str(_free_port())}
+    env = {**os.environ, "LLAMA_PORT": str(free_port())}
     status = subprocess.run(
         [str(SCRIPT), "status"], env=env, capture_output=True, text=True, check=False
     )
