@@ -20,9 +20,10 @@ reported in ``CaptureResult.error`` and the grader skips the response.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from proxy._accumulate import (
     _MAX_MESSAGE,
@@ -39,7 +40,11 @@ from proxy._accumulate import (
 )
 from proxy.sse import SSEDecoder
 
-__all__ = ["Answer", "CaptureResult", "StreamCapture", "answers_from_body"]
+__all__ = ["Answer", "CaptureResult", "StreamCapture", "answers_from_body", "stream_answered"]
+
+# `data: [DONE]` at the start of a line: the terminator the openai SDK stops reading at.
+_DONE_LINE: Final = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\]")
+_TAIL_BYTES: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,3 +229,29 @@ class StreamCapture:
             reason = _finish_reason(choice.get("finish_reason"))
             if reason is not None:
                 state.finish_reason = reason
+
+
+def stream_answered(parts: Sequence[bytes], choices: int = 1) -> bool:
+    """Whether the relayed part of a stream already carried the whole answer.
+
+    A client may close as soon as it has ``[DONE]`` (the openai SDK does) while the upstream
+    has yet to end its body; such a response reached the client whole and is graded. So is a
+    stream whose ``choices`` choices all relayed a ``finish_reason`` (servers that never send
+    ``[DONE]``; a trailing ``include_usage`` chunk is not part of the answer). Called only when
+    the client left early, so the full parse it may fall back to is off the common path.
+    """
+    if not parts:
+        return False
+    tail = b"".join(part[-_TAIL_BYTES:] for part in parts[-3:])
+    if _DONE_LINE.search(tail):
+        return True
+    stream = StreamCapture()
+    for part in parts:
+        stream.feed(part)
+    result = stream.finish()
+    if result.error is not None:
+        return False
+    if result.done:
+        return True
+    finished = sum(1 for reason in result.finish_reasons.values() if reason is not None)
+    return finished >= max(choices, 1)

@@ -12,10 +12,12 @@ import asyncio
 import os
 import time
 
+import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from grader.tasks import Task
+from grader.tasks import Task, TaskSet
+from proxy.capture import stream_answered
 from proxy.errors import DrainingError, ProxyError
 from proxy.forward import Relay, relay, request_headers, upstream_url
 from proxy.grading import GradeJob, sampled
@@ -94,6 +96,36 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             request, target.shadow, key, skip is None, headers, body, task, tasks.digest
         )
     submitted = False
+
+    def submit(task: Task, tasks: TaskSet) -> None:
+        nonlocal submitted
+        if pair_id is not None:
+            leg_s = outcome.finished_at - outcome.started_at
+            metrics.variant_duration.labels("primary").observe(leg_s)
+            metrics.variant_ttfb.labels("primary").observe(outcome.ttfb_s)
+        total = time.perf_counter() - started
+        job = GradeJob(
+            request_id=request_id,
+            task=task,
+            tasks_digest=tasks.digest,
+            upstream=target.url,
+            stream=outcome.stream,
+            request_body=body,
+            response=outcome.parts,
+            finished_at=outcome.finished_at or time.perf_counter(),
+            run=request.headers.get(grading.run_header),
+            meta=_meta(request, grading.meta_header_prefix),
+            timings={
+                "duration_s": round(total, 6),
+                "ttfb_s": round(outcome.ttfb_s, 6),
+                "overhead_s": round(max(total - outcome.upstream_wait_s, 0.0), 6),
+            },
+            pair_id=pair_id,
+        )
+        submitted = True  # from here on the queue reports the leg, even when full
+        app[QUEUE].submit(job)
+
+    capturing = task is not None and skip is None
     try:
         metrics.in_flight.inc()
         outcome = Relay()
@@ -105,16 +137,22 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 upstream_url(target.url, request.raw_path),
                 headers,
                 body,
-                capture=task is not None and skip is None,
+                capture=capturing,
                 request_id=request_id,
                 out=outcome,
                 client_timeout=target.timeout,
             )
             status = outcome.status
+            if route == "chat_completions" and skip is None:
+                skip = _post_skip(outcome, body)
         except asyncio.CancelledError:  # the client went away and aiohttp cancelled us
             outcome.client_disconnected = True
-            status = CLIENT_CLOSED
-            if route == "chat_completions":
+            # A client that has the whole answer may leave before the upstream ends its body.
+            answered = capturing and _answered(outcome, body)
+            status = outcome.status if answered else CLIENT_CLOSED
+            if answered and task is not None and tasks is not None:
+                submit(task, tasks)
+            elif route == "chat_completions":
                 skip = skip or "client_disconnected"
                 metrics.skipped.labels(skip).inc()
             raise
@@ -129,35 +167,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             metrics.in_flight.dec()
             total = time.perf_counter() - started
             _observe(request, route, status, total, outcome, skip, task_id, pair_id)
-        if route == "chat_completions" and skip is None:
-            skip = _post_skip(outcome)
-            if skip is None and task is not None and tasks is not None:
-                if pair_id is not None:
-                    leg_s = outcome.finished_at - outcome.started_at
-                    metrics.variant_duration.labels("primary").observe(leg_s)
-                    metrics.variant_ttfb.labels("primary").observe(outcome.ttfb_s)
-                job = GradeJob(
-                    request_id=request_id,
-                    task=task,
-                    tasks_digest=tasks.digest,
-                    upstream=target.url,
-                    stream=outcome.stream,
-                    request_body=body,
-                    response=outcome.parts,
-                    finished_at=outcome.finished_at,
-                    run=request.headers.get(grading.run_header),
-                    meta=_meta(request, grading.meta_header_prefix),
-                    timings={
-                        "duration_s": round(total, 6),
-                        "ttfb_s": round(outcome.ttfb_s, 6),
-                        "overhead_s": round(max(total - outcome.upstream_wait_s, 0.0), 6),
-                    },
-                    pair_id=pair_id,
-                )
-                submitted = True  # from here on the queue reports the leg, even when full
-                app[QUEUE].submit(job)
-            elif skip is not None:
-                metrics.skipped.labels(skip).inc()
+        if skip is None and task is not None and tasks is not None:
+            submit(task, tasks)
         elif skip is not None:
             metrics.skipped.labels(skip).inc()
         return response
@@ -198,8 +209,22 @@ def _start_shadow(
     return leg.pair_id if runner.start(leg) else None
 
 
-def _post_skip(outcome: Relay) -> str | None:
-    if outcome.client_disconnected:
+def _answered(outcome: Relay, body: bytes) -> bool:
+    """Whether a response whose client left had already reached it whole (graded then)."""
+    return outcome.stream and stream_answered(outcome.parts, _choices_requested(body))
+
+
+def _choices_requested(body: bytes) -> int:
+    """The request's ``n`` (1 when absent or unreadable): how many choices must finish."""
+    try:
+        n = orjson.loads(body).get("n")
+    except (orjson.JSONDecodeError, AttributeError):
+        return 1
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
+def _post_skip(outcome: Relay, body: bytes) -> str | None:
+    if outcome.client_disconnected and not _answered(outcome, body):
         return "client_disconnected"
     if outcome.status >= 400 or outcome.upstream_failed is not None:
         return "upstream_error"

@@ -37,6 +37,7 @@ class Reply:
     gate: asyncio.Event | None = None  # wait for it after the first chunk
     fail_after: int | None = None  # drop the connection after this many chunks
     chunked: bool = True  # no Content-Length: relayed as a stream
+    tail_pause_s: float = 0.0  # after the last chunk, before the end of the body
 
     def parts(self) -> list[bytes]:
         cuts = [0, *sorted(c for c in self.split_at if 0 < c < len(self.body)), len(self.body)]
@@ -94,6 +95,8 @@ class ScriptedBackend:
                 await reply.gate.wait()
             if reply.pause_s:
                 await asyncio.sleep(reply.pause_s)
+        if reply.tail_pause_s:
+            await asyncio.sleep(reply.tail_pause_s)
         await response.write_eof()
         return response
 

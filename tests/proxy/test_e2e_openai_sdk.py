@@ -163,3 +163,34 @@ async def test_models_route_through_sdk(make_proxy: ProxyFactory, backend: Scrip
         models = [m.id async for m in sdk.models.list()]
     assert models == ["m1"]
     assert backend.seen[-1].path_qs == "/v1/models"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_sdk_stream_is_graded_when_the_upstream_ends_its_body_late(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path, flavour: str
+) -> None:
+    """The SDK closes at ``[DONE]``; an upstream that ends its body 300 ms later (as llama.cpp's
+    server can) must not turn 20 complete streams into ``client_disconnected`` skips."""
+    fixture = wire("openai_single_tool.sse")
+    count = 20
+    backend.replies.extend(
+        [Reply(body=fixture, content_type=SSE, split_at=[200], tail_pause_s=0.3)] * count
+    )
+    client = await make_proxy()
+    proxy_url = str(client.make_url("/v1"))
+
+    async def one() -> list[Any]:
+        if flavour == "sync":
+            return await asyncio.to_thread(sync_call, proxy_url, True)
+        return await async_call(proxy_url, True)
+
+    streams = await asyncio.gather(*(one() for _ in range(count)))
+    assert all(chunks and chunks[-1]["usage"] for chunks in streams)
+    await asyncio.sleep(0.5)  # every upstream body has ended by now
+    rows = await rows_of(client, results_path)
+    metrics = await (await client.get("/metrics")).text()
+    assert (
+        metric_value(metrics, "gradeproxy_grading_skipped_total", reason="client_disconnected") == 0
+    )
+    assert [r["result"] for r in rows] == ["pass"] * count
