@@ -43,10 +43,19 @@ def _finite_float(literal: str) -> float:
 
 
 def loads_exact(text: str) -> Any:
-    """Parse ``text`` keeping integers exact; raise :class:`JSONError` when it is not JSON."""
+    """Parse ``text`` keeping integers exact; raise :class:`JSONError` when it is not JSON.
+
+    A lone-surrogate escape (``"\\udcff"``) is grammatical JSON that orjson refuses and the
+    stdlib keeps; such text is read by the stdlib, so the two paths agree on it whatever digit
+    runs the text holds (and rows written by :func:`dumps` read back as they were).
+    """
     try:
         if _LONG_DIGIT_RUN.search(text) is None:
-            return orjson.loads(text)
+            try:
+                return orjson.loads(text)
+            except orjson.JSONDecodeError as exc:
+                if "surrogate" not in str(exc):
+                    raise
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
         raise JSONTooDeepError("value nests too deep to parse") from None
@@ -75,8 +84,28 @@ def value_depth(value: Any) -> int:
 
 
 def dumps(value: Any) -> bytes:
-    """Serialise plain JSON data; integers wider than 64 bits fall back to the exact stdlib path."""
+    """Serialise plain JSON data, whatever strings a client or an upstream put in it.
+
+    orjson refuses integers wider than 64 bits and lone surrogates (header bytes decoded with
+    ``surrogateescape``, a ``\\ud800`` escape in an upstream body). The stdlib path keeps the
+    integer exact and writes each lone surrogate as its ``\\uXXXX`` escape, so a row holds the
+    evidence as it was (``json.loads`` gives the same code points back) instead of U+FFFD.
+    """
     try:
         return orjson.dumps(value)
     except TypeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()  # noqa: TID251
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))  # noqa: TID251
+        return text.encode("utf-8", "backslashreplace")
+
+
+def printable(text: str) -> str:
+    """``text`` with each lone surrogate spelled as its ``\\uXXXX`` escape (always encodable).
+
+    For the places a string leaves the process as UTF-8 text outside JSON: metric label
+    values and log fields. Only called on the way out, never before grading.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

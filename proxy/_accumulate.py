@@ -6,17 +6,15 @@ real servers bend openai-python's ``accumulate_delta`` rules (see ``proxy/captur
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from typing import Any, Final, TypeAlias, TypeGuard
 
 import orjson
 
+from grader._json import JSONError, loads_exact
+
 Answer: TypeAlias = dict[str, Any] | str
 
-# orjson silently turns integers beyond 64 bits into floats; a run this long may be one.
-_MAYBE_BIG_INT: Final = re.compile(r"\d{19}")
 # An upstream error message lands in logs and result rows; a backend may send pages of it.
 _MAX_MESSAGE: Final = 500
 
@@ -26,17 +24,13 @@ class _CaptureError(Exception):
 
 
 def _parse_json(text: str | bytes) -> Any:
-    """Parse with orjson, or exactly with the stdlib where a long digit run could be lost."""
+    """Parse with the grader's one exact-number reader (big integers exact, no NaN)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     try:
-        if _MAYBE_BIG_INT.search(text):
-            return json.loads(text)
-        return orjson.loads(text)
-    except ValueError as exc:
+        return loads_exact(text)
+    except JSONError as exc:
         raise _CaptureError(f"invalid JSON: {exc}") from None
-    except RecursionError:
-        raise _CaptureError("invalid JSON: nested too deeply") from None
 
 
 def _nonempty_str(value: object) -> str | None:

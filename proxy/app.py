@@ -21,7 +21,7 @@ from grader.checks import Judge, JudgeConfig
 from proxy.config import Config
 from proxy.errors import BodyTooLargeError, ProxyError
 from proxy.grading import GradeQueue
-from proxy.handlers import livez, proxy_handler, readyz
+from proxy.handlers import grading_health, livez, proxy_handler, readyz
 from proxy.judge import AiohttpJudgeClient
 from proxy.logs import get_logger
 from proxy.metrics import ModelLabels, ProxyMetrics
@@ -36,12 +36,14 @@ from proxy.state import (
     METRICS,
     PAIRS,
     QUEUE,
+    QUEUE_SLOT,
     REQUEST_ID,
     ROUTER,
     SESSION,
     SHADOWS,
     TASKS,
     Lifecycle,
+    QueueSlot,
 )
 from proxy.taskstore import TaskStore
 
@@ -84,6 +86,7 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
     app[PAIRS] = PairTracker(
         app[METRICS], config.grading.pair_max_pending, config.grading.pair_ttl_s
     )
+    app[QUEUE_SLOT] = QueueSlot()
     app.cleanup_ctx.extend([_results_and_queue, _client_session, _shadows, _task_loading])
     app.router.add_route("*", "/v1/{tail:.*}", proxy_handler)
     if config.scoring.enabled:
@@ -98,9 +101,11 @@ def add_admin_routes(target: web.Application, proxy_app: web.Application) -> Non
     if target is not proxy_app:  # the admin app reads the proxy's state objects
         target[LIFECYCLE] = proxy_app[LIFECYCLE]
         target[TASKS] = proxy_app[TASKS]
+        target[QUEUE_SLOT] = proxy_app[QUEUE_SLOT]
     target.router.add_get("/metrics", make_aiohttp_handler(proxy_app[METRICS].registry))
     target.router.add_get("/livez", livez)
     target.router.add_get("/readyz", readyz)
+    target.router.add_get("/healthz/grading", grading_health)
 
 
 def make_admin_app(proxy_app: web.Application) -> web.Application:
@@ -125,8 +130,9 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         capture_answer=config.results.capture_answer,
         pairs=app[PAIRS],
         judge=judge,
+        stuck_after_s=config.grading.stuck_after_s,
     )
-    app[QUEUE] = queue
+    app[QUEUE] = app[QUEUE_SLOT].queue = queue
     queue.start()
     yield
     await queue.stop(timeout_s=config.shutdown.grace_period_s)

@@ -98,6 +98,8 @@ class Grading:
     inline_max_bytes: int = 16384  # larger responses are graded in a thread, off the event loop
     pair_max_pending: int = 10000  # shadow pairs waiting for their second leg
     pair_ttl_s: float = 900.0  # how long a pair waits for its second leg
+    # Jobs waiting while none was taken off the queue for this long: grading is stuck.
+    stuck_after_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +246,7 @@ def _validate(config: Config) -> Config:
         (config.tasks.watch_interval_s > 0, "tasks.watch_interval_s: must be > 0"),
         (config.grading.pair_max_pending >= 1, "grading.pair_max_pending: must be >= 1"),
         (config.grading.pair_ttl_s > 0, "grading.pair_ttl_s: must be > 0"),
+        (config.grading.stuck_after_s > 0, "grading.stuck_after_s: must be > 0"),
     ]
     for ok, message in checks:
         if not ok:

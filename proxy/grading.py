@@ -4,6 +4,13 @@ Handlers only ``submit`` (a non-blocking put); a full queue drops the job and co
 parse the captured copy, run the grader, and record metrics and result rows. Small responses
 are graded inline (tens of microseconds); large ones in a thread so a pathological answer never
 stalls the event loop that is relaying other streams.
+
+The pipeline must not die: whatever one job raises is caught, counted in
+``grading_errors_total{kind="worker"}``, logged once with the request id, and the worker takes
+the next job. A worker task that ends anyway (cancelled from outside, a bug in the loop itself)
+is restarted and counted in ``grade_worker_restarts_total``. :meth:`GradeQueue.health` says
+whether grading keeps up: every worker running, and the queue not *stuck* (jobs waiting while
+nothing was taken off it for ``stuck_after_s``).
 """
 
 from __future__ import annotations
@@ -170,6 +177,30 @@ def grade_job(job: GradeJob, capture_answer: bool) -> Graded:
     return Graded(rows, pending=pending)
 
 
+HealthProblem = Literal["workers_gone", "queue_stuck"]
+
+
+@dataclass(frozen=True, slots=True)
+class GradingHealth:
+    """What ``/readyz`` and ``/healthz/grading`` report about the grade queue."""
+
+    healthy: bool
+    reason: HealthProblem | None
+    workers_alive: int
+    workers_wanted: int
+    depth: int
+    idle_s: float  # since a job was last taken off the queue or finished
+
+
+def _log_quietly(event: str, **fields: Any) -> None:
+    """Log without ever raising: a log line that cannot render must not end a worker."""
+    with contextlib.suppress(Exception):
+        if fields.pop("exc_info", False):
+            log.exception(event, **fields)
+        else:
+            log.error(event, **fields)
+
+
 class GradeQueue:
     """A bounded queue of :class:`GradeJob` and the workers that drain it."""
 
@@ -184,6 +215,7 @@ class GradeQueue:
         capture_answer: bool,
         pairs: PairTracker | None = None,
         judge: Judge | None = None,
+        stuck_after_s: float = 30.0,
     ) -> None:
         self.metrics = metrics
         self.judge = judge
@@ -196,6 +228,10 @@ class GradeQueue:
         self._workers: list[asyncio.Task[None]] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradeproxy-grade")
         self.graded_rows = 0
+        self.stuck_after_s = stuck_after_s
+        self._stopping = False
+        self._last_taken = time.monotonic()
+        metrics.grading_healthy.set_function(lambda: 1.0 if self.health().healthy else 0.0)
 
     def submit(self, job: GradeJob) -> bool:
         """Enqueue without waiting; a full queue drops the job and counts it."""
@@ -209,8 +245,40 @@ class GradeQueue:
         return True
 
     def start(self) -> None:
+        self._stopping = False
+        self._last_taken = time.monotonic()
         for number in range(self._workers_wanted):
-            self._workers.append(asyncio.create_task(self._work(), name=f"grade-worker-{number}"))
+            self._spawn(number)
+
+    def _spawn(self, number: int) -> None:
+        worker = asyncio.create_task(self._work(), name=f"grade-worker-{number}")
+        worker.add_done_callback(lambda done: self._supervise(number, done))
+        if number < len(self._workers):
+            self._workers[number] = worker
+        else:
+            self._workers.append(worker)
+
+    def _supervise(self, number: int, worker: asyncio.Task[None]) -> None:
+        """Restart a worker that ended while the queue is live (its loop never returns)."""
+        if self._stopping:
+            return
+        self.metrics.worker_restarts.inc()
+        cause = None if worker.cancelled() else worker.exception()
+        _log_quietly("grade_worker_restarted", worker=number, cause=repr(cause))
+        self._spawn(number)
+
+    def health(self) -> GradingHealth:
+        """Whether grading keeps up: every worker alive and the queue not stuck."""
+        alive = sum(1 for worker in self._workers if not worker.done())
+        depth = self._queue.qsize()
+        idle_s = time.monotonic() - self._last_taken
+        if alive < self._workers_wanted:
+            reason: HealthProblem | None = "workers_gone"
+        elif depth > 0 and idle_s > self.stuck_after_s:
+            reason = "queue_stuck"
+        else:
+            reason = None
+        return GradingHealth(reason is None, reason, alive, self._workers_wanted, depth, idle_s)
 
     async def drain(self, timeout_s: float | None = None) -> bool:
         """Wait until every submitted job is recorded; False if the timeout passed first."""
@@ -225,6 +293,7 @@ class GradeQueue:
         drained = await self.drain(timeout_s)
         if not drained:
             log.error("grade_queue_not_drained", left=self._queue.qsize())
+        self._stopping = True
         for worker in self._workers:
             worker.cancel()
         for worker in self._workers:
@@ -236,10 +305,17 @@ class GradeQueue:
     async def _work(self) -> None:
         while True:
             job = await self._queue.get()
+            self._last_taken = time.monotonic()
             try:
                 await self._handle(job)
+            except Exception:  # the pipeline outlives any one job
+                self.metrics.grading_errors.labels("worker").inc()
+                _log_quietly("grade_job_failed", exc_info=True, request_id=job.request_id)
+                with contextlib.suppress(Exception):
+                    self._report(job, None)
             finally:
                 self._queue.task_done()
+                self._last_taken = time.monotonic()
                 self.metrics.queue_depth.set(self._queue.qsize())
 
     async def _handle(self, job: GradeJob) -> None:

@@ -30,6 +30,7 @@ from proxy.state import (
     METRICS,
     PAIRS,
     QUEUE,
+    QUEUE_SLOT,
     REQUEST_ID,
     ROUTER,
     SESSION,
@@ -279,7 +280,12 @@ async def livez(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Readiness: tasks loaded and not draining."""
+    """Readiness: tasks loaded and not draining; grading's health is a detail, not a gate.
+
+    A stuck grade queue does not stop forwarding, so it must not take the replica out of
+    service: ``grading`` reports it here and ``/healthz/grading`` answers 503 for it, which
+    an alert or a probe that cares can watch.
+    """
     app = request.app
     if app[LIFECYCLE].draining:
         return web.json_response({"status": "draining"}, status=503)
@@ -291,5 +297,26 @@ async def readyz(request: web.Request) -> web.Response:
             "status": "ready",
             "tasks": len(tasks) if tasks else 0,
             "digest": tasks.digest if tasks else None,
+            "grading": _grading_health(request),
         }
     )
+
+
+async def grading_health(request: web.Request) -> web.Response:
+    """The grade queue's health: 200 while workers run and the queue moves, else 503."""
+    detail = _grading_health(request)
+    return web.json_response(detail, status=200 if detail["status"] == "ok" else 503)
+
+
+def _grading_health(request: web.Request) -> dict[str, object]:
+    queue = request.app[QUEUE_SLOT].queue
+    if queue is None:
+        return {"status": "starting", "detail": "/healthz/grading"}
+    health = queue.health()
+    return {
+        "status": "ok" if health.healthy else health.reason,
+        "workers": f"{health.workers_alive}/{health.workers_wanted}",
+        "queue_depth": health.depth,
+        "idle_s": round(health.idle_s, 3),
+        "detail": "/healthz/grading",
+    }

@@ -6,12 +6,16 @@ statuses and timings only.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import orjson
 import structlog
+
+from grader._json import printable
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -19,6 +23,27 @@ _LEVELS = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+
+
+def _serialize(value: Any, **kw: Any) -> bytes:
+    """orjson, or the stdlib where a field holds what orjson refuses (a lone surrogate from a
+    header decoded with ``surrogateescape``, an integer beyond 64 bits): a log line that
+    cannot render would otherwise raise inside whichever request or worker logged it."""
+    try:
+        return orjson.dumps(value, **kw)
+    except TypeError:
+        text = json.dumps(value, ensure_ascii=False, default=kw.get("default"))  # noqa: TID251
+        return text.encode("utf-8", "backslashreplace")
+
+
+def _printable_fields(
+    logger: Any, method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """For the console renderer, which writes text: lone surrogates spelled as escapes."""
+    for key, value in event.items():
+        if isinstance(value, str):
+            event[key] = printable(value)
+    return event
 
 
 def configure_logging(level: str = "info", fmt: str = "json", cache: bool = True) -> None:
@@ -30,10 +55,11 @@ def configure_logging(level: str = "info", fmt: str = "json", cache: bool = True
         structlog.processors.dict_tracebacks,
     ]
     if fmt == "console":
+        processors.append(_printable_fields)
         processors.append(structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty()))
         factory: Any = structlog.PrintLoggerFactory(sys.stdout)
     else:
-        processors.append(structlog.processors.JSONRenderer(serializer=orjson.dumps))
+        processors.append(structlog.processors.JSONRenderer(serializer=_serialize))
         factory = structlog.BytesLoggerFactory(sys.stdout.buffer)
     structlog.configure(
         processors=processors,

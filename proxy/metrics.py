@@ -25,6 +25,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from grader._json import printable
 from grader.tasks import TaskSet
 from grader.version import __version__
 
@@ -43,7 +44,7 @@ SKIP_REASONS = (
     "sampled_out",
     "empty_response",
 )
-GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write")
+GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker")
 CHECK_RESULTS = ("pass", "fail", "error")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
@@ -90,6 +91,7 @@ class ModelLabels:
     def __call__(self, model: str | None) -> str:
         if not model:
             return UNKNOWN_MODEL
+        model = printable(model)  # an upstream's lone surrogate must not break /metrics
         if self._allow:
             return model if model in self._allow else OTHER_MODEL
         if model in self._seen:
@@ -221,6 +223,16 @@ class ProxyMetrics:
             ["kind"],
             registry=reg,
         )
+        self.worker_restarts = Counter(
+            "gradeproxy_grade_worker_restarts_total",
+            "Grade workers that ended and were restarted by the supervisor.",
+            registry=reg,
+        )
+        self.grading_healthy = Gauge(
+            "gradeproxy_grading_healthy",
+            "1 while every grade worker runs and the queue is not stuck, else 0.",
+            registry=reg,
+        )
         self.queue_depth = Gauge(
             "gradeproxy_grade_queue_depth", "Responses waiting to be graded.", registry=reg
         )
@@ -294,7 +306,7 @@ class ProxyMetrics:
         key = (id(metric), labels)
         found = self._children.get(key)
         if found is None:
-            found = self._children[key] = metric.labels(*labels)
+            found = self._children[key] = metric.labels(*(printable(v) for v in labels))
         return found
 
     def set_task_set(self, tasks: TaskSet | None) -> None:

@@ -24,10 +24,18 @@ class Lifecycle:
     refusing: bool = False  # past the drain delay: new requests get 503 server_draining
 
 
+@dataclass(slots=True)
+class QueueSlot:
+    """The grade queue once it runs: the admin app, which shares this slot, reads its health."""
+
+    queue: GradeQueue | None = None
+
+
 CONFIG = web.AppKey("config", Config)
 METRICS = web.AppKey("metrics", ProxyMetrics)
 TASKS = web.AppKey("tasks", TaskStore)
 QUEUE = web.AppKey("queue", GradeQueue)
+QUEUE_SLOT = web.AppKey("queue_slot", QueueSlot)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ROUTER = web.AppKey("router", Router)
