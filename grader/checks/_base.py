@@ -43,6 +43,8 @@ CheckReasonCode = Literal[
     "undeclared_tool",
     "no_request_tools",
     "request_schema_invalid",
+    "schema_ref_unresolvable",
+    "pattern_refused",
     # policy behaviours
     "policy_ok",
     "unauthorised_action",

@@ -12,6 +12,11 @@ fail (``undeclared_tool``); a request without tools is an infrastructure error
 An answer without a call fails (``no_call``); arguments that are not a JSON object fail
 (``invalid_arguments``). ``format`` keywords are annotations, not assertions (the JSON Schema
 2020-12 default), so a verdict never depends on which optional format libraries are installed.
+
+Validators come from ``grader.checks._schema``: a ``$ref`` resolves only inside the schema
+(nothing is fetched: ``schema_ref_unresolvable``) and patterns run on RE2 in linear time (a
+pattern it refuses is ``pattern_refused``); both are ``error`` columns for a request's schema,
+and a task's literal schema with a refused pattern fails to load.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
 from grader.canon import TooDeepError, canonical_json
 from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec, sample_calls
+from grader.checks._schema import PatternError, UnresolvableRefError, safe_validator, schema_errors
 
 FROM_REQUEST = "from_request"
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object"}
@@ -36,11 +41,9 @@ _CACHE_SIZE = 256  # validators for request schemas: requests repeat the same to
 
 
 def _validator(schema: Any) -> Validator:
-    """A validator for ``schema``; raise ``SchemaError`` when the schema is invalid."""
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    validator: Validator = cls(schema)
-    return validator
+    """A validator for ``schema``; raise ``SchemaError`` when the schema is invalid and
+    ``PatternError`` when one of its patterns cannot be matched in bounded time."""
+    return safe_validator(schema)
 
 
 class _ValidatorCache:
@@ -102,6 +105,8 @@ class JsonSchemaCheck(BaseCheck):
             validator = _validator(schema)
         except SchemaError as exc:
             raise spec.error("schema", f"is not a valid JSON Schema: {exc.message}") from None
+        except PatternError as exc:
+            raise spec.error("schema", str(exc)) from None
         return cls(spec.name, "json_schema", spec.digest(), schema, validator)
 
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
@@ -130,7 +135,14 @@ class JsonSchemaCheck(BaseCheck):
                 except (SchemaError, TooDeepError, TypeError) as exc:
                     reason = f"{label}: the request's parameters schema is invalid"
                     return self.result(None, reason, "request_schema_invalid", error=str(exc))
-            error = jsonschema.exceptions.best_match(validator.iter_errors(call.arguments))
+                except PatternError as exc:
+                    reason = f"{label}: {exc}"
+                    return self.result(None, reason, "pattern_refused", error=str(exc))
+            try:
+                error = schema_errors(validator, call.arguments)
+            except UnresolvableRefError as exc:
+                reason = f"{label}: {exc} (references are never fetched)"
+                return self.result(None, reason, "schema_ref_unresolvable", error=str(exc))
             if error is not None:
                 where = error.json_path.replace("$", "arguments", 1)
                 message = error.message[:_SHOWN] + ("…" if len(error.message) > _SHOWN else "")

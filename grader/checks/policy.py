@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import re2
+
 from grader.canon import TooDeepError, canon
 from grader.checks._base import (
     BaseCheck,
@@ -46,6 +48,7 @@ from grader.checks._base import (
     Spec,
     sample_calls,
 )
+from grader.patterns import PatternError, compile_pattern
 
 BEHAVIOURS = ("authority_ok", "no_forbidden_call", "links_ok")
 _TOOL_REF = re.compile(r"([A-Za-z0-9_\-]{1,64})\.arguments\.([^.\s][^\s]*)")
@@ -75,7 +78,7 @@ class Constraint:
     path: str
     enum: tuple[Any, ...] | None
     const: Any
-    pattern: re.Pattern[str] | None
+    pattern: re2._Regexp[str] | None
     required: bool
 
     def violation(self, arguments: Mapping[str, Any]) -> str | None:
@@ -250,11 +253,9 @@ def _constraint(spec: Spec, action: str, path: str, raw: Any) -> Constraint:
     compiled = None
     if pattern is not None:
         try:
-            compiled = re.compile(pattern) if isinstance(pattern, str) else None
-        except re.error as exc:
-            raise spec.error(
-                key + ".pattern", f"is not a valid regular expression: {exc}"
-            ) from None
+            compiled = compile_pattern(pattern) if isinstance(pattern, str) else None
+        except PatternError as exc:
+            raise spec.error(key + ".pattern", str(exc)) from None
         if compiled is None:
             raise spec.error(key + ".pattern", "must be a string")
     required = raw.get("required", False)

@@ -204,8 +204,13 @@ def test_one_column_per_configured_behaviour() -> None:
         ),
         pytest.param(
             {"allowed_actions": {"f": {"arguments": {"x": {"pattern": "("}}}}},
-            "not a valid regular expression",
+            "is refused",
             id="bad_pattern",
+        ),
+        pytest.param(
+            {"allowed_actions": {"f": {"arguments": {"x": {"pattern": "(a)\\1"}}}}},
+            "only linear-time RE2 patterns run",
+            id="backreference_pattern_refused",
         ),
         pytest.param(
             {"allowed_actions": {"f": {"arguments": {"x": {"min": 1}}}}},

@@ -7,8 +7,10 @@ chunks at chosen byte boundaries, with optional pauses, and records what it rece
 from __future__ import annotations
 
 import asyncio
+import http.server
 import itertools
 import socket
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,3 +128,29 @@ def task_line(
     return dumps(
         {"id": task_id, "expected": {"name": name, "arguments": arguments}, "metadata": metadata}
     )
+
+
+class Listener:
+    """A loopback HTTP server that records every request it receives."""
+
+    def __init__(self) -> None:
+        hits = self.hits = list[str]()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                hits.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"type": "string"}')
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,59 @@
+"""Regular expressions from tasks and requests, matched in time linear in the input.
+
+A client's own tool schema (``json_schema`` with ``"schema": "from_request"``), a task sent to
+the scoring API and a ``policy`` constraint can all carry a pattern. Python's ``re``
+backtracks: ``^(a+)+$`` against 27 characters held the event loop (and, in a worker thread,
+the GIL) for seconds. Every such pattern is compiled by RE2 instead, whose matching time is
+linear in the input and whose compiled size is bounded by ``MAX_MEMORY``. A pattern RE2 cannot
+run in bounded time (a backreference, a lookaround) or that is too large is refused with
+:class:`PatternError`: a definition error for a task, an ``error`` column for a request's
+schema, never a stall.
+
+Never use ``re`` on a pattern that came from outside the project.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Final
+
+import re2
+
+MAX_MEMORY: Final = 8 * 1024 * 1024  # bytes RE2 may use for one compiled pattern
+MAX_PATTERN: Final = 4096  # characters; longer patterns are refused before compiling
+_CACHE: Final = 1024  # request schemas repeat the same patterns
+
+
+class PatternError(ValueError):
+    """A pattern that cannot be matched in bounded time (or is not a pattern at all)."""
+
+
+def _options() -> re2.Options:
+    options = re2.Options()
+    options.max_mem = MAX_MEMORY
+    options.log_errors = False  # an invalid pattern is our error to report, not stderr noise
+    return options
+
+
+_OPTIONS: Final = _options()
+
+
+@functools.lru_cache(maxsize=_CACHE)
+def compile_pattern(pattern: str) -> re2._Regexp[str]:
+    """The compiled pattern; raise :class:`PatternError` when RE2 cannot bound it."""
+    if len(pattern) > MAX_PATTERN:
+        raise PatternError(f"pattern is longer than {MAX_PATTERN} characters")
+    try:
+        return re2.compile(pattern, _OPTIONS)
+    except re2.error as exc:
+        message = exc.args[0] if exc.args else exc
+        if isinstance(message, bytes):
+            message = message.decode("utf-8", "replace")
+        raise PatternError(
+            f"pattern {pattern[:80]!r} is refused (only linear-time RE2 patterns run): {message}"
+        ) from None
+
+
+def search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` matches anywhere in ``text`` (JSON Schema's ``pattern`` semantics)."""
+    return compile_pattern(pattern).search(text) is not None
