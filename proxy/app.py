@@ -131,6 +131,7 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         pairs=app[PAIRS],
         judge=judge,
         stuck_after_s=config.grading.stuck_after_s,
+        max_answer_chars=config.results.max_answer_chars,
     )
     app[QUEUE] = app[QUEUE_SLOT].queue = queue
     queue.start()

@@ -108,6 +108,8 @@ class Results:
     max_bytes: int = 100 * 1024 * 1024
     backups: int = 5
     capture_answer: bool = True
+    # The one cap on the answer a row stores (``truncated: true`` beyond it); grading reads all.
+    max_answer_chars: int = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +249,7 @@ def _validate(config: Config) -> Config:
         (config.grading.pair_max_pending >= 1, "grading.pair_max_pending: must be >= 1"),
         (config.grading.pair_ttl_s > 0, "grading.pair_ttl_s: must be > 0"),
         (config.grading.stuck_after_s > 0, "grading.stuck_after_s: must be > 0"),
+        (config.results.max_answer_chars >= 0, "results.max_answer_chars: must be >= 0"),
     ]
     for ok, message in checks:
         if not ok:

@@ -35,7 +35,7 @@ from proxy.checking import grade_answer, grade_answer_judged, has_checks, needs_
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
-from proxy.results import ResultWriter
+from proxy.results import ResultsWriteError, ResultWriter
 
 log = get_logger("gradeproxy.grading")
 
@@ -122,8 +122,21 @@ def answer_text(answer: Answer) -> str:
     return answer if isinstance(answer, str) else dumps(answer).decode()
 
 
-def grade_job(job: GradeJob, capture_answer: bool) -> Graded:
-    """Capture and grade one response (pure CPU; safe to run in a thread)."""
+# Check kinds whose cost grows with the answer (schema validation, similarity, formulas,
+# policy constraints): a job that runs one is graded in the grading thread whatever its size.
+OFF_LOOP_CHECKS = frozenset({"json_schema", "text_similarity", "multi", "policy"})
+
+
+def runs_off_loop(task: Task) -> bool:
+    return has_checks(task) and any(check.type in OFF_LOOP_CHECKS for check in task.checks)
+
+
+def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536) -> Graded:
+    """Capture and grade one response (pure CPU; safe to run in a thread).
+
+    The stored answer is cut at ``max_answer_chars`` with ``truncated: true``: a 50 MB answer
+    must not become a 50 MB row. Grading always reads the whole answer.
+    """
     if not any(part.strip() for part in job.response):
         return Graded([], skip_reason="empty_response")  # e.g. llama.cpp's auto + stream
     captured = capture(job)
@@ -172,7 +185,8 @@ def grade_job(job: GradeJob, capture_answer: bool) -> Graded:
             }
         )
         if capture_answer:
-            row["answer"] = text
+            row["answer"] = text[:max_answer_chars]
+            row["truncated"] = len(text) > max_answer_chars
         rows.append(row)
     return Graded(rows, pending=pending)
 
@@ -216,6 +230,7 @@ class GradeQueue:
         pairs: PairTracker | None = None,
         judge: Judge | None = None,
         stuck_after_s: float = 30.0,
+        max_answer_chars: int = 65536,
     ) -> None:
         self.metrics = metrics
         self.judge = judge
@@ -227,6 +242,12 @@ class GradeQueue:
         self._workers_wanted = workers
         self._workers: list[asyncio.Task[None]] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradeproxy-grade")
+        # Rows are serialised and appended in a thread of their own, in submission order: a
+        # response with thousands of choices must not stall the loop, nor a slow disk.
+        self._writer_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="gradeproxy-write"
+        )
+        self.max_answer_chars = max_answer_chars
         self.graded_rows = 0
         self.stuck_after_s = stuck_after_s
         self._stopping = False
@@ -301,6 +322,7 @@ class GradeQueue:
                 await worker
         self._workers.clear()
         self._executor.shutdown(wait=True)
+        self._writer_executor.shutdown(wait=True)
 
     async def _work(self) -> None:
         while True:
@@ -320,12 +342,12 @@ class GradeQueue:
 
     async def _handle(self, job: GradeJob) -> None:
         try:
-            if job.size <= self.inline_max_bytes:
-                graded = grade_job(job, self.capture_answer)
+            if job.size <= self.inline_max_bytes and not runs_off_loop(job.task):
+                graded = grade_job(job, self.capture_answer, self.max_answer_chars)
             else:
                 loop = asyncio.get_running_loop()
                 graded = await loop.run_in_executor(
-                    self._executor, grade_job, job, self.capture_answer
+                    self._executor, grade_job, job, self.capture_answer, self.max_answer_chars
                 )
         except Exception:  # a grader bug is an infrastructure error, never a model failure
             self.metrics.grading_errors.labels("grader").inc()
@@ -349,7 +371,7 @@ class GradeQueue:
                 self._report(job, None)
                 return
             graded.rows[index].update(fields)
-        self.record(job, graded.rows)
+        await self.record(job, graded.rows)
 
     def _report(self, job: GradeJob, rows: list[dict[str, Any]] | None) -> None:
         """Tell the pair tracker how a leg of a shadowed request ended (once per leg)."""
@@ -360,7 +382,7 @@ class GradeQueue:
             results = {r["choice"]: r["result"] for r in rows if r["result"] != "error"}
         self.pairs.leg(job.pair_id, job.variant, job.task.id, results)
 
-    def record(self, job: GradeJob, rows: list[dict[str, Any]]) -> None:
+    async def record(self, job: GradeJob, rows: list[dict[str, Any]]) -> None:
         """Count and write a job's rows (and settle its pair, when it is a shadowed leg)."""
         metrics = self.metrics
         for row in rows:
@@ -382,11 +404,12 @@ class GradeQueue:
         for row in rows:
             row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
         if self.writer is not None:
+            loop = asyncio.get_running_loop()
             try:
-                self.writer.write(rows)
-            except OSError:
-                self.metrics.grading_errors.labels("results_write").inc()
-                log.exception("results_write_failed", request_id=job.request_id)
+                await loop.run_in_executor(self._writer_executor, self.writer.write, rows)
+            except ResultsWriteError as exc:  # none of the rows is in the file: count each once
+                self.metrics.grading_errors.labels("results_write").inc(exc.rows)
+                _log_quietly("results_write_failed", request_id=job.request_id, error=str(exc))
                 return
         self.graded_rows += len(rows)
         self.metrics.grade_latency.observe(latency)

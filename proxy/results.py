@@ -1,16 +1,33 @@
-"""Result rows: one JSON line per graded answer, flushed as written, rotated by size.
+"""Result rows: one JSON line per graded answer, appended whole, rotated by size.
 
-Rows are flushed per batch, so a crash loses at most the row being written; shutdown drains the
-grading queue before the writer closes, so a graceful stop loses none.
+Each batch of rows is serialised first and then appended with ``os.write`` on an ``O_APPEND``
+descriptor, so there is no buffer that could flush half a batch later. A write that fails part
+way (a full disk) is cut back to where the batch began: the file holds whole rows or nothing,
+and :class:`ResultsWriteError` says how many rows were lost, so the loss is counted once.
+Shutdown drains the grading queue before the writer closes, so a graceful stop loses none.
+
+The writer does blocking I/O; the grade queue calls it from its writer thread, never from the
+event loop.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from grader._json import dumps
+
+_MODE = 0o644  # rows are data for other tools (and other users) to read, as any log file
+
+
+class ResultsWriteError(OSError):
+    """A batch of rows could not be appended; none of it is in the file."""
+
+    def __init__(self, rows: int, cause: OSError) -> None:
+        super().__init__(cause.errno, f"{rows} row(s) not written: {cause.strerror or cause}")
+        self.rows = rows
 
 
 class ResultWriter:
@@ -22,25 +39,47 @@ class ResultWriter:
         self.backups = backups
         self.rows_written = 0
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[bytes] | None = path.open("ab")
-        self._size = self._file.tell()
+        self._fd: int | None = self._open()
+        self._size = os.fstat(self._fd).st_size
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, _MODE)
 
     def write(self, rows: list[dict[str, Any]]) -> None:
-        """Write and flush rows; rotates first when the file would pass ``max_bytes``."""
-        if self._file is None:
+        """Append rows whole, or none of them (:class:`ResultsWriteError`); rotates first when
+        the file would pass ``max_bytes``."""
+        if self._fd is None:
             raise RuntimeError("result writer is closed")
         data = b"".join(dumps(row) + b"\n" for row in rows)
         if self._size and self._size + len(data) > self.max_bytes:
-            self._rotate()
-        assert self._file is not None
-        self._file.write(data)
-        self._file.flush()
+            try:
+                self._rotate()
+            except OSError as exc:
+                raise ResultsWriteError(len(rows), exc) from exc
+        assert self._fd is not None
+        view, written = memoryview(data), 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, view[written:])
+        except OSError as exc:
+            self._cut_back()
+            raise ResultsWriteError(len(rows), exc) from exc
         self._size += len(data)
         self.rows_written += len(rows)
 
+    def _cut_back(self) -> None:
+        """Drop a partly appended batch, so no torn row is ever followed by another row."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.EBADF):  # not a regular file (/dev/full)
+                raise
+
     def _rotate(self) -> None:
-        assert self._file is not None
-        self._file.close()
+        assert self._fd is not None
+        os.close(self._fd)
+        self._fd = None
         if self.backups == 0:
             self.path.unlink(missing_ok=True)
         else:
@@ -49,12 +88,16 @@ class ResultWriter:
                 if older.exists():
                     os.replace(older, self.path.with_name(f"{self.path.name}.{index + 1}"))
             os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-        self._file = self.path.open("ab")
+        self._fd = self._open()
         self._size = 0
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # fsync on a device that cannot sync
+                    raise
+            finally:
+                os.close(self._fd)
+                self._fd = None

@@ -32,6 +32,7 @@ CheckReasonCode = Literal[
     "string_mismatch",
     "above_threshold",
     "below_threshold",
+    "input_too_large",
     # tool_call options
     "unexpected_call",
     "parallel_count_mismatch",

@@ -96,9 +96,26 @@ METRICS: dict[str, Callable[[str, str], float]] = {
     "rouge_l": rouge_l,
 }
 _OPENAI_ONLY = {"gleu", "meteor", "cosine", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5"}
-# BLEU and ROUGE-L are quadratic or worse in tokens at worst; long answers are cut, not graded
-# slowly on the proxy's grading workers.
-MAX_CHARS = 20_000
+# Input caps where cost grows with size. Beyond them the column is an ``error``
+# (``input_too_large``), never a score of a silently cut text, nor seconds of CPU: ROUGE-L is
+# quadratic in tokens (a 40 KB pair cost 22 s of CPU before these caps).
+MAX_CHARS = 200_000  # each side, every metric (fuzzy_match is C, BLEU linear in tokens)
+MAX_LCS_CELLS = 1_000_000  # rouge_l: candidate tokens x reference tokens (~0.2 s at most)
+
+
+def _too_large(metric: str, candidate: str, reference: str) -> str | None:
+    """Why this pair is over the metric's cap, or None."""
+    longest = max(len(candidate), len(reference))
+    if longest > MAX_CHARS:
+        return f"{metric}: input of {longest} characters is over the cap of {MAX_CHARS}"
+    if metric == "rouge_l":
+        cells = len(tokens(candidate)) * len(tokens(reference))
+        if cells > MAX_LCS_CELLS:
+            return (
+                f"rouge_l: {cells} token pairs (candidate x reference) is over the cap of "
+                f"{MAX_LCS_CELLS}"
+            )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,10 +163,13 @@ class SimilarityCheck(BaseCheck):
 
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
         try:
-            candidate = self.input.render(sample, item)[:MAX_CHARS]
-            reference = self.reference.render(sample, item)[:MAX_CHARS]
+            candidate = self.input.render(sample, item)
+            reference = self.reference.render(sample, item)
         except TemplateError as exc:
             return self.result(None, str(exc), "template_unresolved", error=str(exc))
+        too_large = _too_large(self.metric, candidate, reference)
+        if too_large is not None:
+            return self.result(None, too_large, "input_too_large", error=too_large)
         value = METRICS[self.metric](candidate, reference)
         passed = value >= self.threshold
         reason = f"{self.metric} {value:.4f} {'>=' if passed else '<'} {self.threshold:g}"

@@ -103,3 +103,29 @@ def test_refused_definitions(bad: dict[str, Any], message: str) -> None:
 def test_missing_reference_is_ungraded() -> None:
     result = run(definition(), "anything", {})
     assert (result.passed, result.score, result.reward) == (None, None, None)
+
+
+WORDS_1000 = " ".join(f"w{i}" for i in range(1000))  # 1,000 tokens
+WORDS_1001 = WORDS_1000 + " extra"
+
+
+@pytest.mark.parametrize(
+    ("metric", "answer", "reference", "code"),
+    [
+        # 1,000 x 1,000 token pairs is the rouge_l cap itself: scored.
+        pytest.param("rouge_l", WORDS_1000, WORDS_1000, "above_threshold", id="rouge_l_at_cap"),
+        pytest.param("rouge_l", WORDS_1001, WORDS_1000, "input_too_large", id="rouge_l_over_cap"),
+        pytest.param("bleu", WORDS_1001, WORDS_1000, "above_threshold", id="bleu_linear_no_cap"),
+        pytest.param("fuzzy_match", "a" * 200_001, "a", "input_too_large", id="fuzzy_over_chars"),
+        pytest.param("bleu", "a " * 100_001, "a", "input_too_large", id="bleu_over_chars"),
+    ],
+)
+def test_inputs_over_a_metric_cap_are_errors_never_cut(
+    metric: str, answer: str, reference: str, code: str
+) -> None:
+    """A pair over the cap is an ``error`` column with the sizes, not a score of a cut text."""
+    result = run(definition(metric, 0.5), answer, {"answer": reference})
+    assert result.reason_code == code
+    if code == "input_too_large":
+        assert result.passed is None
+        assert "over the cap" in result.reason

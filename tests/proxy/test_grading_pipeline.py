@@ -219,3 +219,48 @@ def test_rows_written_by_hostile_requests_read_back_exactly(tmp_path: Path) -> N
     path.write_bytes(dumps(row) + b"\n")
     assert json.loads(path.read_text()) == row
     assert b"\\udcff" in path.read_bytes()
+
+
+SCHEMA_TASK = {
+    "id": "weather.schema_checked",
+    "expected": {"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}},
+    "checks": [{"type": "json_schema", "name": "schema", "schema": {"type": "object"}}],
+    "metadata": {"mutationKind": "none"},
+}
+
+
+@pytest.mark.parametrize(
+    ("task", "thread"),
+    [("weather.single", "MainThread"), ("weather.schema_checked", "gradeproxy-grade")],
+    ids=["tool_call_only_inline", "schema_check_off_the_loop"],
+)
+async def test_checks_whose_cost_grows_run_off_the_event_loop(
+    make_proxy: ProxyFactory,
+    tasks_file: Path,
+    results_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    task: str,
+    thread: str,
+) -> None:
+    """A small response is graded inline only when its task runs nothing but the tool-call
+    check; schema, similarity, formula and policy checks always run in the grading thread."""
+    import threading
+
+    from grader._json import dumps
+    from proxy import grading
+
+    with tasks_file.open("ab") as out:
+        out.write(dumps(SCHEMA_TASK) + b"\n")
+    seen: list[str] = []
+    real = grading.grade_job
+
+    def spy(*args: Any) -> Any:
+        seen.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(grading, "grade_job", spy)
+    client = await make_proxy()
+    await client.post("/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": task})
+    [row] = await rows_of(client, results_path)
+    assert row["result"] == "pass"
+    assert [name.split("_")[0] for name in seen] == [thread]
