@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 from grader.tasks import Task
 from proxy.errors import DrainingError, ProxyError
 from proxy.forward import Relay, relay, request_headers, upstream_url
-from proxy.grading import GradeJob, sampled
+from proxy.grading import Api, GradeJob, sampled
 from proxy.logs import get_logger
 from proxy.routing import ShadowTarget
 from proxy.shadow import ShadowLeg, shadow_headers
@@ -38,6 +38,9 @@ from proxy.state import (
 log = get_logger("gradeproxy.request")
 
 CHAT_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
+# The routes whose responses the proxy can capture and grade (POST only), by route label.
+GRADED_ROUTES: dict[str, Api] = {CHAT_PATH: "chat_completions", RESPONSES_PATH: "responses"}
 CLIENT_CLOSED = 499  # nginx's "client closed request": no response was completed
 MAX_META_HEADERS = 16
 MAX_META_VALUE = 256
@@ -53,7 +56,12 @@ def _meta(request: web.Request, prefix: str) -> dict[str, str]:
 
 
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
-    """Forward any ``/v1/*`` request; grade chat completions that name a loaded task."""
+    """Forward any ``/v1/*`` request; grade those on a graded route that name a loaded task.
+
+    A request that names a task on any other route is forwarded and counted as skipped
+    (``unsupported_route``): the proxy cannot read an answer from it, and saying so beats a
+    silent ``graded: false``.
+    """
     app = request.app
     config, metrics = app[CONFIG], app[METRICS]
     started = time.perf_counter()
@@ -61,17 +69,21 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     request[REQUEST_ID] = request_id
     if app[LIFECYCLE].refusing:
         raise DrainingError("the proxy is shutting down; retry on another replica")
-    route = (
-        "chat_completions" if request.method == "POST" and request.path == CHAT_PATH else "other"
-    )
+    api = GRADED_ROUTES.get(request.path) if request.method == "POST" else None
+    route: str = api or "other"
+    graded_route = api is not None
     grading = config.grading
-    task_id = request.headers.get(grading.task_header) if route == "chat_completions" else None
+    task_id = request.headers.get(grading.task_header) if graded_route else None
     tasks = app[TASKS].current
     task = tasks.get(task_id) if tasks is not None and task_id else None
     # One sampling key for grading and shadows: a shadowed request is always a graded one.
     key = request.headers.get(grading.sampling_header or "") or request_id
     skip: str | None = None
-    if route == "chat_completions":
+    if not graded_route:
+        if grading.task_header in request.headers:
+            skip = "unsupported_route"
+            task_id = request.headers.get(grading.task_header)
+    else:
         if not task_id:
             skip = "no_task_header"
         elif task is None:
@@ -91,7 +103,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     if target.shadow is not None and task is not None and tasks is not None:
         # Started before the primary is awaited, so both legs run together.
         pair_id = _start_shadow(
-            request, target.shadow, key, skip is None, headers, body, task, tasks.digest
+            request, target.shadow, key, skip is None, headers, body, task, tasks.digest, api
         )
     submitted = False
     try:
@@ -114,14 +126,14 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         except asyncio.CancelledError:  # the client went away and aiohttp cancelled us
             outcome.client_disconnected = True
             status = CLIENT_CLOSED
-            if route == "chat_completions":
+            if graded_route or skip is not None:
                 skip = skip or "client_disconnected"
                 metrics.skipped.labels(skip).inc()
             raise
         except ProxyError as error:
             status = error.status
             metrics.upstream_errors.labels(_upstream_error_kind(error)).inc()
-            if route == "chat_completions":
+            if graded_route or skip is not None:
                 skip = skip or "upstream_error"
                 metrics.skipped.labels(skip).inc()
             raise
@@ -129,7 +141,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             metrics.in_flight.dec()
             total = time.perf_counter() - started
             _observe(request, route, status, total, outcome, skip, task_id, pair_id)
-        if route == "chat_completions" and skip is None:
+        if api is not None and skip is None:
             skip = _post_skip(outcome)
             if skip is None and task is not None and tasks is not None:
                 if pair_id is not None:
@@ -153,6 +165,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                         "overhead_s": round(max(total - outcome.upstream_wait_s, 0.0), 6),
                     },
                     pair_id=pair_id,
+                    api=api,
                 )
                 submitted = True  # from here on the queue reports the leg, even when full
                 app[QUEUE].submit(job)
@@ -175,11 +188,12 @@ def _start_shadow(
     body: bytes,
     task: Task,
     tasks_digest: str,
+    api: Api | None,
 ) -> str | None:
     """Start the shadow copy of a graded request if it is sampled and a slot is free; its
     pair id, or None (the reason counted)."""
     runner = request.app[SHADOWS]
-    if not (graded and sampled(key, shadow.sample_rate)):
+    if api is None or not (graded and sampled(key, shadow.sample_rate)):
         runner.sampled_out()
         return None
     grading = request.app[CONFIG].grading
@@ -194,6 +208,7 @@ def _start_shadow(
         tasks_digest=tasks_digest,
         run=request.headers.get(grading.run_header),
         meta=_meta(request, grading.meta_header_prefix),
+        api=api,
     )
     return leg.pair_id if runner.start(leg) else None
 
@@ -240,7 +255,7 @@ def _observe(
         ttfb_ms=round(outcome.ttfb_s * 1000, 3),
         overhead_ms=round(overhead * 1000, 3),
         task=task_id,
-        graded=route == "chat_completions" and skip is None and not outcome.upstream_failed,
+        graded=route != "other" and skip is None and not outcome.upstream_failed,
         skip=skip,
         upstream_failed=outcome.upstream_failed,
         client_disconnected=outcome.client_disconnected,
