@@ -275,10 +275,13 @@ class ResponsesStreamCapture:
             raise _CaptureError(f"event {self._events}: {exc}") from None
         if not isinstance(payload, Mapping):
             raise _CaptureError(f"event {self._events}: not a JSON object")
-        kind = payload.get("type")
-        kind = kind if isinstance(kind, str) else name
+        typed = payload.get("type")
+        kind = typed if isinstance(typed, str) else name
         if kind == "error":
             raise _CaptureError(_error_message(payload.get("error") or payload))
+        if typed is None and payload.get("error"):
+            # The chat-style in-band error (the proxy's own after an upstream failure).
+            raise _CaptureError(_error_message(payload["error"]))
         response = payload.get("response")
         if isinstance(response, Mapping):
             self._lifecycle(kind, response)

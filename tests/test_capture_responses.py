@@ -247,6 +247,11 @@ QUIRKS = [
         id="cut_inside_an_event",
     ),
     pytest.param(
+        _raw(_events()[:4], b'data: {"error":{"message":"upstream broke the stream"}}\n\n'),
+        Expect(None, error="upstream error: upstream broke the stream"),
+        id="chat_style_in_band_error",
+    ),
+    pytest.param(
         _raw([*_events()[:2], {"type": "response.failed", "response": {"status": "failed"}}]),
         Expect(None, error="upstream error: response failed"),
         id="failed_without_error_object",
