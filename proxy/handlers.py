@@ -3,8 +3,9 @@
 Everything that decides *whether* a response is graded (or shadowed) happens here, cheaply, so
 the skip counters are complete: no task header, unknown task, sampled out, upstream error
 status, client disconnected, a full queue, or a task named on a route that is not graded
-(``GRADED_ROUTES``: chat completions and the Responses API). A shadow copy is admitted and started here
-(proxy/shadow.py) but never awaited: the client's response depends on the primary alone.
+(``GRADED_ROUTES``: chat completions and the Responses API). A shadow copy is admitted and
+started here (proxy/shadow.py) but never awaited: the client's response depends on the primary
+alone.
 """
 
 from __future__ import annotations
