@@ -237,14 +237,21 @@ class ResponsesStreamCapture:
         self._finished = True
         if self._result is not None and self._error is None:
             return self._result
-        error = self._error or "stream ended before response.completed"
-        answer, _ = _output_answer(self._output())
         return CaptureResult(
-            answers={0: answer} if self._items else {},
+            answers=self._partial(),
             model=self._model,
             finish_reasons={0: None} if self._items else {},
-            error=error,
+            error=self._error or "stream ended before response.completed",
         )
+
+    def _partial(self) -> dict[int, Answer]:
+        """What an unfinished stream had said, for the record (never graded)."""
+        if not self._items:
+            return {}
+        try:
+            return {0: _output_answer(self._output())[0]}
+        except Exception:  # the error already explains the stream; a bug here must not raise
+            return {}
 
     def _output(self) -> list[Any]:
         return [self._items[index].as_item() for index in sorted(self._items)]

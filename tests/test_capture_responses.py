@@ -351,3 +351,31 @@ def test_any_bytes_give_a_result_never_an_exception(data: bytes, cuts: list[int]
     result = capture(parts)
     assert result.error is not None or result.done
     assert responses_from_body(data).error is not None or responses_from_body(data).done
+
+
+@pytest.mark.parametrize("action", ["finish_twice", "feed_after_finish"])
+def test_capture_lifecycle(action: str) -> None:
+    stream = ResponsesStreamCapture()
+    stream.feed(FILES["openai_responses_single_tool.sse"])
+    first = stream.finish()
+    if action == "feed_after_finish":
+        stream.feed(rw.sse([{"type": "error", "message": "late"}]))
+    assert stream.finish() == first
+    assert first.answers == {0: _SINGLE}
+
+
+@pytest.mark.parametrize("surface", ["stream", "body"])
+def test_internal_bug_is_reported_not_raised(surface: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(output: list[Any]) -> tuple[Answer, bool]:
+        raise KeyError("bug")
+
+    monkeypatch.setattr("proxy.capture_responses._output_answer", broken)
+    name = "openai_responses_single_tool." + ("sse" if surface == "stream" else "json")
+    if surface == "stream":
+        stream = ResponsesStreamCapture()
+        stream.feed(FILES[name])
+        result = stream.finish()
+    else:
+        result = responses_from_body(FILES[name])
+    assert result.error is not None
+    assert result.error.startswith("internal capture error: KeyError")
