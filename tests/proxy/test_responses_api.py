@@ -12,9 +12,11 @@ from typing import Any
 
 import openai
 import pytest
+import structlog
 from aiohttp.test_utils import TestServer
 
 from grader._json import dumps
+from proxy.logs import configure_logging
 from tests import responses_wire as rw
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import JSON, SSE, Reply, ScriptedBackend
@@ -62,8 +64,10 @@ def reply(case: rw.Case, stream: bool) -> Reply:
     return Reply(body=body, content_type=SSE if stream else JSON, split_at=awkward_cuts(body))
 
 
-async def sdk_call(base_url: str, stream: bool, task: str) -> Any:
+async def sdk_call(base_url: str, stream: bool, task: str, flavour: str = "async") -> Any:
     headers = {**HEADERS, "X-Grade-Task": task}
+    if flavour == "sync":
+        return await asyncio.to_thread(sync_call, base_url, stream, headers)
     async with openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0) as client:
         if stream:
             events = await client.responses.create(stream=True, extra_headers=headers, **REQUEST)
@@ -71,7 +75,16 @@ async def sdk_call(base_url: str, stream: bool, task: str) -> Any:
         return (await client.responses.create(extra_headers=headers, **REQUEST)).model_dump()
 
 
+def sync_call(base_url: str, stream: bool, headers: dict[str, str]) -> Any:
+    with openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0) as client:
+        if stream:
+            events = client.responses.create(stream=True, extra_headers=headers, **REQUEST)
+            return [event.model_dump() for event in events]
+        return client.responses.create(extra_headers=headers, **REQUEST).model_dump()
+
+
 @pytest.mark.e2e
+@pytest.mark.parametrize("flavour", ["async", "sync"])
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 @pytest.mark.parametrize(("case", "task", "result", "reason_code"), ANSWERS)
 async def test_sdk_responses_create_is_graded_like_a_chat_completion(
@@ -79,6 +92,7 @@ async def test_sdk_responses_create_is_graded_like_a_chat_completion(
     backend: ScriptedBackend,
     backend_server: TestServer,
     results_path: Path,
+    flavour: str,
     stream: bool,
     case: rw.Case,
     task: str,
@@ -87,8 +101,8 @@ async def test_sdk_responses_create_is_graded_like_a_chat_completion(
 ) -> None:
     backend.replies.extend([reply(case, stream)] * 2)
     client = await make_proxy()
-    direct = await sdk_call(str(backend_server.make_url("/v1")), stream, task)
-    proxied = await sdk_call(str(client.make_url("/v1")), stream, task)
+    direct = await sdk_call(str(backend_server.make_url("/v1")), stream, task, flavour)
+    proxied = await sdk_call(str(client.make_url("/v1")), stream, task, flavour)
     assert proxied == direct
     assert backend.seen[1].body == backend.seen[0].body  # the SDK's exact bytes forwarded
     assert backend.seen[1].path_qs == "/v1/responses"
@@ -253,3 +267,51 @@ async def test_stream_cut_before_its_terminal_event_is_a_capture_error(
     metrics = await (await client.get("/metrics")).text()
     assert metric_value(metrics, "gradeproxy_grading_errors_total", kind="capture") == 1
     assert metric_value(metrics, "gradeproxy_grades_total") == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "expected"),
+    [
+        pytest.param(
+            "/v1/responses",
+            HEADERS,
+            {"route": "responses", "task": "weather.single", "graded": True, "skip": None},
+            id="graded",
+        ),
+        pytest.param(
+            "/v1/responses",
+            {},
+            {"route": "responses", "task": None, "graded": False, "skip": "no_task_header"},
+            id="no_task_header",
+        ),
+        pytest.param(
+            "/v1/embeddings",
+            HEADERS,
+            {
+                "route": "other",
+                "task": "weather.single",
+                "graded": False,
+                "skip": "unsupported_route",
+            },
+            id="unsupported_route",
+        ),
+    ],
+)
+async def test_request_log_line_says_whether_and_why_not_graded(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    path: str,
+    headers: dict[str, str],
+    expected: dict[str, Any],
+) -> None:
+    backend.replies.append(reply(rw.CASES["single_tool"], stream=True))
+    client = await make_proxy()
+    configure_logging("info", "json", cache=False)
+    with structlog.testing.capture_logs() as logs:
+        response = await client.post(path, data=dumps(REQUEST), headers=headers)
+        await response.read()
+        rows = await rows_of(client, results_path)
+    [line] = [entry for entry in logs if entry["event"] == "request"]
+    assert {key: line[key] for key in expected} == expected
+    assert len(rows) == int(expected["graded"])
