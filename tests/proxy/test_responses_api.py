@@ -118,6 +118,8 @@ async def test_sdk_responses_create_is_graded_like_a_chat_completion(
     assert (row["reason_code"], row["model"]) == (reason_code, rw.MODEL)
     metrics = await (await client.get("/metrics")).text()
     assert metric_value(metrics, "gradeproxy_grades_total", task=task, result=result) == 1
+    stale = metric_value(metrics, "gradeproxy_stale_schema_total", task=task, model=rw.MODEL)
+    assert stale == (result == "stale")
     assert metric_value(metrics, "gradeproxy_requests_total", route="responses", code="200") == 1
     assert metric_value(metrics, "gradeproxy_grading_skipped_total") == 0
 
