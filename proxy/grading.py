@@ -31,6 +31,7 @@ from grader.checks import CheckContext, Judge
 from grader.tasks import Task
 from grader.version import GRADER_RULES_VERSION
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
+from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
 from proxy.checking import grade_answer, grade_answer_judged, has_checks, needs_judge
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
@@ -38,6 +39,9 @@ from proxy.pairs import PairTracker
 from proxy.results import ResultsWriteError, ResultWriter
 
 log = get_logger("gradeproxy.grading")
+
+# The APIs whose responses the proxy can capture, by the route label they are counted under.
+Api = Literal["chat_completions", "responses"]
 
 
 # While a large response is graded in the thread, the event loop needs the GIL back quickly:
@@ -73,6 +77,7 @@ class GradeJob:
     timings: dict[str, float] = field(default_factory=dict)
     variant: Literal["primary", "shadow"] = "primary"
     pair_id: str | None = None  # set on both legs of a shadowed request
+    api: Api = "chat_completions"  # which wire format ``response`` is in
 
     @property
     def size(self) -> int:
@@ -110,8 +115,9 @@ def _tools(request: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 def capture(job: GradeJob) -> CaptureResult:
     if not job.stream:
-        return answers_from_body(b"".join(job.response))
-    stream = StreamCapture()
+        body = b"".join(job.response)
+        return responses_from_body(body) if job.api == "responses" else answers_from_body(body)
+    stream = ResponsesStreamCapture() if job.api == "responses" else StreamCapture()
     for chunk in job.response:
         stream.feed(chunk)
     return stream.finish()

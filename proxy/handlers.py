@@ -2,8 +2,10 @@
 
 Everything that decides *whether* a response is graded (or shadowed) happens here, cheaply, so
 the skip counters are complete: no task header, unknown task, sampled out, upstream error
-status, client disconnected, or a full queue. A shadow copy is admitted and started here
-(proxy/shadow.py) but never awaited: the client's response depends on the primary alone.
+status, client disconnected, a full queue, or a task named on a route that is not graded
+(``GRADED_ROUTES``: chat completions and the Responses API). A shadow copy is admitted and
+started here (proxy/shadow.py) but never awaited: the client's response depends on the primary
+alone.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from multidict import CIMultiDict
 
 from grader.tasks import Task, TaskSet
 from proxy.capture import stream_answered
+from proxy.capture_responses import responses_stream_answered
 from proxy.errors import DrainingError, ProxyError
 from proxy.forward import Relay, relay, request_headers, upstream_url
-from proxy.grading import GradeJob, sampled
+from proxy.grading import Api, GradeJob, sampled
 from proxy.logs import get_logger
 from proxy.routing import ShadowTarget
 from proxy.shadow import ShadowLeg, shadow_headers
@@ -41,6 +44,9 @@ from proxy.state import (
 log = get_logger("gradeproxy.request")
 
 CHAT_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
+# The routes whose responses the proxy can capture and grade (POST only), by route label.
+GRADED_ROUTES: dict[str, Api] = {CHAT_PATH: "chat_completions", RESPONSES_PATH: "responses"}
 CLIENT_CLOSED = 499  # nginx's "client closed request": no response was completed
 MAX_META_HEADERS = 16
 MAX_META_VALUE = 256
@@ -56,7 +62,12 @@ def _meta(request: web.Request, prefix: str) -> dict[str, str]:
 
 
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
-    """Forward any ``/v1/*`` request; grade chat completions that name a loaded task."""
+    """Forward any ``/v1/*`` request; grade those on a graded route that name a loaded task.
+
+    A request that names a task on any other route is forwarded and counted as skipped
+    (``unsupported_route``): the proxy cannot read an answer from it, and saying so beats a
+    silent ``graded: false``.
+    """
     app = request.app
     config, metrics = app[CONFIG], app[METRICS]
     started = time.perf_counter()
@@ -64,17 +75,21 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     request[REQUEST_ID] = request_id
     if app[LIFECYCLE].refusing:
         raise DrainingError("the proxy is shutting down; retry on another replica")
-    route = (
-        "chat_completions" if request.method == "POST" and request.path == CHAT_PATH else "other"
-    )
+    api = GRADED_ROUTES.get(request.path) if request.method == "POST" else None
+    route: str = api or "other"
+    graded_route = api is not None
     grading = config.grading
-    task_id = request.headers.get(grading.task_header) if route == "chat_completions" else None
+    task_id = request.headers.get(grading.task_header) if graded_route else None
     tasks = app[TASKS].current
     task = tasks.get(task_id) if tasks is not None and task_id else None
     # One sampling key for grading and shadows: a shadowed request is always a graded one.
     key = request.headers.get(grading.sampling_header or "") or request_id
     skip: str | None = None
-    if route == "chat_completions":
+    if not graded_route:
+        if grading.task_header in request.headers:
+            skip = "unsupported_route"
+            task_id = request.headers.get(grading.task_header)
+    else:
         if not task_id:
             skip = "no_task_header"
         elif task is None:
@@ -94,7 +109,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     if target.shadow is not None and task is not None and tasks is not None:
         # Started before the primary is awaited, so both legs run together.
         pair_id = _start_shadow(
-            request, target.shadow, key, skip is None, headers, body, task, tasks.digest
+            request, target.shadow, key, skip is None, headers, body, task, tasks.digest, api
         )
     submitted = False
 
@@ -122,6 +137,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 "overhead_s": round(max(total - outcome.upstream_wait_s, 0.0), 6),
             },
             pair_id=pair_id,
+            api=api or "chat_completions",
         )
         submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)
@@ -144,23 +160,23 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 client_timeout=target.timeout,
             )
             status = outcome.status
-            if route == "chat_completions" and skip is None:
-                skip = _post_skip(outcome, body)
+            if api is not None and skip is None:
+                skip = _post_skip(outcome, body, api)
         except asyncio.CancelledError:  # the client went away and aiohttp cancelled us
             outcome.client_disconnected = True
             # A client that has the whole answer may leave before the upstream ends its body.
-            answered = capturing and _answered(outcome, body)
+            answered = capturing and api is not None and _answered(outcome, body, api)
             status = outcome.status if answered else CLIENT_CLOSED
             if answered and task is not None and tasks is not None:
                 submit(task, tasks)
-            elif route == "chat_completions":
+            elif graded_route or skip is not None:
                 skip = skip or "client_disconnected"
                 metrics.skipped.labels(skip).inc()
             raise
         except ProxyError as error:
             status = error.status
             metrics.upstream_errors.labels(_upstream_error_kind(error)).inc()
-            if route == "chat_completions":
+            if graded_route or skip is not None:
                 skip = skip or "upstream_error"
                 metrics.skipped.labels(skip).inc()
             raise
@@ -187,11 +203,12 @@ def _start_shadow(
     body: bytes,
     task: Task,
     tasks_digest: str,
+    api: Api | None,
 ) -> str | None:
     """Start the shadow copy of a graded request if it is sampled and a slot is free; its
     pair id, or None (the reason counted)."""
     runner = request.app[SHADOWS]
-    if not (graded and sampled(key, shadow.sample_rate)):
+    if api is None or not (graded and sampled(key, shadow.sample_rate)):
         runner.sampled_out()
         return None
     grading = request.app[CONFIG].grading
@@ -206,13 +223,18 @@ def _start_shadow(
         tasks_digest=tasks_digest,
         run=request.headers.get(grading.run_header),
         meta=_meta(request, grading.meta_header_prefix),
+        api=api,
     )
     return leg.pair_id if runner.start(leg) else None
 
 
-def _answered(outcome: Relay, body: bytes) -> bool:
+def _answered(outcome: Relay, body: bytes, api: Api) -> bool:
     """Whether a response whose client left had already reached it whole (graded then)."""
-    return outcome.stream and stream_answered(outcome.parts, _choices_requested(body))
+    if not outcome.stream:
+        return False
+    if api == "responses":
+        return responses_stream_answered(outcome.parts)
+    return stream_answered(outcome.parts, _choices_requested(body))
 
 
 def _choices_requested(body: bytes) -> int:
@@ -224,8 +246,8 @@ def _choices_requested(body: bytes) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
-def _post_skip(outcome: Relay, body: bytes) -> str | None:
-    if outcome.client_disconnected and not _answered(outcome, body):
+def _post_skip(outcome: Relay, body: bytes, api: Api) -> str | None:
+    if outcome.client_disconnected and not _answered(outcome, body, api):
         return "client_disconnected"
     if outcome.status >= 400 or outcome.upstream_failed is not None:
         return "upstream_error"
@@ -266,7 +288,7 @@ def _observe(
         ttfb_ms=round(outcome.ttfb_s * 1000, 3),
         overhead_ms=round(overhead * 1000, 3),
         task=task_id,
-        graded=route == "chat_completions" and skip is None and not outcome.upstream_failed,
+        graded=route != "other" and skip is None and not outcome.upstream_failed,
         skip=skip,
         upstream_failed=outcome.upstream_failed,
         client_disconnected=outcome.client_disconnected,

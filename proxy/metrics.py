@@ -33,7 +33,7 @@ from grader.version import __version__
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 del GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR  # we build our own registry
 
-ROUTES = ("chat_completions", "other")
+ROUTES = ("chat_completions", "responses", "other")
 RESULTS = ("pass", "fail", "stale")
 SKIP_REASONS = (
     "no_task_header",
@@ -43,6 +43,7 @@ SKIP_REASONS = (
     "queue_full",
     "sampled_out",
     "empty_response",
+    "unsupported_route",
 )
 GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker")
 CHECK_RESULTS = ("pass", "fail", "error")
@@ -213,7 +214,7 @@ class ProxyMetrics:
         )
         self.skipped = Counter(
             "gradeproxy_grading_skipped_total",
-            "Chat completions not graded, by reason.",
+            "Requests not graded (on a graded route, or naming a task elsewhere), by reason.",
             ["reason"],
             registry=reg,
         )

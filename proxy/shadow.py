@@ -29,7 +29,7 @@ from yarl import URL
 
 from grader._json import JSONError, dumps, loads_exact
 from grader.tasks import Task
-from proxy.grading import GradeJob, GradeQueue
+from proxy.grading import Api, GradeJob, GradeQueue
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
@@ -92,6 +92,7 @@ class ShadowLeg:
     tasks_digest: str
     run: str | None = None
     meta: dict[str, str] = field(default_factory=dict)
+    api: Api = "chat_completions"  # the primary's route: the shadow answers in its format
 
 
 @dataclass(slots=True)
@@ -201,6 +202,7 @@ class ShadowRunner:
             timings={"duration_s": round(finished - sent, 6), "ttfb_s": round(ttfb, 6)},
             variant="shadow",
             pair_id=leg.pair_id,
+            api=leg.api,
         )
         return _Outcome("ok", job)
 

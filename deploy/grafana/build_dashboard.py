@@ -178,7 +178,8 @@ def traffic() -> Json:
         [
             timeseries(
                 "Requests per second by route and code",
-                "Responses sent by the proxy per second, by route (chat_completions or other)"
+                "Responses sent by the proxy per second, by route (chat_completions, responses"
+                " or other)"
                 " and HTTP status code, counted when each response ends.",
                 "reqps",
                 [
@@ -358,7 +359,8 @@ def pipeline() -> Json:
             timeseries(
                 "Grading skipped per second by reason",
                 "Responses not graded, by reason: no_task_header, unknown_task,"
-                " upstream_error, client_disconnected, queue_full (alerted), sampled_out.",
+                " upstream_error, client_disconnected, queue_full (alerted), sampled_out,"
+                " empty_response, unsupported_route.",
                 "cps",
                 [
                     target(

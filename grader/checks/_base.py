@@ -164,12 +164,44 @@ def sample_calls(sample: Sample) -> list[SampleCall]:
     return calls
 
 
+def chat_tools(tools: list[Any]) -> list[Any]:
+    """Request tools in chat completions' shape, whichever API declared them.
+
+    The Responses API declares a function tool flat, ``{"type": "function", "name",
+    "parameters"}``; chat completions nests it under ``function``. Checks and templates read
+    one shape, so a flat function tool is nested here and every other entry (a chat tool, a
+    built-in tool such as ``web_search``) is kept as it is.
+    """
+    nested: list[Any] = []
+    for tool in tools:
+        flat = (
+            isinstance(tool, dict)
+            and tool.get("type") == "function"
+            and "function" not in tool
+            and isinstance(tool.get("name"), str)
+        )
+        if flat:
+            function = {key: value for key, value in tool.items() if key != "type"}
+            nested.append({"type": "function", "function": function})
+        else:
+            nested.append(tool)
+    return nested
+
+
 @dataclass(frozen=True, slots=True)
 class CheckContext:
-    """What the live request adds: its own ``tools`` list and the model that answered."""
+    """What the live request adds: its own ``tools`` list and the model that answered.
+
+    ``request_tools`` is normalised to chat completions' shape (:func:`chat_tools`) on
+    construction, so no check has to know which API the request came through.
+    """
 
     request_tools: list[dict[str, Any]] | None = None
     model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.request_tools is not None:
+            object.__setattr__(self, "request_tools", chat_tools(self.request_tools))
 
 
 @dataclass(frozen=True, slots=True)

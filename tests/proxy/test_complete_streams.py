@@ -180,3 +180,51 @@ async def test_answered_stream_is_graded_when_the_client_leaves(
     else:
         assert left == 1
         assert rows == []
+
+
+@pytest.mark.parametrize(
+    ("cut", "graded"),
+    [("after_completed", True), ("before_completed", False)],
+    ids=["completed_relayed_upstream_lingers", "client_leaves_before_completed"],
+)
+async def test_responses_stream_is_graded_once_its_terminal_event_was_relayed(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    cut: str,
+    graded: bool,
+) -> None:
+    evs = events("openai_responses_single_tool.sse")
+    at = next(i for i, e in enumerate(evs) if b"response.completed" in e)
+    first = evs if cut == "after_completed" else evs[:at]
+    rest = [] if cut == "after_completed" else evs[at:]
+    gate = asyncio.Event()
+    head = b"".join(first)
+    backend.replies.append(
+        Reply(
+            body=head + b"".join(rest),
+            content_type=SSE,
+            split_at=[len(head)] if rest else [],
+            gate=gate if rest else None,
+            tail_pause_s=0.0 if rest else 0.4,
+        )
+    )
+    client = await make_proxy()
+    response = await client.post(
+        "/v1/responses",
+        data=dumps({"model": "m", "stream": True}),
+        headers={"X-Grade-Task": "weather.single"},
+    )
+    for _ in range(len(first)):
+        await response.content.readuntil(b"\n\n")
+    response.close()
+    await asyncio.sleep(0.05)
+    gate.set()
+
+    def settled(text: str) -> bool:
+        left = metric_value(text, "gradeproxy_grading_skipped_total", reason="client_disconnected")
+        return metric_value(text, "gradeproxy_grades_total") > 0 or left > 0
+
+    await _wait_for(client, settled)
+    rows = await rows_of(client, results_path)
+    assert [r["result"] for r in rows] == (["pass"] if graded else [])

@@ -199,13 +199,39 @@ async def test_unreadable_capture_is_an_infrastructure_error(
     assert metric_value(metrics, "gradeproxy_grades_total") == 0
 
 
-async def test_other_routes_are_never_graded_or_skipped(
-    make_proxy: ProxyFactory, results_path: Path
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "skipped"),
+    [
+        pytest.param(
+            "POST", "/v1/embeddings", {"X-Grade-Task": "weather.single"}, 1, id="embeddings_task"
+        ),
+        pytest.param(
+            "POST", "/v1/completions", {"X-Grade-Task": "weather.single"}, 1, id="legacy_task"
+        ),
+        pytest.param(
+            "GET", "/v1/responses/resp_1", {"X-Grade-Task": "weather.single"}, 1, id="retrieve"
+        ),
+        pytest.param("GET", "/v1/chat/completions", {"X-Grade-Task": "nope"}, 1, id="chat_get"),
+        pytest.param("POST", "/v1/embeddings", {}, 0, id="embeddings_no_task"),
+    ],
+)
+async def test_a_task_on_a_route_that_cannot_be_captured_is_skipped_as_unsupported(
+    make_proxy: ProxyFactory,
+    results_path: Path,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    skipped: int,
 ) -> None:
     client = await make_proxy()
-    await client.post("/v1/embeddings", data=b"{}", headers={"X-Grade-Task": "weather.single"})
+    await client.request(method, path, data=b"{}", headers=headers)
+    assert await rows_of(client, results_path) == []
     metrics = await (await client.get("/metrics")).text()
-    assert metric_value(metrics, "gradeproxy_grading_skipped_total") == 0
+    assert (
+        metric_value(metrics, "gradeproxy_grading_skipped_total", reason="unsupported_route")
+        == skipped
+    )
+    assert metric_value(metrics, "gradeproxy_grading_skipped_total") == skipped
     assert metric_value(metrics, "gradeproxy_requests_total", route="other", code="200") == 1
 
 

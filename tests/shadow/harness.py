@@ -17,6 +17,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from grader._json import dumps, loads_exact
+from tests import responses_wire as rw
 
 Mode = Literal["plan", "garbage", "status_500", "gated", "empty"]
 SSE = "text/event-stream"
@@ -42,6 +43,15 @@ def plan_request(
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": False}
+    return dumps(body)
+
+
+def plan_responses_request(primary: str, shadow: str, *, stream: bool = False) -> bytes:
+    """The same plan as a Responses API (``/v1/responses``) request body."""
+    plan = dumps({"primary": primary, "shadow": shadow}).decode()
+    body: dict[str, Any] = {"model": "prod-model", "input": [{"role": "user", "content": plan}]}
+    if stream:
+        body["stream"] = True
     return dumps(body)
 
 
@@ -106,6 +116,7 @@ class PlanBackend:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/responses", self._handle)
         return app
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -126,11 +137,13 @@ class PlanBackend:
         if self.mode == "empty":
             return self._sent(web.Response(body=b"", content_type="application/json"))
         payload = loads_exact(body.decode())
-        plan = loads_exact(payload["messages"][-1]["content"])
+        responses = request.path == "/v1/responses"
+        plan = loads_exact(payload["input" if responses else "messages"][-1]["content"])
         arguments = dumps(ARGUMENTS[plan[self.name]]).decode()
         model = payload.get("model", "unknown")
+        case = rw.Case(self.name, (rw.Call("get_weather", arguments, "call_1", "fc_1"),))
         if payload.get("stream") is True:
-            data = completion_sse(model, arguments)
+            data = rw.stream(case) if responses else completion_sse(model, arguments)
             self.sent.append(data)
             response = web.StreamResponse(headers={"Content-Type": SSE})
             await response.prepare(request)
@@ -138,9 +151,8 @@ class PlanBackend:
                 await response.write(data[cut : cut + 50])
             await response.write_eof()
             return response
-        return self._sent(
-            web.Response(body=completion_json(model, arguments), content_type="application/json")
-        )
+        data = rw.body(case) if responses else completion_json(model, arguments)
+        return self._sent(web.Response(body=data, content_type="application/json"))
 
     def _sent(self, response: web.Response) -> web.Response:
         assert isinstance(response.body, bytes)

@@ -13,7 +13,7 @@ import pytest
 from grader._json import loads_exact
 from proxy.state import METRICS, SHADOWS
 from tests.shadow.conftest import ProxyFactory, metric, settle
-from tests.shadow.harness import Mode, PlanBackend, plan_request
+from tests.shadow.harness import Mode, PlanBackend, plan_request, plan_responses_request
 
 TASK = {"X-Grade-Task": "weather.single"}
 
@@ -127,6 +127,37 @@ async def test_stream_modes(
     if stream_mode == "same" or not client_streams:
         assert shadow.seen[0].body == request  # nothing to change: the same bytes
     assert primary.seen[0].body == request
+    assert await metric(
+        client, "gradeproxy_shadow_pairs_total", task="weather.single", primary="pass",
+        shadow="stale",
+    ) == 1  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stream_mode", "client_streams", "shadow_streams"),
+    [
+        pytest.param("same", True, True, id="sse_primary_sse_shadow"),
+        pytest.param("never", True, False, id="sse_primary_json_shadow"),
+        pytest.param("same", False, False, id="json_primary_json_shadow"),
+    ],
+)
+async def test_a_responses_request_is_shadowed_and_both_legs_graded(
+    make_proxy: ProxyFactory,
+    primary: PlanBackend,
+    shadow: PlanBackend,
+    shadow_url: str,
+    results_path: Path,
+    stream_mode: str,
+    client_streams: bool,
+    shadow_streams: bool,
+) -> None:
+    client = await make_proxy(upstream=shadow_section(shadow_url, stream=stream_mode))
+    request = plan_responses_request("pass", "stale", stream=client_streams)
+    response = await client.post("/v1/responses", data=request, headers=TASK)
+    assert await response.read() == primary.sent[0]
+    rows = {r["variant"]: r for r in await settle(client, results_path)}
+    assert (rows["primary"]["stream"], rows["shadow"]["stream"]) == (client_streams, shadow_streams)
+    assert (rows["primary"]["result"], rows["shadow"]["result"]) == ("pass", "stale")
     assert await metric(
         client, "gradeproxy_shadow_pairs_total", task="weather.single", primary="pass",
         shadow="stale",
