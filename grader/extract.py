@@ -24,7 +24,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grader._json import MAX_DEPTH, JSONError, JSONTooDeepError, loads_exact, value_depth
+from grader._json import (
+    MAX_DEPTH,
+    SEARCH_WINDOW,
+    JSONError,
+    JSONTooDeepError,
+    loads_exact,
+    value_depth,
+)
 from grader.canon import Canon, CObject, TooDeepError, canon
 
 _PROSE = re.compile(r"[{\[]")
@@ -58,6 +65,18 @@ class Extraction:
     too_deep: bool
 
 
+def _next_opener(text: str, pos: int) -> re.Match[str] | None:
+    """The next ``{`` or ``[`` at or after ``pos``, searched a window at a time (see
+    ``grader._json.SEARCH_WINDOW``: one long C-level search would hold the GIL)."""
+    n = len(text)
+    while pos < n:
+        m = _PROSE.search(text, pos, pos + SEARCH_WINDOW)
+        if m is not None:
+            return m
+        pos += SEARCH_WINDOW
+    return None
+
+
 @dataclass(slots=True)
 class _ScanState:
     pairs: list[tuple[int, int, str, int]]  # (open, close, opener, depth), outermost of a run
@@ -81,7 +100,7 @@ def _scan_from(text: str, start: int, state: _ScanState) -> int | None:
     pos = start
     while pos < n:
         if not opens:
-            m = _PROSE.search(text, pos)
+            m = _next_opener(text, pos)
             if m is None:
                 break
             first_string = n

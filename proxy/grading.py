@@ -389,7 +389,18 @@ class GradeQueue:
         self.pairs.leg(job.pair_id, job.variant, job.task.id, results)
 
     async def record(self, job: GradeJob, rows: list[dict[str, Any]]) -> None:
-        """Count and write a job's rows (and settle its pair, when it is a shadowed leg)."""
+        """Count and write a job's rows (and settle its pair, when it is a shadowed leg).
+
+        Counting, stamping and writing run in the writer thread, in submission order: a
+        response with 10,000 choices is 10,000 rows, and none of that may hold the event loop.
+        The pair tracker is settled here, on the loop, which owns it.
+        """
+        self._report(job, rows)
+        latency = time.perf_counter() - job.finished_at
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer_executor, self._count_and_write, job, rows, latency)
+
+    def _count_and_write(self, job: GradeJob, rows: list[dict[str, Any]], latency: float) -> None:
         metrics = self.metrics
         for row in rows:
             for column in row["checks"]:
@@ -398,6 +409,7 @@ class GradeQueue:
                 metrics.child(
                     metrics.check_results, job.task.id, column["name"], result, job.variant
                 ).inc()
+            row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
             if row["result"] == "error":  # out of every pass-rate denominator
                 metrics.grading_errors.labels("check").inc()
                 continue
@@ -405,17 +417,12 @@ class GradeQueue:
             metrics.child(metrics.grades, job.task.id, model, row["result"], job.variant).inc()
             if row["result"] == "stale":
                 metrics.child(metrics.stale, job.task.id, model, job.variant).inc()
-        self._report(job, rows)
-        latency = time.perf_counter() - job.finished_at
-        for row in rows:
-            row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
         if self.writer is not None:
-            loop = asyncio.get_running_loop()
             try:
-                await loop.run_in_executor(self._writer_executor, self.writer.write, rows)
+                self.writer.write(rows)
             except ResultsWriteError as exc:  # none of the rows is in the file: count each once
-                self.metrics.grading_errors.labels("results_write").inc(exc.rows)
+                metrics.grading_errors.labels("results_write").inc(exc.rows)
                 _log_quietly("results_write_failed", request_id=job.request_id, error=str(exc))
                 return
         self.graded_rows += len(rows)
-        self.metrics.grade_latency.observe(latency)
+        metrics.grade_latency.observe(latency)

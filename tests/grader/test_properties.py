@@ -5,11 +5,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import parse_task, score
-from grader._json import dumps
+from grader._json import SEARCH_WINDOW, dumps
 from grader.canon import canon, to_plain
 from grader.extract import extract
 
@@ -107,3 +108,15 @@ def test_expected_after_any_key_shuffle_scores_one(
     task = parse_task({"id": "t", "expected": {"name": name, "arguments": args}})
     answer = dumps(shuffled({"name": name, "arguments": args}, rnd)).decode()
     assert score(task, answer).score == 1
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [SEARCH_WINDOW - 1, SEARCH_WINDOW, SEARCH_WINDOW + 1, 3 * SEARCH_WINDOW + 7],
+    ids=["window_minus_one", "window", "window_plus_one", "three_windows"],
+)
+def test_a_call_after_windows_of_prose_is_found(prose: int) -> None:
+    """The opener search runs a window at a time on long answers; no call may fall between."""
+    task = parse_task({"id": "w", "expected": {"name": "f", "arguments": {"a": 1}}})
+    answer = "x" * prose + '{"name": "f", "arguments": {"a": 1}}'
+    assert score(task, answer).reason_code == "match"
