@@ -220,6 +220,7 @@ EXPECTED_ALERTS = {
     "GradeproxyPassRateDropped",
     "GradeproxyGradingErrors",
     "GradeproxyGradeQueueDrops",
+    "GradeproxyGradingUnhealthy",
     "GradeproxyUpstreamErrorRate",
     "GradeproxyDown",
 }
@@ -341,6 +342,24 @@ ALERT_CASES: list[tuple[str, list[Json], str, list[tuple[str, list[Json]]]]] = [
         "no-grading-errors",
         [{"series": f'gradeproxy_grading_errors_total{{{J}, kind="write"}}', "values": "0x30"}],
         "GradeproxyGradingErrors",
+        [("10m", [])],
+    ),
+    (
+        "grading-stuck-fires-after-5m",
+        [{"series": f"gradeproxy_grading_healthy{{{J}}}", "values": "1 1 0x30"}],
+        "GradeproxyGradingUnhealthy",
+        [
+            ("4m", []),
+            (
+                "10m",
+                firing({"job": "gradeproxy", "instance": "proxy-0:8080", "severity": "critical"}),
+            ),
+        ],
+    ),
+    (
+        "grading-healthy-stays-quiet",
+        [{"series": f"gradeproxy_grading_healthy{{{J}}}", "values": "1x30"}],
+        "GradeproxyGradingUnhealthy",
         [("10m", [])],
     ),
     (
