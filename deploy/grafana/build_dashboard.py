@@ -241,28 +241,28 @@ def traffic() -> Json:
 
 
 def latency() -> Json:
-    chat = f'{BASE}, route="chat_completions"'
+    chat = f'{BASE}, route=~"chat_completions|responses"'
     return row(
         "Latency",
-        "Chat-completion latency quantiles: end to end, upstream time to first byte, and"
-        " the time the proxy itself adds.",
+        "Latency quantiles of the graded routes (chat completions and the Responses API): end"
+        " to end, upstream time to first byte, and the time the proxy itself adds.",
         [
             timeseries(
-                "Request duration quantiles (chat completions)",
+                "Request duration quantiles (graded routes)",
                 "p50/p90/p99 of the time from request received to response fully sent,"
                 " streams included." + RULES_NOTE,
                 "s",
                 quantiles("gradeproxy:request_duration_seconds_bucket:rate5m", chat),
             ),
             timeseries(
-                "Upstream time to first byte quantiles (chat completions)",
+                "Upstream time to first byte quantiles (graded routes)",
                 "p50/p90/p99 of the time from forwarding the request to the first response"
                 " byte from the upstream: the model's queueing and prefill time." + RULES_NOTE,
                 "s",
                 quantiles("gradeproxy:upstream_ttfb_seconds_bucket:rate5m", chat),
             ),
             timeseries(
-                "Proxy overhead quantiles (chat completions)",
+                "Proxy overhead quantiles (graded routes)",
                 "p50/p90/p99 of the latency the proxy adds on top of the upstream (request"
                 " handling and relay, not grading, which runs off the hot path)." + RULES_NOTE,
                 "s",
