@@ -32,7 +32,7 @@ from rapidfuzz import fuzz
 
 from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec
 from grader.checks.string_check import require_connected
-from grader.checks.templates import Template, TemplateError, parse_template
+from grader.checks.templates import Template, TemplateError, parse_template, unresolved
 
 _TOKEN = re.compile(r"\w+")
 BLEU_MAX_N = 4
@@ -149,7 +149,7 @@ class SimilarityCheck(BaseCheck):
             candidate = self.input.render(sample, item)[:MAX_CHARS]
             reference = self.reference.render(sample, item)[:MAX_CHARS]
         except TemplateError as exc:
-            return self.result(None, str(exc), "template_unresolved", error=str(exc))
+            return unresolved(self, exc)
         value = METRICS[self.metric](candidate, reference)
         passed = value >= self.threshold
         reason = f"{self.metric} {value:.4f} {'>=' if passed else '<'} {self.threshold:g}"

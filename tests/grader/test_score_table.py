@@ -341,12 +341,12 @@ CASES: list[tuple[str, object, str, int, bool, str | None]] = [
         None,
     ),
     (
-        "echoed_record_with_name_is_graded",
+        "echoed_record_with_name_is_graded",  # a different tool name: the reason names `name`
         CALL + ' {"name": "Ada", "role": "customer"}',
-        "missing",
+        "name_mismatch",
         0,
         False,
-        "arguments.amount",
+        "name",
     ),
     # 8. duplicate keys: last value wins
     (
