@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import parse_task, score
-from grader._json import dumps
+from grader._json import dumps, loads_exact
 from grader.canon import canon, to_plain
 from grader.extract import extract
 
@@ -107,3 +107,11 @@ def test_expected_after_any_key_shuffle_scores_one(
     task = parse_task({"id": "t", "expected": {"name": name, "arguments": args}})
     answer = dumps(shuffled({"name": name, "arguments": args}, rnd)).decode()
     assert score(task, answer).score == 1
+
+
+@given(st.integers(min_value=309, max_value=4000), st.integers(min_value=1, max_value=9))
+def test_an_overflowing_literal_keeps_its_exact_value(exponent: int, mantissa: int) -> None:
+    """GRADING-DECISIONS: ``{m}e{x}`` past a double's range parses to exactly m * 10**x."""
+    value = loads_exact(f'{{"n": {mantissa}e{exponent}}}')["n"]
+    assert value == mantissa * 10**exponent
+    assert value != float("inf")
