@@ -91,24 +91,49 @@ def read_answers(path: Path, tasks: TaskSet) -> list[Answer]:
     return rows
 
 
-async def _grade_all(
-    answers: list[Answer], judge: Judge | None, progress: Progress
-) -> list[Outcome]:
-    outcomes: list[Outcome] = []
-    for done, (where, task, answer, row) in enumerate(answers, start=1):
-        context = offline_context(task, row)
-        try:
-            if judge is not None and needs_judge(task):
-                outcomes.append(await grade_async(task, answer, context, judge=judge))
+def _grade_one(where: str, task: Task, answer: str, row: dict[str, Any]) -> Outcome:
+    try:
+        return grade(task, answer, offline_context(task, row))
+    except Exception as exc:  # a grader bug: name the row, never a traceback
+        raise InputError(_cannot(where, task, exc)) from None
+
+
+async def _grade_judged(
+    where: str, task: Task, answer: str, row: dict[str, Any], judge: Judge
+) -> Outcome:
+    try:
+        return await grade_async(task, answer, offline_context(task, row), judge=judge)
+    except Exception as exc:
+        raise InputError(_cannot(where, task, exc)) from None
+
+
+def _cannot(where: str, task: Task, exc: Exception) -> str:
+    return (
+        f"{where}: cannot grade this answer against task {task.id!r} ({task.source}): "
+        f"{type(exc).__name__}: {exc}"
+    )
+
+
+def _grade_all(answers: list[Answer], judge: Judge | None, progress: Progress) -> list[Outcome]:
+    """Grade in input order; judge checks (only with ``--judge``) on one event loop."""
+    if judge is None or not any(needs_judge(task) for _, task, _, _ in answers):
+        outcomes = []
+        for done, answer in enumerate(answers, start=1):
+            outcomes.append(_grade_one(*answer))
+            progress.update(done)
+        return outcomes
+
+    async def judged() -> list[Outcome]:
+        graded: list[Outcome] = []
+        for done, (where, task, answer, row) in enumerate(answers, start=1):
+            if needs_judge(task):
+                graded.append(await _grade_judged(where, task, answer, row, judge))
             else:
-                outcomes.append(grade(task, answer, context))
-        except Exception as exc:  # a grader bug: name the row, never a traceback
-            raise InputError(
-                f"{where}: cannot grade this answer against task {task.id!r} "
-                f"({task.source}): {type(exc).__name__}: {exc}"
-            ) from None
-        progress.update(done)
-    return outcomes
+                graded.append(_grade_one(where, task, answer, row))
+            progress.update(done)
+        return graded
+
+    return asyncio.run(judged())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         show = args.progress
         if show is None:
             show = sys.stderr.isatty() and len(answers) >= PROGRESS_MIN_ROWS
-        outcomes = asyncio.run(_grade_all(answers, judge, Progress(len(answers), show)))
+        outcomes = _grade_all(answers, judge, Progress(len(answers), show))
     except (TaskLoadError, InputError) as exc:
         print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
         return 2

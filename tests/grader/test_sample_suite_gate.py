@@ -29,7 +29,9 @@ def as_wire(call: Any) -> str:
     ).decode()
 
 
-@pytest.mark.parametrize("task", list(SUITE), ids=lambda t: t.id)
+@pytest.mark.parametrize(
+    "task", [t for t in SUITE if t.expected_call is not None], ids=lambda t: t.id
+)
 def test_expected_scores_one_and_stale_scores_zero_flagged(task: Task) -> None:
     assert task.stale is not None, "every sample task records its pre-migration call"
     context = offline_context(task)

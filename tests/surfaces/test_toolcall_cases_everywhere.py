@@ -1,15 +1,18 @@
-"""One table, four surfaces: the same answer gets the same verdict row and the same run report
-from the Python API, ``gradeproxy grade``, ``POST /grading/v1/score`` and the MCP server.
+"""grading.md's tool-call cases on four surfaces: the same answer gets the same verdict row and
+the same run report from the Python API, ``gradeproxy grade``, ``POST /grading/v1/score`` and MCP.
 
 The API's row is the reference; every surface must equal it field for field (reason text, graded
 call with its exact 23-digit integer, digest and rules version included), and the API row must
-hold the table's verdict. The typed wires (HTTP, MCP) refuse a non-string answer instead: the
-request error names ``answer`` and nothing is graded.
+hold the table's verdict. The typed surfaces (CLI, HTTP, MCP) refuse a non-string answer instead:
+the error names ``answer`` and nothing is graded. (Tasks with checks, checks-only tasks, judge
+checks and the live proxy: tests/surfaces/test_same_verdict_everywhere.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -96,11 +99,24 @@ def cli_grade(tasks_file: Path, workdir: Path, name: str, cases: list[Case]) -> 
     return rows, loads_exact(report.read_text("utf-8"))
 
 
+def cli_refusal(tasks_file: Path, workdir: Path, case: Case) -> Refused:
+    answers = write_answers(workdir / f"{case.id}.answers.jsonl", [case])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["grade", "--tasks", str(tasks_file), "--answers", str(answers)])
+    assert code == 2
+    return Refused(err.getvalue())
+
+
 @pytest.fixture(scope="module")
 def cli(tasks_file: Path, workdir: Path) -> Runs:
-    rows, _ = cli_grade(tasks_file, workdir, "all", CASES)
-    _, report = cli_grade(tasks_file, workdir, "wire", WIRE_CASES)
-    return Runs({case.id: row for case, row in zip(CASES, rows, strict=True)}, report)
+    rows, report = cli_grade(tasks_file, workdir, "wire", WIRE_CASES)
+    graded = dict(zip((c.id for c in WIRE_CASES), rows, strict=True))
+    outcomes: dict[str, Outcome] = {
+        case.id: graded[case.id] if case.on_wire else cli_refusal(tasks_file, workdir, case)
+        for case in CASES
+    }
+    return Runs(outcomes, report)
 
 
 async def mcp_runs(tasks_file: Path) -> Runs:
@@ -187,7 +203,7 @@ async def test_same_verdict_everywhere(
     assert isinstance(reference, dict)
     assert verdict_fields(reference) == case.expected()
     got = await outcome(surface, case, request, aiohttp_client, tasks_file)
-    if surface in ("http", "mcp") and not case.on_wire:
+    if surface in ("cli", "http", "mcp") and not case.on_wire:
         assert isinstance(got, Refused), f"{surface} graded a non-string answer: {got}"
         assert "answer" in got.text
         return
