@@ -139,11 +139,23 @@ def _tool_call_column(check: Check, verdict: Verdict) -> CheckResult:
     )
 
 
+# The fast path's columns repeat (every matching answer to a task gets the same one), and a
+# frozen CheckResult costs as much to build as a third of a typical grade: keep the recent ones.
+_COLUMNS: dict[tuple[object, ...], CheckResult] = {}
+_COLUMNS_MAX = 4096
+
+
 def _fast(task: Task, answer: object) -> Outcome:
     """A task without checks: one ``match_call``, its verdict the only column."""
     verdict = match_call(task.expected, task.stale, answer)
-    (check,) = checks_of(task)
-    return Outcome(task.id, verdict.result, (_tool_call_column(check, verdict),), verdict, False)
+    (check,) = task.checks or checks_of(task)
+    key = (check.digest, check.name, verdict.reason_code, verdict.reason, verdict.path)
+    column = _COLUMNS.get(key)
+    if column is None:
+        if len(_COLUMNS) >= _COLUMNS_MAX:
+            _COLUMNS.clear()
+        column = _COLUMNS[key] = _tool_call_column(check, verdict)
+    return Outcome(task.id, verdict.result, (column,), verdict, False)
 
 
 def _crashed(check: Check, exc: BaseException) -> CheckResult:
