@@ -79,6 +79,21 @@ def test_a_forbidden_action_beside_the_right_call_fails_offline() -> None:
     assert outcome.verdict.reason_code == "match"  # the tool-call verdict, not the row's
 
 
+def test_a_title_one_letter_off_passes_the_similarity_task_offline() -> None:
+    """The issue's first example: offline used to say ``value_mismatch`` where live passed."""
+    task = TASKS.tasks["tickets.field_renamed.similarity"]
+    call = plain(task.expected)
+    call["arguments"] = {
+        **call["arguments"],
+        "title": "Invoice PDF download fails with a 500 errox",
+    }
+    run = grade_run(TASKS, [(task.id, wire(call))])
+    row = run.to_dict()["results"][0]
+    assert (row["result"], [c["passed"] for c in row["checks"]]) == ("pass", [True, True, True])
+    assert run.results[0].verdict is not None
+    assert run.results[0].verdict.reason_code == "value_mismatch"  # the exact call differs
+
+
 def test_outcome_is_frozen() -> None:
     outcome = grade(QUEUE, "x")
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -129,6 +129,17 @@ def wrong(call: Call) -> dict[str, Any]:
     return {"name": call.name, "arguments": arguments}
 
 
+def one_letter_off(call: Call) -> dict[str, Any] | None:
+    """The call with its longest string argument's last letter changed (a typo), if any."""
+    strings = [k for k, v in call.arguments.items() if isinstance(v, str) and v]
+    if not strings:
+        return None
+    key = max(strings, key=lambda k: len(call.arguments[k]))
+    value = call.arguments[key]
+    typo = value[:-1] + ("x" if value[-1] != "x" else "y")
+    return {"name": call.name, "arguments": {**call.arguments, key: typo}}
+
+
 def beside(task: Task) -> Iterator[tuple[str, dict[str, Any]]]:
     """Forbidden calls from the task's policy checks, else one other tool it declares."""
     found = False
@@ -176,6 +187,9 @@ def task_cases(task: Task) -> list[Case]:
             calls_case("wrong", task, wrong(task.expected_call), row_tools=True),
         ]
         cases += [calls_case(name, task, call, expected) for name, call in beside(task)]
+        typo = one_letter_off(task.expected_call)
+        if typo is not None:
+            cases.append(calls_case("one_letter_off", task, typo))
     if task.stale is not None:
         cases.append(calls_case("stale", task, plain(task.stale)))
     cases += fixture_cases(task)
