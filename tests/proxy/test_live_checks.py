@@ -68,7 +68,7 @@ UNRESOLVED = {
     ],
     "metadata": {"mutationKind": "none"},
 }
-JUDGED = {
+JUDGED: dict[str, Any] = {
     "id": "reply.judged",
     "prompt": "Reply to a customer asking about the weather.",
     "checks": [
@@ -270,3 +270,27 @@ async def test_scoring_routes_follow_config(
         verdict = (await response.json())["verdict"]
         assert verdict["result"] == "pass"
         assert [c["passed"] for c in verdict["checks"]] == [True, True, True]
+
+
+@pytest.mark.parametrize(("reply", "reward"), [("PASS", 1.0), ("FAIL", 0.0)])
+async def test_graders_run_uses_the_proxys_judge(
+    make_proxy: ProxyFactory,
+    checked_tasks: Path,
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+    reply: str,
+    reward: float,
+) -> None:
+    """/grading/v1/graders/run grades a judge grader with the judge the proxy is configured with."""
+    seen: list[Any] = []
+    judge = await aiohttp_server(judge_app([reply], seen))
+    client = await make_proxy(
+        scoring={"enabled": True}, judge={"endpoint": str(judge.make_url("/v1"))}
+    )
+    grader = JUDGED["checks"][0]
+    item = {"prompt": JUDGED["prompt"]}
+    body = {"grader": grader, "model_sample": "Thank you for asking!", "item": item}
+    response = await client.post("/grading/v1/graders/run", data=dumps(body))
+    result = await response.json()
+    assert (response.status, result["reward"]) == (200, reward), result["gradeproxy"]
+    assert result["gradeproxy"]["passed"] is (reward == 1.0)
+    assert seen[0]["model"] == "judge-model-2024-08-06"
