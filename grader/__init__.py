@@ -1,7 +1,8 @@
-"""gradeproxy's grader: grading.md's tool-call grader as a pure library.
+"""gradeproxy's grader: grading.md's tool-call grader and the checks, as a pure library.
 
 No I/O in the grading path and no aiohttp: the proxy, the offline CLI and every other scoring
-surface share this package. The public API is curated in ``__all__`` (a test keeps it complete).
+surface grade through one engine here (``grade``/``grade_async`` → ``Outcome``; rows from
+``grader.rows``, reports from ``grader.report``; docs/checks-contract.md). The public API is curated in ``__all__`` (a test keeps it complete).
 """
 
 from grader._json import MAX_DEPTH
