@@ -2,7 +2,8 @@
 
 No I/O in the grading path and no aiohttp: the proxy, the offline CLI and every other scoring
 surface grade through one engine here (``grade``/``grade_async`` → ``Outcome``; rows from
-``grader.rows``, reports from ``grader.report``; docs/checks-contract.md). The public API is curated in ``__all__`` (a test keeps it complete).
+``grader.rows``, reports from ``grader.report``; docs/checks-contract.md). The public API is
+curated in ``__all__`` (a test keeps it complete).
 """
 
 from grader._json import MAX_DEPTH
