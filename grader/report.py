@@ -137,9 +137,8 @@ class Report:
         if set(self.per_check) - {"tool_call"}:
             lines.append("")
             cwidth = max(len("check"), *(len(name) for name in self.per_check))
-            lines.append(
-                f"{'check':<{cwidth}}  {'n':>6}  {'pass':>6}  {'pass %':>7}  {'errors':>6}"
-            )
+            check_head = f"{'check':<{cwidth}}  {'n':>6}  {'pass':>6}  {'pass %':>7}  {'errors':>6}"
+            lines += [check_head, "-" * len(check_head)]
             for name in sorted(self.per_check):
                 c = self.per_check[name]
                 lines.append(
