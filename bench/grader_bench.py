@@ -2,7 +2,9 @@
 
 Prints figures and, in the same run, a baseline: ``orjson.loads`` of the same bytes (the floor
 any JSON-reading grader pays). The adversarial shapes are timed at 10 KB, 100 KB and 1 MB: a
-linear scanner shows ~10x per step. Run: ``python bench/grader_bench.py [--quick]``.
+linear scanner shows ~10x per step. The engine section times the fast path every surface takes
+for a task without checks (``grade()`` and the row the proxy writes) beside ``score()``, and a
+task with checks for scale. Run: ``python bench/grader_bench.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import functools
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 
-from grader import parse_task, score
+from grader import answer_row, grade, load_tasks, offline_context, parse_task, score
 from grader._json import dumps
 
 TASK = parse_task(
@@ -105,7 +108,6 @@ def main() -> None:
     print("typical answers (one core)")
     print(f"  {'case':<28} {'grades/s':>10} {'orjson.loads/s':>15} {'ratio':>7}  verdict")
     print("  (baseline: orjson.loads of the JSON the answer carries, the floor of any JSON grader)")
-    print("  (baseline: orjson.loads of the JSON the answer carries, the floor of any JSON grader)")
     for name, answer in TYPICAL.items():
         graded = rate(functools.partial(score, TASK, answer), seconds)
         # The baseline parses the JSON the answer carries (the embedded call for prose).
@@ -115,6 +117,7 @@ def main() -> None:
         print(
             f"  {name:<28} {graded:>10,.0f} {baseline:>15,.0f} {graded / baseline:>7.2f}  {verdict}"
         )
+    engine(seconds)
     print("\nadversarial answers: median ms at 10 KB / 100 KB / 1 MB (linear: ~10x per step)")
     print(
         f"  {'shape':<28} {'10 KB':>9} {'100 KB':>9} {'1 MB':>9} {'x/step':>7}  verdict at 100 KB"
@@ -129,6 +132,45 @@ def main() -> None:
         step = (row[2] / row[0]) ** 0.5 if row[0] > 0 else float("nan")
         verdict = score(TASK, shapes[1][name]).reason_code
         print(f"  {name:<28} {row[0]:>9.2f} {row[1]:>9.2f} {row[2]:>9.2f} {step:>7.1f}  {verdict}")
+
+
+def graded_row(answer: str) -> dict[str, object]:
+    """What the proxy does per answer of a task without checks: grade, then build the row."""
+    return answer_row(TASK, grade(TASK, answer), "sha256:x")
+
+
+def engine(seconds: float) -> None:
+    """The engine's fast path (no checks) against score(), and a task with checks."""
+    print("\nengine (one core): grades/s")
+    print(f"  {'case':<28} {'score()':>10} {'grade()':>10} {'grade+row':>10} {'ratio':>7}")
+    for name, answer in TYPICAL.items():
+        scored = rate(functools.partial(score, TASK, answer), seconds)
+        graded = rate(functools.partial(grade, TASK, answer), seconds)
+        rowed = rate(functools.partial(graded_row, answer), seconds)
+        print(
+            f"  {name:<28} {scored:>10,.0f} {graded:>10,.0f} {rowed:>10,.0f} {rowed / scored:>7.2f}"
+        )
+    tasks = load_tasks(
+        Path(__file__).resolve().parents[1] / "config" / "tasks" / "checks-examples.jsonl"
+    )
+    policy = tasks.tasks["payments.new_required_field.policy"]
+    call = policy.raw["expected"]
+    answer = dumps(
+        {
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": call["name"],
+                        "arguments": dumps(call["arguments"]).decode(),
+                    },
+                }
+            ]
+        }
+    ).decode()
+    context = offline_context(policy)
+    checked = rate(functools.partial(grade, policy, answer, context), seconds)
+    print(f"  {'policy task (4 columns)':<28} {'-':>10} {checked:>10,.0f}")
 
 
 if __name__ == "__main__":

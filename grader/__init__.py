@@ -1,11 +1,21 @@
-"""gradeproxy's grader: grading.md's tool-call grader as a pure library.
+"""gradeproxy's grader: grading.md's tool-call grader and the checks, as a pure library.
 
 No I/O in the grading path and no aiohttp: the proxy, the offline CLI and every other scoring
-surface share this package. The public API is curated in ``__all__`` (a test keeps it complete).
+surface grade through one engine here (``grade``/``grade_async`` → ``Outcome``; rows from
+``grader.rows``, reports from ``grader.report``; docs/checks-contract.md). The public API is
+curated in ``__all__`` (a test keeps it complete).
 """
 
 from grader._json import MAX_DEPTH
-from grader.api import GradedAnswer, RunResult, UnknownTaskError, score_run, task_from_dict
+from grader.api import (
+    GradedAnswer,
+    RunResult,
+    UnknownTaskError,
+    grade_run,
+    grade_run_async,
+    score_run,
+    task_from_dict,
+)
 from grader.calibration import (
     Calibration,
     CalibrationError,
@@ -24,18 +34,28 @@ from grader.checks import (
     JudgeClient,
     JudgeConfig,
     Sample,
-    TaskOutcome,
     build_check,
     build_checks,
+)
+from grader.engine import (
+    Outcome,
+    TaskOutcome,
     evaluate,
     evaluate_sync,
+    grade,
+    grade_async,
+    offline_context,
 )
 from grader.extract import Call, Extraction, extract
-from grader.report import Report, Tally
+from grader.match import match_call
+from grader.report import CheckTally, Report, Tally
+from grader.rows import LIVE_FIELDS, OFFLINE_FIELDS, ROW_SCHEMA_VERSION, answer_row
 from grader.score import score
 from grader.tasks import (
+    TASK_KEYS,
     NoExpectedCallError,
     Task,
+    TaskHasChecksError,
     TaskLoadError,
     TaskSet,
     build_task_set,
@@ -48,9 +68,13 @@ from grader.version import GRADER_RULES_VERSION, __version__
 __all__ = [
     "CHECK_REASON_CODES",
     "GRADER_RULES_VERSION",
+    "LIVE_FIELDS",
     "MAX_DEPTH",
     "NO_CALL_REASON",
+    "OFFLINE_FIELDS",
     "REASON_CODES",
+    "ROW_SCHEMA_VERSION",
+    "TASK_KEYS",
     "Calibration",
     "CalibrationError",
     "Call",
@@ -59,24 +83,28 @@ __all__ = [
     "CheckDefinitionError",
     "CheckReasonCode",
     "CheckResult",
+    "CheckTally",
     "Extraction",
     "GradedAnswer",
     "Judge",
     "JudgeClient",
     "JudgeConfig",
     "NoExpectedCallError",
+    "Outcome",
     "ReasonCode",
     "Report",
     "RunResult",
     "Sample",
     "Tally",
     "Task",
+    "TaskHasChecksError",
     "TaskLoadError",
     "TaskOutcome",
     "TaskSet",
     "UnknownTaskError",
     "Verdict",
     "__version__",
+    "answer_row",
     "bias_corrected_pass_rate",
     "build_check",
     "build_checks",
@@ -85,7 +113,13 @@ __all__ = [
     "evaluate",
     "evaluate_sync",
     "extract",
+    "grade",
+    "grade_async",
+    "grade_run",
+    "grade_run_async",
     "load_tasks",
+    "match_call",
+    "offline_context",
     "parse_task",
     "score",
     "score_run",

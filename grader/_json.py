@@ -2,8 +2,14 @@
 
 orjson is the parser, but it silently turns integers wider than 64 bits into floats, so two
 different 20-digit ids would compare equal. Any text holding a run of 19 or more digits is
-parsed by the standard library instead, which keeps integers exact. Both paths reject NaN,
-Infinity and literals that overflow a double: they are not JSON.
+parsed by the standard library instead, which keeps integers exact. Both paths reject NaN and
+Infinity: they are not JSON.
+
+A literal that overflows a double (``1e400``) *is* valid JSON (``../shared/GRADING-DECISIONS.md``):
+it parses, on the standard-library path, to its exact value. Every such value is an integer
+(a double overflows only past 1.8e308, far beyond any fraction a literal can write), so it is
+kept as a Python ``int``: ``1e400`` equals ``10**400`` exactly and differs from every double, so
+``1e400 != 1000`` is a ``value_mismatch`` at its path, never ``no_call``.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import orjson
@@ -49,11 +56,23 @@ def _reject_constant(name: str) -> Any:
     raise JSONError(f"{name} is not JSON")
 
 
-def _finite_float(literal: str) -> float:
+def _exact_float(literal: str) -> float | int:
+    """A double, or the exact integer value of a literal that overflows one."""
     value = float(literal)
-    if math.isinf(value):
-        raise JSONError(f"number {literal[:40]} overflows a double")
-    return value
+    if not math.isinf(value):
+        return value
+    try:
+        exact = Decimal(literal)
+        if exact == exact.to_integral_value() and exact.adjusted() <= _MAX_EXPONENT:
+            return int(exact)
+    except (InvalidOperation, ValueError, OverflowError):
+        pass
+    raise JSONError(f"number {literal[:40]} is too large to keep exactly")
+
+
+# An overflowing literal becomes an int of this many digits at most: 1e400 is kept, 1e99999999
+# (a few bytes of text, gigabytes as an int) is refused.
+_MAX_EXPONENT = 4000  # below int <-> str conversion limit (4300 digits)
 
 
 def loads_exact(text: str) -> Any:
@@ -68,12 +87,16 @@ def loads_exact(text: str) -> Any:
             try:
                 return orjson.loads(text)
             except orjson.JSONDecodeError as exc:
-                if "surrogate" not in str(exc):
+                # A lone-surrogate escape, or an overflowing literal (1e400): the stdlib path
+                # reads both exactly; anything else orjson refuses is not JSON.
+                if "surrogate" not in str(exc) and "infinity" not in str(exc):
                     raise
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_exact_float)
     except RecursionError:
         raise JSONTooDeepError("value nests too deep to parse") from None
-    except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
+    except ValueError as exc:  # orjson.JSONDecodeError and JSONError are ValueErrors
+        if isinstance(exc, JSONError):
+            raise
         if "depth limit" in str(exc):
             raise JSONTooDeepError(str(exc)) from None
         raise JSONError(str(exc)) from None

@@ -1,15 +1,21 @@
-"""The Python scoring API: the one engine behind every scoring surface.
+"""The Python scoring API, and the request readers the wire surfaces share.
 
-The CLI (``gradeproxy grade``), the HTTP routes under ``/grading/v1/`` and the MCP server all
-grade through :func:`grade_all`, so a verdict row and a run report have one shape everywhere
-(grading.md: "per-mutation-kind breakdowns and the stale rate ride on every run report").
+Every surface grades through :mod:`grader.engine` and writes :mod:`grader.rows`' row, so a row
+and a run report have one shape everywhere (grading.md: "per-mutation-kind breakdowns and the
+stale rate ride on every run report")::
 
-::
+    grade(task, answer, context=None, item=None) -> Outcome     every check; judge columns error
+    await grade_async(task, answer, ..., judge)   -> Outcome     judge checks called
+    grade_run(tasks, answers)                     -> RunResult   rows + Report; UnknownTaskError
+    await grade_run_async(tasks, answers, judge)  -> RunResult
+    score(task, answer)       -> Verdict     tasks without checks; TaskHasChecksError otherwise
+    score_run(tasks, answers) -> RunResult   the same as grade_run: every check of every task
+    task_from_dict(obj)       -> Task        TaskLoadError naming the field
+    load_tasks(path)          -> TaskSet     TaskLoadError naming file:line
 
-    score(task, answer)          -> Verdict     never raises; untyped input scores 0 (not_a_string)
-    score_run(tasks, answers)    -> RunResult   verdict rows + Report; UnknownTaskError up front
-    task_from_dict(obj)          -> Task        TaskLoadError naming the field
-    load_tasks(path)             -> TaskSet     TaskLoadError naming file:line
+``answers`` are ``(task_id, answer)`` pairs or answers rows (``{"task_id", "answer", "tools"?,
+"request"?}``: the offline context of a ``from_request`` schema, see
+:func:`grader.engine.offline_context`).
 
 The wire surfaces (HTTP, MCP) read their requests with :func:`resolve_item` and
 :func:`resolve_items`, so a bad request gets the same :class:`ScoreRequestError` (message,
@@ -22,15 +28,18 @@ Pure like the rest of ``grader/``: no I/O beyond :func:`load_tasks`, and never a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from grader.canon import canonical_json
+from grader.checks import CheckContext, JudgeClient
+from grader.checks.judge import Judge
+from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.report import Report
+from grader.rows import answer_row
 from grader.score import score
 from grader.tasks import (
-    NoExpectedCallError,
     Task,
     TaskLoadError,
     TaskSet,
@@ -40,7 +49,6 @@ from grader.tasks import (
     tasks_digest,
 )
 from grader.verdict import Verdict
-from grader.version import GRADER_RULES_VERSION
 
 __all__ = [
     "GradedAnswer",
@@ -48,7 +56,12 @@ __all__ = [
     "ScoreRequestError",
     "UnknownTaskError",
     "digest_of",
+    "grade",
     "grade_all",
+    "grade_all_async",
+    "grade_async",
+    "grade_run",
+    "grade_run_async",
     "load_tasks",
     "request_digest",
     "resolve_item",
@@ -57,6 +70,10 @@ __all__ = [
     "score_run",
     "task_from_dict",
 ]
+
+# One answer to grade: the task, the answer, and its context (None: the task's own tools).
+Item = tuple[Task, object, CheckContext | None]
+AnswerInput = tuple[str, object] | Mapping[str, Any]
 
 
 class UnknownTaskError(LookupError):
@@ -75,22 +92,20 @@ class UnknownTaskError(LookupError):
 
 @dataclass(frozen=True, slots=True)
 class GradedAnswer:
-    """One graded answer: the task it was graded against and its verdict."""
+    """One graded answer: the task it was graded against and the engine's outcome."""
 
     task: Task
-    verdict: Verdict
+    outcome: Outcome
     tasks_digest: str
 
+    @property
+    def verdict(self) -> Verdict | None:
+        """The tool-call verdict (None for a task with no expected call)."""
+        return self.outcome.verdict
+
     def to_dict(self) -> dict[str, Any]:
-        """The result row: the same shape ``gradeproxy grade --out`` writes, on every surface."""
-        return {
-            "task_id": self.task.id,
-            **self.verdict.to_dict(),
-            "mutationKind": self.task.mutation_kind,
-            "call": self.verdict.call,
-            "tasks_digest": self.tasks_digest,
-            "grader_rules_version": GRADER_RULES_VERSION,
-        }
+        """The result row (:func:`grader.rows.answer_row`), the same on every surface."""
+        return answer_row(self.task, self.outcome, self.tasks_digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +119,11 @@ class RunResult:
         return len(self.results)
 
     @property
-    def verdicts(self) -> tuple[Verdict, ...]:
+    def outcomes(self) -> tuple[Outcome, ...]:
+        return tuple(row.outcome for row in self.results)
+
+    @property
+    def verdicts(self) -> tuple[Verdict | None, ...]:
         return tuple(row.verdict for row in self.results)
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,39 +149,88 @@ def digest_of(tasks: Iterable[Task]) -> str:
     return tasks_digest(distinct[key] for key in sorted(distinct))
 
 
-def grade_all(pairs: Iterable[tuple[Task, object]], tasks_digest: str) -> RunResult:
-    """Grade ``(task, answer)`` pairs into a :class:`RunResult` stamped with ``tasks_digest``."""
-    report = Report(tasks_digest)
-    rows: list[GradedAnswer] = []
-    for task, answer in pairs:
-        verdict = score(task, answer)
-        report.add(task, verdict)
-        rows.append(GradedAnswer(task, verdict, tasks_digest))
-    return RunResult(tuple(rows), report)
+def _items(pairs: Iterable[Sequence[Any]]) -> list[Item]:
+    """``(task, answer)`` or ``(task, answer, context)``; a missing context is the offline one."""
+    items: list[Item] = []
+    for pair in pairs:
+        task, answer = pair[0], pair[1]
+        context = pair[2] if len(pair) > 2 else None
+        items.append((task, answer, context or offline_context(task)))
+    return items
 
 
-def score_run(tasks: TaskSet | Iterable[Task], answers: Iterable[tuple[str, object]]) -> RunResult:
-    """Grade ``(task_id, answer)`` pairs against ``tasks``.
+def _run(graded: list[tuple[Task, Outcome]], digest: str) -> RunResult:
+    report = Report(digest)
+    for task, outcome in graded:
+        report.add(task, outcome)
+    return RunResult(tuple(GradedAnswer(t, o, digest) for t, o in graded), report)
 
-    Every task id is looked up before the first answer is graded, so an unknown id raises
-    :class:`UnknownTaskError` (and a task graded only by its checks, with no expected call,
-    ``NoExpectedCallError``) and nothing half-graded is returned. A plain iterable of tasks
-    becomes a task set first (duplicate ids raise ``TaskLoadError``); the report carries that
-    set's digest, the same digest ``gradeproxy grade`` prints for the same task file.
-    """
+
+def grade_all(pairs: Iterable[Sequence[Any]], tasks_digest: str) -> RunResult:
+    """Grade ``(task, answer[, context])`` items into a :class:`RunResult` (no judge)."""
+    return _run([(t, grade(t, a, c)) for t, a, c in _items(pairs)], tasks_digest)
+
+
+async def grade_all_async(
+    pairs: Iterable[Sequence[Any]], tasks_digest: str, judge: Judge | JudgeClient | None
+) -> RunResult:
+    """:func:`grade_all` with judge checks sent to ``judge``."""
+    graded = []
+    for task, answer, context in _items(pairs):
+        if judge is not None and needs_judge(task):
+            graded.append((task, await grade_async(task, answer, context, judge=judge)))
+        else:
+            graded.append((task, grade(task, answer, context)))
+    return _run(graded, tasks_digest)
+
+
+def _resolve(
+    tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]
+) -> tuple[TaskSet, list[Item]]:
+    """Look every task id up before the first answer is graded (all or nothing)."""
     task_set = tasks if isinstance(tasks, TaskSet) else build_task_set(tasks)
-    pairs: list[tuple[Task, object]] = []
-    for index, (task_id, answer) in enumerate(answers):
+    items: list[Item] = []
+    for index, entry in enumerate(answers):
+        if isinstance(entry, Mapping):
+            task_id, answer, row = entry.get("task_id"), entry.get("answer"), entry
+        else:
+            (task_id, answer), row = entry, None
         task = task_set.get(task_id) if isinstance(task_id, str) else None
         if task is None:
             raise UnknownTaskError(task_id, index, len(task_set))
-        if task.expected_call is None:
-            raise NoExpectedCallError(
-                f"answers[{index}]: task {task.id!r} has no expected call, so no tool-call "
-                "verdict: grade it with grader.checks.evaluate"
-            )
-        pairs.append((task, answer))
-    return grade_all(pairs, task_set.digest)
+        items.append((task, answer, offline_context(task, row)))
+    return task_set, items
+
+
+def grade_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -> RunResult:
+    """Grade answers against ``tasks``: every check of every task (judge columns ``error``).
+
+    Every task id is looked up before the first answer is graded, so an unknown id raises
+    :class:`UnknownTaskError` and nothing half-graded is returned. A plain iterable of tasks
+    becomes a task set first (duplicate ids raise ``TaskLoadError``); the report carries that
+    set's digest, the same digest ``gradeproxy grade`` prints for the same task file.
+    """
+    task_set, items = _resolve(tasks, answers)
+    return grade_all(items, task_set.digest)
+
+
+async def grade_run_async(
+    tasks: TaskSet | Iterable[Task],
+    answers: Iterable[AnswerInput],
+    judge: Judge | JudgeClient | None = None,
+) -> RunResult:
+    """:func:`grade_run` with judge checks sent to ``judge``."""
+    task_set, items = _resolve(tasks, answers)
+    return await grade_all_async(items, task_set.digest, judge)
+
+
+def score_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -> RunResult:
+    """:func:`grade_run` under its first name: every check of every task is graded.
+
+    (Before the engine it graded the tool call alone and refused tasks without one; a task's
+    checks are now never skipped: CHANGELOG.)
+    """
+    return grade_run(tasks, answers)
 
 
 class ScoreRequestError(ValueError):
@@ -170,8 +238,7 @@ class ScoreRequestError(ValueError):
 
     ``param`` names the offending field as a client wrote it (``answer``, ``items[3].task_id``)
     and ``code`` is one of ``missing_required_parameter``, ``invalid_type``, ``invalid_value``,
-    ``unknown_task``, ``invalid_task``, ``no_expected_call``, ``batch_too_large`` or
-    ``no_task_set``.
+    ``unknown_task``, ``invalid_task``, ``batch_too_large`` or ``no_task_set``.
     """
 
     def __init__(self, message: str, *, param: str | None, code: str) -> None:
@@ -201,11 +268,15 @@ def _json_type(value: object) -> str:
     return type(value).__name__
 
 
-def resolve_item(obj: object, tasks: TaskSet | None, *, where: str = "") -> tuple[Task, str]:
-    """Read one ``{"task_id" | "task", "answer"}`` object into ``(task, answer)``.
+def resolve_item(
+    obj: object, tasks: TaskSet | None, *, where: str = ""
+) -> tuple[Task, str, CheckContext]:
+    """Read one ``{"task_id" | "task", "answer", "tools"?, "request"?}`` object.
 
-    ``where`` prefixes every ``param`` (``items[2]``); ``tasks`` answers ``task_id`` look-ups
-    (``None``: no task set, so only inline tasks work).
+    Returns ``(task, answer, context)``: the context is the offline one
+    (:func:`grader.engine.offline_context`: the item's ``tools`` or ``request.tools``, else the
+    task's). ``where`` prefixes every ``param`` (``items[2]``); ``tasks`` answers ``task_id``
+    look-ups (``None``: no task set, so only inline tasks work).
     """
     if not isinstance(obj, dict):
         raise ScoreRequestError(
@@ -242,16 +313,18 @@ def resolve_item(obj: object, tasks: TaskSet | None, *, where: str = "") -> tupl
             param=_field(where, "answer"),
             code="invalid_type",
         )
+    for key in ("tools", "request"):
+        expected = list if key == "tools" else dict
+        if key in obj and not isinstance(obj[key], expected):
+            raise ScoreRequestError(
+                f"'{_field(where, key)}' must be "
+                + ("an array of tool definitions" if key == "tools" else "an object")
+                + f", not {_json_type(obj[key])}",
+                param=_field(where, key),
+                code="invalid_type",
+            )
     task = _inline_task(obj["task"], where) if has_task else _task_by_id(obj, tasks, where)
-    if task.expected_call is None:
-        param = _field(where, "task" if has_task else "task_id")
-        raise ScoreRequestError(
-            f"task {task.id!r} has no expected call, so it has no tool-call verdict; "
-            "grade it with its checks (/grading/v1/graders/run, grader.checks.evaluate)",
-            param=param,
-            code="no_expected_call",
-        )
-    return task, answer
+    return task, answer, offline_context(task, obj)
 
 
 def _inline_task(definition: object, where: str) -> Task:
@@ -291,7 +364,7 @@ def _task_by_id(obj: dict[str, Any], tasks: TaskSet | None, where: str) -> Task:
 
 def resolve_items(
     items: object, tasks: TaskSet | None, *, where: str = "items", max_batch: int | None = None
-) -> list[tuple[Task, str]]:
+) -> list[tuple[Task, str, CheckContext]]:
     """Read a batch: every item is checked before any is graded (all or nothing)."""
     if not isinstance(items, list):
         raise ScoreRequestError(
@@ -310,12 +383,12 @@ def resolve_items(
     return [resolve_item(item, tasks, where=f"{where}[{i}]") for i, item in enumerate(items)]
 
 
-def request_digest(pairs: Sequence[tuple[Task, object]], tasks: TaskSet | None) -> str:
+def request_digest(pairs: Sequence[Sequence[Any]], tasks: TaskSet | None) -> str:
     """The digest a wire request's report carries.
 
     All tasks from the loaded set: that set's digest, the one ``gradeproxy grade`` prints and
     ``gradeproxy_build_info`` exports. Any inline task: the digest of the distinct tasks used.
     """
-    if tasks is not None and all(tasks.get(task.id) is task for task, _ in pairs):
+    if tasks is not None and all(tasks.get(pair[0].id) is pair[0] for pair in pairs):
         return tasks.digest
-    return digest_of(task for task, _ in pairs)
+    return digest_of(pair[0] for pair in pairs)

@@ -1,6 +1,10 @@
-"""Run reports: pass and stale rates overall and per mutation kind (grading.md).
+"""Run reports over outcomes: pass and stale rates overall, per mutation kind and per check.
 
-The same report rides on every surface (CLI, Python API, HTTP, MCP), so it is built here once.
+The same report rides on every surface (CLI, Python API, HTTP, MCP), so it is built here once
+from :class:`~grader.engine.Outcome` s. ``error`` rows (no verdict reached: an unresolved item
+field, a judge that did not answer) are counted apart, in ``errors``, and left out of every
+denominator; so is an ``error`` column out of its check's pass rate (seed 003: "do not put that
+row in the model-accuracy denominator as a zero").
 """
 
 from __future__ import annotations
@@ -10,74 +14,116 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.engine import Outcome, Result
 from grader.tasks import Task
-from grader.verdict import Verdict
 
 NO_KIND = "(none)"
 
 
+def _rate(part: int, whole: int) -> float | None:
+    """Null for an empty slice: an undefined rate is not a zero rate."""
+    return part / whole if whole else None
+
+
 @dataclass(slots=True)
 class Tally:
-    """Counts for one slice of a run."""
+    """Counts for one slice of a run; ``n`` counts graded rows (errors apart)."""
 
     n: int = 0
     passed: int = 0
     stale: int = 0
+    errors: int = 0
 
-    def add(self, verdict: Verdict) -> None:
+    def add(self, result: Result) -> None:
+        if result == "error":
+            self.errors += 1
+            return
         self.n += 1
-        self.passed += verdict.score
-        self.stale += verdict.stale_schema_used
+        self.passed += result == "pass"
+        self.stale += result == "stale"
 
     def to_dict(self) -> dict[str, Any]:
-        """Rates are null for an empty slice: an undefined rate is not a zero rate."""
         return {
             "n": self.n,
             "passed": self.passed,
-            "passRate": self.passed / self.n if self.n else None,
+            "passRate": _rate(self.passed, self.n),
             "staleSchemaUsed": self.stale,
-            "staleSchemaUsedRate": self.stale / self.n if self.n else None,
+            "staleSchemaUsedRate": _rate(self.stale, self.n),
+            "errors": self.errors,
+        }
+
+
+@dataclass(slots=True)
+class CheckTally:
+    """One column's counts across the run (errors apart)."""
+
+    n: int = 0
+    passed: int = 0
+    errors: int = 0
+
+    def add(self, passed: bool | None) -> None:
+        if passed is None:
+            self.errors += 1
+            return
+        self.n += 1
+        self.passed += passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "passed": self.passed,
+            "passRate": _rate(self.passed, self.n),
+            "errors": self.errors,
         }
 
 
 @dataclass(slots=True)
 class Report:
-    """Aggregate of a graded run; feed it ``(task, verdict)`` pairs."""
+    """Aggregate of a graded run; feed it ``(task, outcome)`` pairs.
+
+    ``perCheck`` is keyed by column name across tasks (a task without checks contributes its
+    ``tool_call`` column). ``reasons`` counts the tool-call verdicts' reason codes.
+    """
 
     tasks_digest: str
     total: Tally = field(default_factory=Tally)
     per_kind: dict[str, Tally] = field(default_factory=dict)
+    per_check: dict[str, CheckTally] = field(default_factory=dict)
     reasons: Counter[str] = field(default_factory=Counter)
 
-    def add(self, task: Task, verdict: Verdict) -> None:
-        self.total.add(verdict)
+    def add(self, task: Task, outcome: Outcome) -> None:
+        self.total.add(outcome.result)
         kind = task.mutation_kind or NO_KIND
-        self.per_kind.setdefault(kind, Tally()).add(verdict)
-        self.reasons[verdict.reason_code] += 1
+        self.per_kind.setdefault(kind, Tally()).add(outcome.result)
+        for column in outcome.checks:
+            self.per_check.setdefault(column.name, CheckTally()).add(column.passed)
+        if outcome.verdict is not None:
+            self.reasons[outcome.verdict.reason_code] += 1
 
     @classmethod
-    def of(cls, tasks_digest: str, graded: Iterable[tuple[Task, Verdict]]) -> Report:
+    def of(cls, tasks_digest: str, graded: Iterable[tuple[Task, Outcome]]) -> Report:
         report = cls(tasks_digest)
-        for task, verdict in graded:
-            report.add(task, verdict)
+        for task, outcome in graded:
+            report.add(task, outcome)
         return report
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.total.to_dict(),
             "perMutationKind": {k: self.per_kind[k].to_dict() for k in sorted(self.per_kind)},
+            "perCheck": {k: self.per_check[k].to_dict() for k in sorted(self.per_check)},
             "reasons": dict(sorted(self.reasons.items())),
             "tasks_digest": self.tasks_digest,
         }
 
     def render_table(self) -> str:
-        """A terminal table: one row per mutation kind, then the total and the reasons."""
+        """A terminal table: one row per mutation kind, the total, the checks, the reasons."""
         rows = [(kind, self.per_kind[kind]) for kind in sorted(self.per_kind)]
         rows.append(("TOTAL", self.total))
         width = max(len("mutation kind"), *(len(kind) for kind, _ in rows))
         head = (
             f"{'mutation kind':<{width}}  {'n':>6}  {'pass':>6}  {'pass %':>7}"
-            f"  {'stale':>6}  {'stale %':>7}"
+            f"  {'stale':>6}  {'stale %':>7}  {'errors':>6}"
         )
         lines = [head, "-" * len(head)]
         for kind, tally in rows:
@@ -86,8 +132,19 @@ class Report:
             lines.append(
                 f"{kind:<{width}}  {tally.n:>6}  {tally.passed:>6}"
                 f"  {_pct(tally.passed, tally.n):>7}  {tally.stale:>6}"
-                f"  {_pct(tally.stale, tally.n):>7}"
+                f"  {_pct(tally.stale, tally.n):>7}  {tally.errors:>6}"
             )
+        if set(self.per_check) - {"tool_call"}:
+            lines.append("")
+            cwidth = max(len("check"), *(len(name) for name in self.per_check))
+            check_head = f"{'check':<{cwidth}}  {'n':>6}  {'pass':>6}  {'pass %':>7}  {'errors':>6}"
+            lines += [check_head, "-" * len(check_head)]
+            for name in sorted(self.per_check):
+                c = self.per_check[name]
+                lines.append(
+                    f"{name:<{cwidth}}  {c.n:>6}  {c.passed:>6}  {_pct(c.passed, c.n):>7}"
+                    f"  {c.errors:>6}"
+                )
         reasons = ", ".join(f"{code} {count}" for code, count in sorted(self.reasons.items()))
         lines.append(f"reasons: {reasons or '-'}")
         lines.append(f"tasks digest: {self.tasks_digest}")

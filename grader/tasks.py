@@ -9,26 +9,64 @@ A task file is JSONL, one task a line::
 ``checks`` is optional (docs/grading.md): without it a task has grading.md's tool-call check and
 must have ``expected``; with it, ``expected`` is needed only by checks that grade against it.
 
+The top-level keys a task may have are named once, in :data:`TASK_KEYS`; any other key fails
+loading with ``file:line``, the key and a "did you mean" suggestion, and the keys of seed 001's
+grader record that the product will know but does not grade yet (:data:`NOT_YET_GRADED`) are
+refused with a message saying so: a key that is read by nobody must never look enforced.
+``metadata`` stays open for users' own annotations.
+
+A :class:`Task` pickles as its definition (``raw`` and ``source``) and is rebuilt, validated
+again, on the other side: built checks hold compiled validators that do not pickle, and a
+grading process must grade with exactly the checks the definition gives.
+
 Loading is all-or-nothing: the first problem stops it with ``file:line: message`` and nothing
 half-loaded is returned, so a bad edit can never replace a good task set in a running proxy.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grader._json import JSONError, loads_exact
 from grader.canon import canonical_json
+from grader.checks import Check, CheckDefinitionError, build_checks
 from grader.extract import Call, call_from_value, extract
 from grader.version import GRADER_RULES_VERSION
 
-if TYPE_CHECKING:
-    from grader.checks import Check
+# Every top-level key a task may have. ``metadata`` is open (users' annotations); inside a
+# check, OpenAI's grader fields are accepted as OpenAI defines them (grader.checks).
+TASK_KEYS: tuple[str, ...] = (
+    "id",
+    "expected",
+    "metadata",
+    "checks",
+    "item",
+    "pass_rule",
+    "prompt",
+    "tools",
+)
+# Seed 001's grader-record keys: the product will grade them (episode grading), not yet.
+NOT_YET_GRADED: tuple[str, ...] = (
+    "schema_version",
+    "target_state",
+    "snapshot",
+    "forbidden_changes",
+    "required_links",
+    "allowed_actions",
+    "expected_outcome",
+    "accepted_alternatives",
+    "root_cause",
+    "evidence_ids",
+    "side_effects",
+    "rubric",
+)
+# Names from other formats that mean one of ours (too far apart for a spelling suggestion).
+_ALIASES = {"task_id": "id", "grader": "checks", "graders": "checks", "expected_call": "expected"}
 
 
 class TaskLoadError(ValueError):
@@ -36,8 +74,13 @@ class TaskLoadError(ValueError):
 
 
 class NoExpectedCallError(LookupError):
-    """The task has no ``expected`` call (its checks do not need one), so ``score()`` cannot
-    grade it: grade it with :func:`grader.checks.evaluate`."""
+    """The task has no ``expected`` call (its checks do not need one): grade it with
+    :func:`grader.grade`, which runs its checks."""
+
+
+class TaskHasChecksError(ValueError):
+    """``score()`` was asked for the tool-call verdict alone of a task that has ``checks``:
+    grade it with :func:`grader.grade`, which runs every check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +96,8 @@ class Task:
     expected_call: Call | None
     stale: Call | None = None
     mutation_kind: str | None = None
-    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
     checks: tuple[Check, ...] = ()
 
@@ -62,9 +105,41 @@ class Task:
     def expected(self) -> Call:
         if self.expected_call is None:
             raise NoExpectedCallError(
-                f"task {self.id!r} has no expected call; grade it with grader.checks.evaluate"
+                f"task {self.id!r} has no expected call; grade it with grader.grade"
             )
         return self.expected_call
+
+    @property
+    def has_checks(self) -> bool:
+        """Whether the task lists its own checks (else grading.md's tool-call check alone)."""
+        return "checks" in self.raw
+
+    @property
+    def pass_rule(self) -> str:
+        rule = self.raw.get("pass_rule", "all")
+        return rule if isinstance(rule, str) else "all"
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """The task's own ``tools`` list (the offline stand-in for the request's)."""
+        tools = self.raw.get("tools")
+        return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None
+
+    @property
+    def item(self) -> dict[str, Any]:
+        """The ``item`` namespace: the task's ``item``, ``prompt`` defaulting to its prompt."""
+        raw_item = self.raw.get("item")
+        item = dict(raw_item) if isinstance(raw_item, Mapping) else {}
+        prompt = self.raw.get("prompt")
+        if isinstance(prompt, str):
+            item.setdefault("prompt", prompt)
+        return item
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle the definition; the other side rebuilds (and re-validates) the checks."""
+        if not self.raw:
+            raise TypeError(f"task {self.id!r} was built by hand: only parsed tasks pickle")
+        return (parse_task, (dict(self.raw), self.source))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +173,34 @@ def _call(value: Any, what: str) -> Call:
     return call
 
 
+def _unknown_key(key: str, label: str) -> TaskLoadError:
+    if key in NOT_YET_GRADED:
+        return TaskLoadError(
+            f"{label}'{key}' is a grader-record key (seed 001) that gradeproxy does not grade "
+            "yet; it is refused rather than ignored so it is never mistaken for an enforced "
+            "check (move it under 'metadata' to keep it as an annotation)"
+        )
+    close = [_ALIASES[key]] if key in _ALIASES else []
+    close = close or difflib.get_close_matches(key, TASK_KEYS, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(TASK_KEYS)}"
+    return TaskLoadError(f"{label}unknown key {key!r}: {hint}")
+
+
+def check_task_keys(obj: Mapping[str, Any]) -> None:
+    """Refuse a top-level key no part of the grader reads (see :data:`TASK_KEYS`)."""
+    for key in obj:
+        if key not in TASK_KEYS:
+            task_id = obj.get("id")
+            label = f"task {task_id!r}: " if isinstance(task_id, str) and task_id else ""
+            raise _unknown_key(str(key), label)
+
+
 def parse_task(obj: Any, source: str = "<memory>") -> Task:
     """Validate one task definition; raise :class:`TaskLoadError` naming ``source``."""
     try:
         if not isinstance(obj, dict):
             raise TaskLoadError(f"a task must be a JSON object, got {type(obj).__name__}")
+        check_task_keys(obj)
         task_id = obj.get("id")
         if not isinstance(task_id, str) or not task_id:
             raise TaskLoadError("'id' must be a non-empty string")
@@ -131,9 +229,6 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         kind = metadata.get("mutationKind")
         if kind is not None and not isinstance(kind, str):
             raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
-        # Imported here: grader.checks grades through grader.score, which imports this module.
-        from grader.checks import CheckDefinitionError, build_checks
-
         try:
             checks = build_checks(obj)
         except CheckDefinitionError as exc:
@@ -145,8 +240,8 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         expected_call=expected,
         stale=stale,
         mutation_kind=kind,
-        metadata=MappingProxyType(dict(metadata)),
-        raw=MappingProxyType(dict(obj)),
+        metadata=dict(metadata),
+        raw=dict(obj),
         source=source,
         checks=checks,
     )
@@ -169,7 +264,7 @@ def build_task_set(tasks: Iterable[Task], sources: tuple[str, ...] = ()) -> Task
             )
         by_id[task.id] = task
     digest = tasks_digest(task.raw for task in by_id.values())
-    return TaskSet(MappingProxyType(by_id), digest, sources)
+    return TaskSet(by_id, digest, sources)
 
 
 def task_files(path: Path) -> list[Path]:

@@ -28,11 +28,11 @@ import orjson
 
 from grader._json import dumps
 from grader.checks import CheckContext, Judge
+from grader.engine import grade, grade_async, needs_judge
+from grader.rows import Live, live_row
 from grader.tasks import Task
-from grader.version import GRADER_RULES_VERSION
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
-from proxy.checking import grade_answer, grade_answer_judged, has_checks, needs_judge
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
@@ -91,8 +91,9 @@ class Graded:
     rows: list[dict[str, Any]]
     skip_reason: str | None = None
     error_kind: str | None = None
-    # Rows of a task with judge checks, graded on the event loop: (row index, answer, context).
-    pending: list[tuple[int, str, CheckContext]] = field(default_factory=list)
+    # Rows of a task with judge checks, graded on the event loop: (row index, answer, context,
+    # live fields); the row at that index is built once the judge has answered.
+    pending: list[tuple[int, str, CheckContext, Live]] = field(default_factory=list)
 
 
 def _request_json(body: bytes) -> dict[str, Any] | None:
@@ -134,7 +135,7 @@ OFF_LOOP_CHECKS = frozenset({"json_schema", "text_similarity", "multi", "policy"
 
 
 def runs_off_loop(task: Task) -> bool:
-    return has_checks(task) and any(check.type in OFF_LOOP_CHECKS for check in task.checks)
+    return task.has_checks and any(check.type in OFF_LOOP_CHECKS for check in task.checks)
 
 
 def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536) -> Graded:
@@ -154,46 +155,38 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         return Graded([], error_kind="capture")
     if not captured.answers:
         return Graded([], skip_reason="empty_response")
-    request = _request_json(job.request_body) if has_checks(job.task) else None
+    request = _request_json(job.request_body) if job.task.has_checks else None
     model = captured.model or _request_model(job.request_body)
     context = CheckContext(
         request_tools=_tools(request) if request is not None else None, model=model
     )
     judged = needs_judge(job.task)
     rows: list[dict[str, Any]] = []
-    pending: list[tuple[int, str, CheckContext]] = []
+    pending: list[tuple[int, str, CheckContext, Live]] = []
+    received = datetime.fromtimestamp(job.received_at, UTC).isoformat()
     for index in sorted(captured.answers):
         text = answer_text(captured.answers[index])
-        row: dict[str, Any] = {
-            "request_id": job.request_id,
-            "time": datetime.fromtimestamp(job.received_at, UTC).isoformat(),
-            "task_id": job.task.id,
-            "mutationKind": job.task.mutation_kind,
-            "model": model,
-            "upstream": job.upstream,
-            "stream": job.stream,
-            "variant": job.variant,
-            "pair_id": job.pair_id,
-            "choice": index,
-            "finish_reason": captured.finish_reasons.get(index),
-        }
-        if judged:
-            pending.append((len(rows), text, context))  # finished on the event loop
-        else:
-            row.update(grade_answer(job.task, text, context))
-        row.update(
-            {
-                "tasks_digest": job.tasks_digest,
-                "grader_rules_version": GRADER_RULES_VERSION,
-                "run": job.run,
-                "meta": job.meta,
-                "timings": job.timings,
-            }
+        live = Live(
+            request_id=job.request_id,
+            time=received,
+            model=model,
+            upstream=job.upstream,
+            stream=job.stream,
+            variant=job.variant,
+            pair_id=job.pair_id,
+            choice=index,
+            finish_reason=captured.finish_reasons.get(index),
+            run=job.run,
+            meta=job.meta,
+            timings=job.timings,
+            answer=text if capture_answer else None,
+            answer_cap=max_answer_chars,
         )
-        if capture_answer:
-            row["answer"] = text[:max_answer_chars]
-            row["truncated"] = len(text) > max_answer_chars
-        rows.append(row)
+        if judged:  # finished on the event loop, where the judge's client lives
+            pending.append((len(rows), text, context, live))
+            rows.append({})
+        else:
+            rows.append(live_row(job.task, grade(job.task, text, context), job.tasks_digest, live))
     return Graded(rows, pending=pending)
 
 
@@ -368,15 +361,15 @@ class GradeQueue:
             self.metrics.skipped.labels(graded.skip_reason).inc()
             self._report(job, None)
             return
-        for index, text, context in graded.pending:
+        for index, text, context, live in graded.pending:
             try:
-                fields = await grade_answer_judged(job.task, text, context, self.judge)
+                outcome = await grade_async(job.task, text, context, judge=self.judge)
             except Exception:  # a check bug: an infrastructure error, never a model failure
                 self.metrics.grading_errors.labels("grader").inc()
                 log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
                 self._report(job, None)
                 return
-            graded.rows[index].update(fields)
+            graded.rows[index] = live_row(job.task, outcome, job.tasks_digest, live)
         await self.record(job, graded.rows)
 
     def _report(self, job: GradeJob, rows: list[dict[str, Any]] | None) -> None:

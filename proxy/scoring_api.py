@@ -14,16 +14,17 @@ Why not ``/v1/score``: every ``/v1/*`` path is forwarded to the upstream backend
 route there would shadow (or be shadowed by) a backend route of the same name, and a client
 pointed at the proxy could not tell whose answer it got. ``/grading/v1/`` is the proxy's own.
 
-Rows and reports come from :mod:`grader.api`, the engine behind the CLI and MCP surfaces too,
-so one answer gets one verdict everywhere; the graders routes run :mod:`grader.checks`.
+Rows and reports come from :mod:`grader.api` over :mod:`grader.engine`, the engine behind the
+CLI, MCP and the live proxy too, so one answer gets one verdict everywhere; the graders routes
+run one check through the same engine (``grader.engine.run_check``). Judge checks use the
+proxy's judge (``judge.endpoint``) when one is configured, else their column is ``error``.
 Request errors are :class:`ProxyError` s in OpenAI's error shape with ``param`` naming the
 field. The handlers render them themselves, so the routes work on a bare ``web.Application``
 as well as behind the proxy's error middleware::
 
     BadRequestError     400 invalid_request_error (code: missing_required_parameter,
                             invalid_type, invalid_value, invalid_json, unknown_task, invalid_task,
-                            no_expected_call, no_task_set, batch_too_large, invalid_grader,
-                            unsupported_grader)
+                            no_task_set, batch_too_large, invalid_grader)
     TasksNotReadyError  503 tasks_not_loaded (Retry-After)
 
 An oversized batch is a 400 ``batch_too_large``, not a 413: 413 here already means "the body
@@ -49,13 +50,16 @@ from grader._json import JSONError, dumps, loads_exact
 from grader.api import (
     ScoreRequestError,
     grade_all,
+    grade_all_async,
     request_digest,
     resolve_item,
     resolve_items,
 )
+from grader.checks.judge import Judge
+from grader.engine import arun_check, needs_judge, run_check
 from grader.tasks import TaskSet
 from proxy.errors import BodyTooLargeError, ProxyError
-from proxy.state import TASKS
+from proxy.state import QUEUE, TASKS
 
 PREFIX = "/grading/v1"
 # The short paths, and OpenAI's own under our prefix: the official SDKs, given
@@ -130,6 +134,12 @@ def _rendering_errors(handler: Handler) -> Handler:
     return wrapped
 
 
+def _judge(request: web.Request) -> Judge | None:
+    """The proxy's judge, when the app has a grade queue with one (``judge.endpoint``)."""
+    queue = request.app.get(QUEUE)
+    return queue.judge if queue is not None else None
+
+
 def _json(payload: Any) -> web.Response:
     return web.Response(body=dumps(payload), content_type="application/json")
 
@@ -194,7 +204,11 @@ class _ScoringRoutes:
                 ) from None
             raise BadRequestError.of(error) from None
         digest = request_digest(pairs, tasks)
-        result = await asyncio.to_thread(grade_all, pairs, digest)
+        judge = _judge(request)
+        if judge is not None and any(needs_judge(task) for task, _, _ in pairs):
+            result = await grade_all_async(pairs, digest, judge)
+        else:
+            result = await asyncio.to_thread(grade_all, pairs, digest)
         if batch:
             return _json(result.to_dict())
         return _json({"verdict": result.results[0].to_dict()})
@@ -242,23 +256,15 @@ def _build_check(definition: dict[str, Any]) -> grader_checks.Check:
         raise BadRequestError(str(exc), param="grader", code="invalid_grader") from None
 
 
-def _run_check(
-    check: grader_checks.Check, model_sample: str, item: dict[str, Any]
+async def _run_check(
+    check: grader_checks.Check, model_sample: str, item: dict[str, Any], judge: Judge | None
 ) -> grader_checks.CheckResult:
+    """One check through the engine's runner (a check that raises is a ``check_error``)."""
     sample = grader_checks.Sample.from_answer(model_sample)
-    try:
-        return check.run(sample, item, grader_checks.CheckContext(request_tools=None))
-    except Exception as exc:  # a bug in a check is an infrastructure error, as in evaluate()
-        return grader_checks.CheckResult(
-            check.name,
-            check.type,
-            None,
-            None,
-            f"check raised {type(exc).__name__}",
-            "check_error",
-            repr(exc)[:500],
-            check.digest,
-        )
+    context = grader_checks.CheckContext(request_tools=None)
+    if check.needs_judge and judge is not None:
+        return await arun_check(check, sample, item, context, judge)
+    return await asyncio.to_thread(run_check, check, sample, item, context)
 
 
 # A check's infrastructure-error reason code -> the metadata.errors flag OpenAI sets for it.
@@ -337,15 +343,8 @@ async def run_grader(request: web.Request) -> web.Response:
             code="invalid_type",
         )
     check = _build_check(definition)
-    if check.needs_judge:
-        raise BadRequestError(
-            f"grader type {check.type!r} needs a judge model, and the scoring API has none; "
-            "run it through the proxy's judge, or use a grader that needs no model",
-            param="grader.type",
-            code="unsupported_grader",
-        )
     started = time.perf_counter()
-    result = await asyncio.to_thread(_run_check, check, model_sample, item)
+    result = await _run_check(check, model_sample, item, _judge(request))
     return _json(run_response(check, result, time.perf_counter() - started))
 
 

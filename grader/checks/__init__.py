@@ -15,8 +15,10 @@ Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
     judge_checks.py  OpenAI label_model / score_model and our binary criterion form
     judge_http.py    a stdlib JudgeClient for the CLI
     build.py         definitions to checks, the pass rule
-    evaluate.py      run a task's checks on one answer
     mutation.py      validate-tasks' fixture mutation analysis
+
+Running a task's checks on an answer is the engine's job (``grader.engine``): nothing in this
+package imports ``grader.tasks`` (only ``mutation``, which this ``__init__`` does not load).
 """
 
 from grader.checks._base import (
@@ -31,7 +33,6 @@ from grader.checks._base import (
     check_digest,
 )
 from grader.checks.build import build_check, build_checks, columns_of
-from grader.checks.evaluate import TaskOutcome, evaluate, evaluate_sync, task_item
 from grader.checks.judge import Judge, JudgeConfig, model_family, pinned_problem
 
 __all__ = [
@@ -45,14 +46,10 @@ __all__ = [
     "JudgeClient",
     "JudgeConfig",
     "Sample",
-    "TaskOutcome",
     "build_check",
     "build_checks",
     "check_digest",
     "columns_of",
-    "evaluate",
-    "evaluate_sync",
     "model_family",
     "pinned_problem",
-    "task_item",
 ]

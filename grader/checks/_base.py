@@ -66,6 +66,8 @@ CheckReasonCode = Literal[
     "judge_timeout",
     "judge_error",
     "judge_unavailable",
+    # templates: a sample-side path the answer does not have is the model's failure
+    "sample_value_missing",
     # shared infrastructure errors
     "template_unresolved",
     "check_error",
@@ -190,14 +192,18 @@ def chat_tools(tools: list[Any]) -> list[Any]:
 
 @dataclass(frozen=True, slots=True)
 class CheckContext:
-    """What the live request adds: its own ``tools`` list and the model that answered.
+    """What the request adds: its own ``tools`` list and the model that answered.
 
-    ``request_tools`` is normalised to chat completions' shape (:func:`chat_tools`) on
-    construction, so no check has to know which API the request came through.
+    Live, both come from the proxied request. Offline (``grader.engine.offline_context``) the
+    tools come from the answers row or the task, and ``missing_tools`` says what to add when
+    there are none, so a ``from_request`` column names it in its ``error``. ``request_tools`` is
+    normalised to chat completions' shape (:func:`chat_tools`) on construction, so no check has
+    to know which API the request came through.
     """
 
     request_tools: list[dict[str, Any]] | None = None
     model: str | None = None
+    missing_tools: str | None = None
 
     def __post_init__(self) -> None:
         if self.request_tools is not None:

@@ -31,7 +31,15 @@ from grader.checks.judge import (
     family_warning,
     pinned_problem,
 )
-from grader.checks.templates import Template, TemplateError, parse_template
+from grader.checks.templates import Template, TemplateError, parse_template, unresolved
+
+# The reason of a judge column on a surface without a judge: how to configure one.
+NO_JUDGE = (
+    "this check needs an LLM judge and none is configured here: Python "
+    "grader.grade_async(task, answer, judge=Judge(client, JudgeConfig(...))); CLI "
+    "gradeproxy grade --judge CONFIG; proxy and /grading/v1 routes: judge.endpoint in the proxy "
+    "config (MCP has no judge)"
+)
 
 # --- the checks -------------------------------------------------------------------------------
 
@@ -254,8 +262,7 @@ class JudgeCheck(BaseCheck):
         return [{"role": "system", "content": contract}, *rendered]
 
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
-        reason = "judge checks need a judge (evaluate(..., judge=...))"
-        return self.result(None, reason, "judge_unavailable", error=reason)
+        return self.result(None, NO_JUDGE, "judge_unavailable", error=NO_JUDGE)
 
     async def arun(
         self,
@@ -273,7 +280,7 @@ class JudgeCheck(BaseCheck):
         try:
             messages = self.render(sample, item)
         except TemplateError as exc:
-            return self.result(None, str(exc), "template_unresolved", error=str(exc))
+            return unresolved(self, exc)
         warning = family_warning(model, context.model)
         parse: Callable[[str], Any]
         if self.score_range is not None:

@@ -28,10 +28,10 @@ from typing import Any, Literal
 from grader._json import dumps, loads_exact
 from grader.checks._base import Check, CheckContext, CheckResult, Sample, sample_calls
 from grader.checks.build import columns_of
-from grader.checks.evaluate import checks_of, task_item
 from grader.checks.judge import Judge
 from grader.checks.policy import PolicyCheck
 from grader.checks.templates import TemplateError, resolve, with_value
+from grader.engine import checks_of
 from grader.tasks import Task
 
 Level = Literal[
@@ -224,7 +224,7 @@ async def analyse_task(task: Task, judge: Judge | None = None) -> list[Finding]:
         fixtures = fixtures_of(task)
     except ValueError as exc:
         return [Finding(task.id, "-", "invalid", str(exc))]
-    item = task_item(task)
+    item = task.item
     tools = task.raw.get("tools")
     ctx = CheckContext(request_tools=tools if isinstance(tools, list) else None)
     reference = next((f for f in fixtures if f.passes is True), None)

@@ -32,7 +32,7 @@ from rapidfuzz import fuzz
 
 from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec
 from grader.checks.string_check import require_connected
-from grader.checks.templates import Template, TemplateError, parse_template
+from grader.checks.templates import Template, TemplateError, parse_template, unresolved
 
 _TOKEN = re.compile(r"\w+")
 BLEU_MAX_N = 4
@@ -166,7 +166,7 @@ class SimilarityCheck(BaseCheck):
             candidate = self.input.render(sample, item)
             reference = self.reference.render(sample, item)
         except TemplateError as exc:
-            return self.result(None, str(exc), "template_unresolved", error=str(exc))
+            return unresolved(self, exc)
         too_large = _too_large(self.metric, candidate, reference)
         if too_large is not None:
             return self.result(None, too_large, "input_too_large", error=too_large)

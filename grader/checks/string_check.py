@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec
-from grader.checks.templates import Template, TemplateError, parse_template
+from grader.checks.templates import Template, TemplateError, parse_template, unresolved
 
 Operation = Literal["eq", "ne", "like", "ilike"]
 OPERATIONS: tuple[Operation, ...] = ("eq", "ne", "like", "ilike")
@@ -99,7 +99,7 @@ class StringCheck(BaseCheck):
             left = self.input.render(sample, item)
             right = self.reference.render(sample, item)
         except TemplateError as exc:
-            return self.result(None, str(exc), "template_unresolved", error=str(exc))
+            return unresolved(self, exc)
         passed = compare(self.operation, left, right)
         verb = {"eq": "==", "ne": "!=", "like": "contains", "ilike": "contains (any case)"}
         reason = f"{shown(left)} {verb[self.operation]} {shown(right)}: {passed}"

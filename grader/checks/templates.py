@@ -10,8 +10,17 @@ braces is allowed). Namespaces:
 Paths step through objects with ``.key`` (or ``["key"]``) and arrays with ``[i]``. A step into a
 *string* that holds a JSON object or array reads the parsed JSON, because tool-call arguments
 travel as JSON strings. Rendering never guesses: a path that is missing, or a value that is
-JSON ``null`` (seed 003's "None"/"null" reference trap), raises :class:`TemplateError`, which a
-check reports as an infrastructure error (``template_unresolved``), never a model fail.
+JSON ``null`` (seed 003's "None"/"null" reference trap), raises :class:`TemplateError`, and which
+side missed decides what it means (:func:`unresolved`):
+
+* a ``sample.*`` path that does not resolve is the *model's* failure (``fail``,
+  ``sample_value_missing``): a prose answer has no ``output_tools[0]``, a call without the
+  argument has no ``arguments.queue``;
+* an ``item.*`` path that does not resolve is *infrastructure* (``error``,
+  ``template_unresolved``): the dataset row is missing a field (seed 003: "a missing dataset
+  field can surface as a template or variable problem rather than a model-quality problem");
+* a path that can never resolve on any answer (``sample.output_tool``,
+  ``output_tools[0].arguments`` without ``.function``) is refused when the check is built.
 """
 
 from __future__ import annotations
@@ -19,11 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from grader._json import JSONError, dumps, loads_exact
 from grader.canon import TooDeepError, canonical_json
 from grader.checks._base import CheckDefinitionError, Sample
+
+if TYPE_CHECKING:
+    from grader.checks._base import BaseCheck, CheckResult
 
 _SUBSTITUTION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _HEAD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)")
@@ -33,8 +45,46 @@ SAMPLE_FIELDS = ("output_text", "output_json", "output_tools")
 Step = str | int
 
 
+Side = Literal["sample", "item"]
+# After output_tools[i]: the wire shape of one call; after .function: its name or arguments.
+_TOOL_KEYS = ("type", "id", "function")
+_FUNCTION_KEYS = ("name", "arguments")
+
+
 class TemplateError(LookupError):
-    """A template did not resolve against this sample and item."""
+    """A template did not resolve against this sample and item; ``side`` says which missed."""
+
+    def __init__(self, message: str, side: Side = "item") -> None:
+        super().__init__(message)
+        self.side: Side = side
+
+
+def unresolved(check: BaseCheck, exc: TemplateError) -> CheckResult:
+    """The column for a template that did not resolve (module docstring: sample vs item)."""
+    if exc.side == "sample":
+        return check.result(False, f"the answer has no value there: {exc}", "sample_value_missing")
+    return check.result(None, str(exc), "template_unresolved", error=str(exc))
+
+
+def _check_sample_path(steps: tuple[Step, ...], text: str, where: str) -> None:
+    """Refuse a ``sample.output_tools`` path no answer can ever resolve."""
+    if steps[0] != "output_tools" or len(steps) < 2:
+        return
+    problem = None
+    if not isinstance(steps[1], int):
+        problem = "output_tools is a list: index it first, e.g. output_tools[0]"
+    elif len(steps) > 2 and steps[2] not in _TOOL_KEYS:
+        problem = f"a tool call has {', '.join(_TOOL_KEYS)}, not {steps[2]!r}"
+    elif len(steps) > 3 and steps[2] != "function":
+        problem = f"output_tools[i].{steps[2]} is a string: it has no {steps[3]!r}"
+    elif len(steps) > 3 and steps[3] not in _FUNCTION_KEYS:
+        problem = f"a function has {', '.join(_FUNCTION_KEYS)}, not {steps[3]!r}"
+    elif len(steps) > 4 and steps[3] == "name":
+        problem = "function.name is a string: it has no fields"
+    if problem is not None:
+        raise CheckDefinitionError(
+            f"{where}: template '{{{{{text}}}}}' can never resolve: {problem}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +115,15 @@ class Template:
         """The resolved text; raise :class:`TemplateError` when any reference does not resolve."""
         out: list[str] = []
         for part in self.parts:
-            out.append(part if isinstance(part, str) else render_value(resolve(part, sample, item)))
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            value = resolve(part, sample, item)
+            try:
+                out.append(render_value(value))
+            except TemplateError as exc:
+                side: Side = "sample" if part.namespace == "sample" else "item"
+                raise TemplateError(str(exc), side) from None
         return "".join(out)
 
 
@@ -101,6 +159,7 @@ def parse_ref(expression: str, where: str) -> Ref:
             raise CheckDefinitionError(
                 f"{where}: template '{{{{{text}}}}}': sample.output_text is a string"
             )
+        _check_sample_path(tuple(steps), text, where)
     elif namespace == "item":
         if not steps:
             raise CheckDefinitionError(f"{where}: template '{{{{{text}}}}}' needs an item field")
@@ -153,16 +212,17 @@ def _step_into(value: Any, step: Step) -> Any:
 
 def resolve(ref: Ref, sample: Sample, item: Mapping[str, Any]) -> Any:
     """The value a reference names; raise :class:`TemplateError` when there is none."""
-    value: Any = sample_root(sample) if ref.namespace == "sample" else item
-    if ref.namespace == "sample" and ref.steps[0] == "output_json" and sample.output_json is None:
-        raise TemplateError(f"{{{{{ref.text}}}}} did not resolve (the answer is not JSON)")
+    side: Side = "sample" if ref.namespace == "sample" else "item"
+    value: Any = sample_root(sample) if side == "sample" else item
+    if side == "sample" and ref.steps[0] == "output_json" and sample.output_json is None:
+        raise TemplateError(f"{{{{{ref.text}}}}} did not resolve (the answer is not JSON)", side)
     for step in ref.steps:
         try:
             value = _step_into(value, step)
         except KeyError:
-            raise TemplateError(f"{{{{{ref.text}}}}} did not resolve (no {step!r})") from None
+            raise TemplateError(f"{{{{{ref.text}}}}} did not resolve (no {step!r})", side) from None
     if value is None:
-        raise TemplateError(f"{{{{{ref.text}}}}} resolved to null")
+        raise TemplateError(f"{{{{{ref.text}}}}} resolved to null", side)
     return value
 
 

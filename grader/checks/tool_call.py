@@ -1,6 +1,6 @@
 """``tool_call``: grading.md's tool-call grader as a check, with BFCL-style options.
 
-``{"type": "tool_call", "name"}`` grades exactly as :func:`grader.score.score` does against
+``{"type": "tool_call", "name"}`` grades exactly as :func:`grader.match.match_call` does against
 the task's ``expected`` (and ``metadata.stale``); a task without ``checks`` gets this check,
 named ``tool_call``. Options:
 
@@ -35,8 +35,7 @@ from grader.checks._base import (
     sample_calls,
 )
 from grader.extract import Call, call_from_value, extract
-from grader.score import score
-from grader.tasks import Task
+from grader.match import match_call
 from grader.verdict import Verdict
 
 MAX_PARALLEL = 64
@@ -180,11 +179,12 @@ class ToolCallCheck(BaseCheck):
         return self._from_verdict(self._grade(self.expected, self.stale, sample.answer))
 
     def _grade(self, expected: Call, stale: Call | None, answer: str) -> Verdict:
-        """``grader.score.score`` against ``expected`` adjusted for the options."""
-        found = extract(answer).call
-        if found is not None and (self.acceptable or self.optional):
-            expected = self._adjusted(expected, found.arguments)
-        return score(Task(id=self.name, expected_call=expected, stale=stale), answer)
+        """:func:`match_call` against ``expected`` adjusted for the options."""
+        if self.acceptable or self.optional:
+            found = extract(answer).call
+            if found is not None:
+                expected = self._adjusted(expected, found.arguments)
+        return match_call(expected, stale, answer)
 
     def _adjusted(self, expected: Call, got: Any) -> Call:
         """The expected call with absent optionals dropped and acceptable values taken over."""
@@ -200,6 +200,12 @@ class ToolCallCheck(BaseCheck):
                 parent[path[-1]] = value
         adjusted = call_from_value({"name": expected.name, "arguments": want})
         return adjusted if adjusted is not None else expected
+
+    def verdict(self, sample: Sample) -> Verdict | None:
+        """The tool-call verdict of a single-call check (None for parallel and no-call forms)."""
+        if self.expect_no_call or self.parallel or self.expected is None:
+            return None
+        return self._grade(self.expected, self.stale, sample.answer)
 
     def _from_verdict(self, verdict: Verdict) -> CheckResult:
         return self.result(

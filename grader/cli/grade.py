@@ -1,25 +1,42 @@
 """``gradeproxy grade``: grade a file of answers against a task set, offline.
 
-Exit 0 when grading ran, whatever the scores; exit 2 on unreadable input or an unknown task id,
-with nothing written: every input row is validated before the first byte of output.
+Every answer is graded by the engine (``grader.engine``) on every check of its task, and each
+row is :mod:`grader.rows`' row: the proxy's row minus the live-traffic fields. An answers row is
+``{"task_id", "answer", "tools"?, "request"?}``: ``tools`` (or ``request.tools``) is the
+offline context of a ``from_request`` schema, else the task's own ``tools``.
+
+Exit 0 when grading ran, whatever the scores; exit 2 on unreadable input, an unknown task id,
+an answer that is not a string (the typed wires refuse it too; only the Python API scores it
+``not_a_string``) or an answer that cannot be graded, always with ``file:line`` and with
+nothing written: every input row is validated before the first byte of output.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
 from grader._json import dumps
+from grader.checks.judge import Judge
 from grader.cli._io import InputError, Progress, jsonl_bytes, read_jsonl, write_atomically
+from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.report import Report
-from grader.score import score
+from grader.rows import answer_row
 from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
-from grader.verdict import Verdict
-from grader.version import GRADER_RULES_VERSION
 
 PROGRESS_MIN_ROWS = 1000
+_JSON_TYPES = {
+    dict: "an object",
+    list: "an array",
+    type(None): "null",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+}
+Answer = tuple[str, Task, str, dict[str, Any]]  # where, task, answer, the answers row
 
 
 def register(sub: Any) -> None:
@@ -30,10 +47,13 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--tasks", required=True, type=Path, help="task file or folder")
     parser.add_argument(
-        "--answers", required=True, type=Path, help='JSONL rows {"task_id", "answer"}'
+        "--answers", required=True, type=Path, help='JSONL rows {"task_id", "answer", "tools"?}'
     )
     parser.add_argument("--out", type=Path, help="write one result row per answer (JSONL)")
     parser.add_argument("--report", type=Path, help="write the run report (JSON)")
+    parser.add_argument(
+        "--judge", type=Path, help="judge config (YAML/JSON) for label_model/score_model checks"
+    )
     parser.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -43,20 +63,8 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def result_row(task: Task, verdict: Verdict, tasks_digest: str) -> dict[str, Any]:
-    """One result row; the same shape the proxy writes, minus the live-traffic fields."""
-    return {
-        "task_id": task.id,
-        **verdict.to_dict(),
-        "mutationKind": task.mutation_kind,
-        "call": verdict.call,
-        "tasks_digest": tasks_digest,
-        "grader_rules_version": GRADER_RULES_VERSION,
-    }
-
-
-def read_answers(path: Path, tasks: TaskSet) -> list[tuple[Task, Any]]:
-    rows: list[tuple[Task, Any]] = []
+def read_answers(path: Path, tasks: TaskSet) -> list[Answer]:
+    rows: list[Answer] = []
     for lineno, row in read_jsonl(path):
         where = f"{path}:{lineno}"
         if not isinstance(row, dict):
@@ -66,32 +74,93 @@ def read_answers(path: Path, tasks: TaskSet) -> list[tuple[Task, Any]]:
             raise InputError(f"{where}: 'task_id' must be a string")
         if "answer" not in row:
             raise InputError(f"{where}: no 'answer' field")
+        answer = row["answer"]
+        if not isinstance(answer, str):
+            kind = _JSON_TYPES.get(type(answer), type(answer).__name__)
+            raise InputError(
+                f"{where}: 'answer' must be a string (the raw model output), not {kind}: "
+                "write a tool call as its JSON text, the way the model sent it"
+            )
         task = tasks.get(task_id)
         if task is None:
             raise InputError(f"{where}: unknown task id {task_id!r}")
-        rows.append((task, row["answer"]))
+        for key, shape in (("tools", list), ("request", dict)):
+            if key in row and not isinstance(row[key], shape):
+                raise InputError(f"{where}: '{key}' must be a JSON {shape.__name__}")
+        rows.append((where, task, answer, row))
     return rows
 
 
-def run(args: argparse.Namespace) -> int:
+def _grade_one(where: str, task: Task, answer: str, row: dict[str, Any]) -> Outcome:
     try:
+        return grade(task, answer, offline_context(task, row))
+    except Exception as exc:  # a grader bug: name the row, never a traceback
+        raise InputError(_cannot(where, task, exc)) from None
+
+
+async def _grade_judged(
+    where: str, task: Task, answer: str, row: dict[str, Any], judge: Judge
+) -> Outcome:
+    try:
+        return await grade_async(task, answer, offline_context(task, row), judge=judge)
+    except Exception as exc:
+        raise InputError(_cannot(where, task, exc)) from None
+
+
+def _cannot(where: str, task: Task, exc: Exception) -> str:
+    return (
+        f"{where}: cannot grade this answer against task {task.id!r} ({task.source}): "
+        f"{type(exc).__name__}: {exc}"
+    )
+
+
+def _grade_all(answers: list[Answer], judge: Judge | None, progress: Progress) -> list[Outcome]:
+    """Grade in input order; judge checks (only with ``--judge``) on one event loop."""
+    if judge is None or not any(needs_judge(task) for _, task, _, _ in answers):
+        outcomes = []
+        for done, answer in enumerate(answers, start=1):
+            outcomes.append(_grade_one(*answer))
+            progress.update(done)
+        return outcomes
+
+    async def judged() -> list[Outcome]:
+        graded: list[Outcome] = []
+        for done, (where, task, answer, row) in enumerate(answers, start=1):
+            if needs_judge(task):
+                graded.append(await _grade_judged(where, task, answer, row, judge))
+            else:
+                graded.append(_grade_one(where, task, answer, row))
+            progress.update(done)
+        return graded
+
+    return asyncio.run(judged())
+
+
+def run(args: argparse.Namespace) -> int:
+    judge = None
+    try:
+        if args.judge is not None:
+            from grader.cli.validate import load_judge
+
+            try:
+                judge = load_judge(args.judge)
+            except ValueError as exc:
+                raise InputError(str(exc)) from None
         tasks = load_tasks(args.tasks)
         answers = read_answers(args.answers, tasks)
+        show = args.progress
+        if show is None:
+            show = sys.stderr.isatty() and len(answers) >= PROGRESS_MIN_ROWS
+        outcomes = _grade_all(answers, judge, Progress(len(answers), show))
     except (TaskLoadError, InputError) as exc:
         print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
         return 2
-    show = args.progress
-    if show is None:
-        show = sys.stderr.isatty() and len(answers) >= PROGRESS_MIN_ROWS
-    progress = Progress(len(answers), show)
     report = Report(tasks.digest)
     rows: list[dict[str, Any]] = []
-    for done, (task, answer) in enumerate(answers, start=1):
-        verdict = score(task, answer)
-        report.add(task, verdict)
+    for (_, task, _, _), outcome in zip(answers, outcomes, strict=True):
+        report.add(task, outcome)
         if args.out is not None:
-            rows.append(result_row(task, verdict, tasks.digest))
-        progress.update(done)
+            rows.append(answer_row(task, outcome, tasks.digest))
     try:
         if args.out is not None:
             write_atomically(args.out, jsonl_bytes(rows))

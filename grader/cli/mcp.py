@@ -1,7 +1,7 @@
 """``gradeproxy mcp``: the grader as an MCP server over stdio (the official ``mcp`` SDK).
 
-Tools, each returning the same rows and reports as the Python API, the CLI and the HTTP routes
-(every surface grades through :mod:`grader.api`):
+Tools, each returning the same rows and reports as the Python API, the CLI, the HTTP routes and
+the live proxy (every surface grades through :mod:`grader.engine`, on every check of a task):
 
     score(answer, task_id | task)   -> {"verdict": row}
     score_run(answers, tasks?)      -> {"results": [row, ...], "report": {... perMutationKind ...}}
@@ -11,7 +11,9 @@ Tools, each returning the same rows and reports as the Python API, the CLI and t
 Arguments are read with :func:`grader.api.resolve_item`, like the HTTP routes, so a bad call
 gets the same message naming the field, as an MCP tool error. ``answer`` is declared a string:
 MCP is a typed wire, and a string-typed parameter also keeps the SDK from "helpfully" parsing
-a JSON-looking answer into an object before the grader sees it.
+a JSON-looking answer into an object before the grader sees it. ``tools`` (the request's tool
+definitions) is the offline context of a ``from_request`` schema; without it the task's own
+``tools`` are used. MCP has no judge: a judge check's column is ``error`` and says so.
 
 The ``mcp`` package is optional and imported only when the command runs, so ``grader`` and the
 other commands never need it (and never import aiohttp). Also runnable as
@@ -136,11 +138,19 @@ def build_server(loaded: TaskSet | None) -> MCPServer:
         return ToolError(f"{error.code}: {error.message}{param}")
 
     @server.tool()
-    def score(answer: str, task_id: str = "", task: dict[str, Any] | None = None) -> dict[str, Any]:
+    def score(
+        answer: str,
+        task_id: str = "",
+        task: dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         """Grade one raw model answer against a loaded task (task_id) or an inline task
-        definition (task: {"id", "expected", "metadata": {"stale", "mutationKind"}}).
-        Returns {"verdict": {score, staleSchemaUsed, reason, reason_code, path, call, ...}}."""
+        definition (task: {"id", "expected", "metadata", "checks"?}), on every check.
+        `tools`: the request's tool definitions, for a "from_request" schema check.
+        Returns {"verdict": {result, passed, checks: [...], ...}}."""
         request: dict[str, Any] = {"answer": answer}
+        if tools is not None:
+            request["tools"] = tools
         if task is not None:
             request["task"] = task
         if task_id:  # "" is the schema's "not given"
@@ -155,9 +165,10 @@ def build_server(loaded: TaskSet | None) -> MCPServer:
     def score_run(
         answers: list[dict[str, Any]], tasks: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
-        """Grade many answers, each {"task_id", "answer"} (or {"task", "answer"}), against the
-        loaded tasks or against `tasks` (a list of task definitions) when given. Returns one
-        row per answer and a report with passRate, staleSchemaUsedRate and perMutationKind."""
+        """Grade many answers, each {"task_id", "answer", "tools"?} (or {"task", "answer"}),
+        against the loaded tasks or against `tasks` (a list of task definitions) when given.
+        Returns one row per answer and a report with passRate, staleSchemaUsedRate,
+        perMutationKind and perCheck."""
         task_set = loaded
         try:
             if tasks is not None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from grader import NoExpectedCallError, TaskLoadError, load_tasks, parse_task, score
+from grader import TaskHasChecksError, TaskLoadError, load_tasks, parse_task, score
 from grader._json import dumps
 from grader.checks import (
     CheckContext,
@@ -15,10 +15,8 @@ from grader.checks import (
     Sample,
     build_check,
     check_digest,
-    evaluate,
-    evaluate_sync,
 )
-from grader.checks.evaluate import overall
+from grader.engine import evaluate, evaluate_sync, overall
 from grader.version import GRADER_RULES_VERSION
 from tests.checks.util import call, wire
 
@@ -103,9 +101,9 @@ def task(**extra: Any) -> Any:
         ),
         pytest.param(
             "Done!",
-            {"queue": None, "pol.authority_ok": True, "pol.no_forbidden_call": True},
-            None,
-            id="unresolved_is_none",
+            {"queue": False, "pol.authority_ok": True, "pol.no_forbidden_call": True},
+            False,
+            id="prose_has_no_tool_value_so_the_sample_side_fails",
         ),
     ],
 )
@@ -246,7 +244,7 @@ def test_task_without_expected_loads_when_its_checks_need_none(tmp_path: Path) -
     )
     (only,) = loaded
     assert only.expected_call is None
-    with pytest.raises(NoExpectedCallError, match=r"grade it with grader\.checks\.evaluate"):
+    with pytest.raises(TaskHasChecksError, match=r"grade it with grader\.grade\(\)"):
         score(only, wire(call("f", queue="X")))
     assert evaluate_sync(only, wire(call("f", queue="X"))).passed is True
 

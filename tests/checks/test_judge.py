@@ -15,11 +15,10 @@ from grader.checks import (
     JudgeConfig,
     Sample,
     build_check,
-    evaluate,
-    evaluate_sync,
     model_family,
     pinned_problem,
 )
+from grader.engine import evaluate, evaluate_sync
 
 Reply = str | BaseException
 

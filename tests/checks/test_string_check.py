@@ -127,18 +127,66 @@ def test_refused_definitions(definition: dict[str, Any], message: str) -> None:
     [
         pytest.param(check("eq"), "BILLING", id="item_field_missing"),
         pytest.param(
-            check("eq", "BILLING", input="{{sample.output_tools[0].function.arguments.queue}}"),
+            check("eq", "{{item.nested.missing}}"),
             "BILLING",
-            id="text_answer_for_tool_template",
+            id="nested_item_field_missing",
         ),
     ],
 )
-def test_unresolved_template_is_an_infrastructure_error(
+def test_unresolved_item_template_is_an_infrastructure_error(
     definition: dict[str, Any], answer: str
 ) -> None:
     result = run(definition, answer, {})
     assert (result.passed, result.reason_code) == (None, "template_unresolved")
     assert result.error is not None
+
+
+@pytest.mark.parametrize(
+    ("template", "answer"),
+    [
+        pytest.param(
+            "{{sample.output_tools[0].function.arguments.queue}}", "BILLING", id="prose_no_call"
+        ),
+        pytest.param(
+            "{{sample.output_tools[0].function.arguments.queue}}",
+            '{"tool_calls": [{"function": {"name": "route", "arguments": "{}"}}]}',
+            id="call_without_the_argument",
+        ),
+        pytest.param("{{sample.output_json.queue}}", "BILLING", id="answer_not_json"),
+    ],
+)
+def test_sample_side_path_the_answer_lacks_is_the_models_fail(template: str, answer: str) -> None:
+    """Seed 003: only a missing *dataset* field is infrastructure; a missing answer value is
+    the model's failure, so a prose answer to a tool template fails instead of erroring."""
+    result = run(check("eq", "BILLING", input=template), answer, {})
+    assert (result.passed, result.reason_code, result.error) == (
+        False,
+        "sample_value_missing",
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        pytest.param("{{sample.output_tool[0].function.name}}", "must read one of", id="typo"),
+        pytest.param("{{sample.output_tools.function.name}}", "index it first", id="no_index"),
+        pytest.param(
+            "{{sample.output_tools[0].arguments.queue}}", "not 'arguments'", id="no_function"
+        ),
+        pytest.param(
+            "{{sample.output_tools[0].function.argument.queue}}", "not 'argument'", id="argument"
+        ),
+        pytest.param(
+            "{{sample.output_tools[0].function.name.first}}", "name is a string", id="name_deep"
+        ),
+    ],
+)
+def test_sample_path_that_can_never_resolve_is_refused_at_build(
+    template: str, problem: str
+) -> None:
+    with pytest.raises(CheckDefinitionError, match=problem):
+        build_check(check("eq", "BILLING", input=template))
 
 
 def test_item_and_sample_mixed_on_one_side_is_connected() -> None:

@@ -210,6 +210,24 @@ def test_judge_examples_are_skipped_without_judge(capsys: pytest.CaptureFixture[
             id="invalid_task_file",
         ),
         pytest.param(
+            '{"id": "a", "item": {"q": "X"}, "checks": [{"type": "string_check", "name": "q", '
+            '"operation": "eq", "reference": "{{item.q}}", '
+            '"input": "{{sample.output_tools[0].function.argument.q}}"}]}\n',
+            [],
+            1,
+            "out",
+            "can never resolve: a function has name, arguments, not 'argument'",
+            id="template_path_that_can_never_resolve",
+        ),
+        pytest.param(
+            '{"id": "a", "expected": {"name": "f", "arguments": {}}, "target_state": {}}\n',
+            [],
+            1,
+            "out",
+            "'target_state' is a grader-record key (seed 001) that gradeproxy does not grade yet",
+            id="key_not_graded_yet",
+        ),
+        pytest.param(
             '{"id": "a", "expected": {"name": "f"}}\n',
             ["--judge", "JUDGE"],
             2,

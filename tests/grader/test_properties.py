@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import parse_task, score
-from grader._json import SEARCH_WINDOW, dumps
+from grader._json import SEARCH_WINDOW, dumps, loads_exact
 from grader.canon import canon, to_plain
 from grader.extract import extract
 
@@ -120,3 +120,11 @@ def test_a_call_after_windows_of_prose_is_found(prose: int) -> None:
     task = parse_task({"id": "w", "expected": {"name": "f", "arguments": {"a": 1}}})
     answer = "x" * prose + '{"name": "f", "arguments": {"a": 1}}'
     assert score(task, answer).reason_code == "match"
+
+
+@given(st.integers(min_value=309, max_value=4000), st.integers(min_value=1, max_value=9))
+def test_an_overflowing_literal_keeps_its_exact_value(exponent: int, mantissa: int) -> None:
+    """GRADING-DECISIONS: ``{m}e{x}`` past a double's range parses to exactly m * 10**x."""
+    value = loads_exact(f'{{"n": {mantissa}e{exponent}}}')["n"]
+    assert value == mantissa * 10**exponent
+    assert value != float("inf")

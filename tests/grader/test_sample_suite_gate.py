@@ -1,5 +1,6 @@
 """The seed's good-answers gate on the sample suite: every expected call scores 1 and every
-stale call scores 0 with staleSchemaUsed, in every wire shape the proxy hands the grader."""
+stale call scores 0 with staleSchemaUsed, in every wire shape the proxy hands the grader; a
+task with checks passes every check on its expected call and is ``stale`` on its stale one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from grader import Task, load_tasks, score
+from grader import Task, grade, load_tasks, offline_context, score
 from grader._json import dumps
 
 SUITE = load_tasks(Path(__file__).parents[2] / "config" / "tasks")
@@ -28,8 +29,16 @@ def as_wire(call: Any) -> str:
     ).decode()
 
 
-@pytest.mark.parametrize("task", list(SUITE), ids=lambda t: t.id)
+@pytest.mark.parametrize(
+    "task", [t for t in SUITE if t.expected_call is not None], ids=lambda t: t.id
+)
 def test_expected_scores_one_and_stale_scores_zero_flagged(task: Task) -> None:
+    assert task.stale is not None, "every sample task records its pre-migration call"
+    context = offline_context(task)
+    assert grade(task, as_wire(task.expected), context).result == "pass"
+    assert grade(task, as_wire(task.stale), context).result == "stale"
+    if task.has_checks:
+        return
     expected = (
         dumps(task.raw["expected"]).decode()
         if not isinstance(task.raw["expected"], str)
@@ -37,6 +46,5 @@ def test_expected_scores_one_and_stale_scores_zero_flagged(task: Task) -> None:
     )
     assert score(task, expected).score == 1
     assert score(task, as_wire(task.expected)).score == 1
-    assert task.stale is not None, "every sample task records its pre-migration call"
     stale = score(task, as_wire(task.stale))
     assert (stale.score, stale.stale_schema_used, stale.reason_code) == (0, True, "stale_schema")

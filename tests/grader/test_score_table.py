@@ -341,12 +341,12 @@ CASES: list[tuple[str, object, str, int, bool, str | None]] = [
         None,
     ),
     (
-        "echoed_record_with_name_is_graded",
+        "echoed_record_with_name_is_graded",  # a different tool name: the reason names `name`
         CALL + ' {"name": "Ada", "role": "customer"}',
-        "missing",
+        "name_mismatch",
         0,
         False,
-        "arguments.amount",
+        "name",
     ),
     # 8. duplicate keys: last value wins
     (
@@ -371,6 +371,32 @@ CASES: list[tuple[str, object, str, int, bool, str | None]] = [
         None,
     ),
     ("nan_is_not_json", CALL.replace("4550", "NaN"), "no_call", 0, False, None),
+    # GRADING-DECISIONS: an overflowing literal is a number, kept exactly, equal to nothing else
+    (
+        "overflowing_literal_is_a_number_not_no_call",
+        CALL.replace("4550", "1e400"),
+        "value_mismatch",
+        0,
+        False,
+        "arguments.amount",
+    ),
+    (
+        "negative_overflow_is_a_number_too",
+        CALL.replace("4550", "-4.55e400"),
+        "value_mismatch",
+        0,
+        False,
+        "arguments.amount",
+    ),
+    # GRADING-DECISIONS: a different tool names `name` first, whatever its arguments
+    (
+        "other_tool_with_other_arguments_names_name_first",
+        dumps({"name": "close_ticket", "arguments": {"a": 1}}).decode(),
+        "name_mismatch",
+        0,
+        False,
+        "name",
+    ),
     # 11. non-string answers
     ("answer_none", None, "not_a_string", 0, False, None),
     ("answer_number", 4550, "not_a_string", 0, False, None),

@@ -68,7 +68,7 @@ UNRESOLVED = {
     ],
     "metadata": {"mutationKind": "none"},
 }
-JUDGED = {
+JUDGED: dict[str, Any] = {
     "id": "reply.judged",
     "prompt": "Reply to a customer asking about the weather.",
     "checks": [
@@ -121,9 +121,9 @@ async def post(client: Any, task: str, tools: list[Any] | None = None) -> None:
         ),
         pytest.param(
             wire("openai_text.json"),
-            "error",
-            {"call": False, "city_exact": None, "schema": False},
-            id="prose_leaves_template_unresolved",
+            "fail",
+            {"call": False, "city_exact": False, "schema": False},
+            id="prose_has_no_call_so_the_sample_template_fails",
         ),
     ],
 )
@@ -171,7 +171,8 @@ async def test_unresolved_template_is_an_infrastructure_error(
     client = await make_proxy()
     await post(client, "weather.unresolved")
     [row] = await rows_of(client, results_path)
-    assert (row["result"], row["passed"], row["score"]) == ("error", None, None)
+    assert (row["result"], row["passed"]) == ("error", None)
+    assert "score" not in row  # a task with checks: tool-call fields live in their column
     metrics = await (await client.get("/metrics")).text()
     assert metric_value(metrics, "gradeproxy_grades_total") == 0
     assert (
@@ -260,10 +261,36 @@ async def test_scoring_routes_follow_config(
     make_proxy: ProxyFactory, checked_tasks: Path, enabled: bool, status: int
 ) -> None:
     client = await make_proxy(scoring={"enabled": enabled})
-    answer = '{"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}'
-    response = await client.post(
-        "/grading/v1/score", json={"task_id": "weather.checked", "answer": answer}
-    )
+    call = {"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}
+    answer = dumps({"tool_calls": [{"type": "function", "function": call}]}).decode()
+    body = {"task_id": "weather.checked", "answer": answer, "tools": WEATHER_TOOLS}
+    response = await client.post("/grading/v1/score", json=body)
     assert response.status == status
     if enabled:
-        assert (await response.json())["verdict"]["score"] == 1
+        verdict = (await response.json())["verdict"]
+        assert verdict["result"] == "pass"
+        assert [c["passed"] for c in verdict["checks"]] == [True, True, True]
+
+
+@pytest.mark.parametrize(("reply", "reward"), [("PASS", 1.0), ("FAIL", 0.0)])
+async def test_graders_run_uses_the_proxys_judge(
+    make_proxy: ProxyFactory,
+    checked_tasks: Path,
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+    reply: str,
+    reward: float,
+) -> None:
+    """/grading/v1/graders/run grades a judge grader with the judge the proxy is configured with."""
+    seen: list[Any] = []
+    judge = await aiohttp_server(judge_app([reply], seen))
+    client = await make_proxy(
+        scoring={"enabled": True}, judge={"endpoint": str(judge.make_url("/v1"))}
+    )
+    grader = JUDGED["checks"][0]
+    item = {"prompt": JUDGED["prompt"]}
+    body = {"grader": grader, "model_sample": "Thank you for asking!", "item": item}
+    response = await client.post("/grading/v1/graders/run", data=dumps(body))
+    result = await response.json()
+    assert (response.status, result["reward"]) == (200, reward), result["gradeproxy"]
+    assert result["gradeproxy"]["passed"] is (reward == 1.0)
+    assert seen[0]["model"] == "judge-model-2024-08-06"

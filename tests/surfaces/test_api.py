@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from grader import (
-    NoExpectedCallError,
     RunResult,
+    TaskHasChecksError,
     TaskLoadError,
     TaskSet,
     UnknownTaskError,
@@ -71,6 +71,7 @@ def test_score_run_rows_follow_input_order_with_the_run_report(task_set: TaskSet
         "passRate": sum(c.score for c in renamed) / len(renamed),
         "staleSchemaUsed": sum(c.stale for c in renamed),
         "staleSchemaUsedRate": sum(c.stale for c in renamed) / len(renamed),
+        "errors": 0,
     }
     assert report["tasks_digest"] == task_set.digest
 
@@ -106,11 +107,17 @@ def test_non_string_task_id_is_unknown(task_set: TaskSet) -> None:
         score_run(task_set, [(7, "x")])  # type: ignore[list-item]
 
 
-def test_a_task_with_only_checks_has_no_verdict_and_says_so_up_front() -> None:
+@pytest.mark.parametrize(("answer", "result"), [("BILLING", "pass"), ("billing", "fail")])
+def test_a_task_with_only_checks_is_graded_on_its_checks(answer: str, result: str) -> None:
+    """score_run grades every check: a checks-only task has no tool-call verdict, only columns."""
     tasks = [task_from_dict(TASKS[0]), task_from_dict(CHECKS_ONLY_TASK)]
-    answers = [(TASKS[0]["id"], "x"), ("route.checks_only.01", "BILLING")]
-    with pytest.raises(NoExpectedCallError, match=r"^answers\[1\]: task 'route\.checks_only\.01'"):
-        score_run(tasks, answers)
+    run = score_run(tasks, [(TASKS[0]["id"], "x"), ("route.checks_only.01", answer)])
+    row = run.to_dict()["results"][1]
+    assert (row["result"], [c["name"] for c in row["checks"]]) == (result, ["route"])
+    assert run.results[1].verdict is None
+    assert "score" not in row  # no top-level tool-call fields on a task with checks
+    with pytest.raises(TaskHasChecksError, match=r"grade it with grader\.grade\(\)"):
+        score(tasks[1], answer)
 
 
 def test_duplicate_task_ids_in_a_plain_iterable_are_refused() -> None:
@@ -181,11 +188,20 @@ def test_grade_all_stamps_every_row_with_the_digest(task_set: TaskSet) -> None:
     result = grade_all([(task, "x"), (task, None)], "sha256:test")
     assert [row["tasks_digest"] for row in result.to_dict()["results"]] == ["sha256:test"] * 2
     assert result.to_dict()["report"]["tasks_digest"] == "sha256:test"
-    assert [v.reason_code for v in result.verdicts] == ["no_call", "not_a_string"]
+    assert [v.reason_code if v else None for v in result.verdicts] == ["no_call", "not_a_string"]
 
 
 @pytest.mark.parametrize(
-    "name", ["RunResult", "UnknownTaskError", "GradedAnswer", "score_run", "task_from_dict"]
+    "name",
+    [
+        "RunResult",
+        "UnknownTaskError",
+        "GradedAnswer",
+        "score_run",
+        "grade_run",
+        "grade_run_async",
+        "task_from_dict",
+    ],
 )
 def test_api_names_are_exported_from_the_package_root(name: str) -> None:
     import grader

@@ -269,13 +269,25 @@ async def test_run_hands_the_check_the_sample_and_item(
     assert (sample, got_item, context) == (FakeSample("BILLING\n"), seen, FakeContext(None))
 
 
-@pytest.mark.usefixtures("fake_checks")
-async def test_judge_graders_are_refused_with_a_clear_400(client: Client) -> None:
-    grader = {"type": "score_model", "name": "judge", "script": {}}
-    status, body = await post(client, RUN, {"grader": grader, "model_sample": "x"})
-    assert status == 400
-    assert (body["error"]["code"], body["error"]["param"]) == ("unsupported_grader", "grader.type")
-    assert "needs a judge model" in body["error"]["message"]
+async def test_judge_grader_without_a_judge_is_an_error_saying_how_to_configure_one(
+    client: Client,
+) -> None:
+    """No judge on this server: never a fail, an infrastructure error naming the setting."""
+    grader = {
+        "type": "label_model",
+        "name": "polite",
+        "model": "judge-model-2024-08-06",
+        "criterion": "The reply is polite.",
+        "pass_examples": ["Thank you!"],
+        "fail_examples": ["Go away."],
+    }
+    status, body = await post(client, RUN, {"grader": grader, "model_sample": "Thanks!"})
+    assert status == 200
+    assert body["gradeproxy"]["passed"] is None
+    assert body["gradeproxy"]["reason_code"] == "judge_unavailable"
+    assert body["metadata"]["errors"]["model_grader_server_error"] is True
+    assert "judge.endpoint" in body["metadata"]["errors"]["model_grader_server_error_details"]
+    GraderRunResponse.model_validate(body)
 
 
 @pytest.mark.usefixtures("fake_checks")

@@ -71,17 +71,37 @@ async def test_single_answer_by_task_id_returns_its_verdict_row(
 ) -> None:
     status, body = await post(client, {"task_id": W, "answer": dumps(FORECAST_STALE).decode()})
     assert status == 200
+    tasks = load_tasks(tasks_file)
+    digest = tasks.tasks[W].checks[0].digest
     assert body == {
         "verdict": {
+            "kind": "answer",
+            "row_schema_version": 1,
             "task_id": W,
-            "score": 0,
+            "mutationKind": "enum_value_changed",
+            "result": "stale",
+            "passed": False,
             "staleSchemaUsed": True,
+            "score": 0,
             "reason": "staleSchemaUsed: the call matches the pre-migration schema",
             "reason_code": "stale_schema",
             "path": None,
-            "mutationKind": "enum_value_changed",
             "call": FORECAST_STALE,
-            "tasks_digest": load_tasks(tasks_file).digest,
+            "checks": [
+                {
+                    "name": "tool_call",
+                    "type": "tool_call",
+                    "passed": False,
+                    "score": None,
+                    "reason": "staleSchemaUsed: the call matches the pre-migration schema",
+                    "reason_code": "stale_schema",
+                    "error": None,
+                    "digest": digest,
+                    "details": {"path": None, "staleSchemaUsed": True},
+                }
+            ],
+            "warnings": [],
+            "tasks_digest": tasks.digest,
             "grader_rules_version": "1",
         }
     }
@@ -200,11 +220,11 @@ GOOD = {"task_id": W, "answer": "x"}
             id="invalid_inline_task",
         ),
         pytest.param(
-            {"task": CHECKS_ONLY_TASK, "answer": "BILLING"},
-            "no_expected_call",
-            "task",
-            "task 'route.checks_only.01' has no expected call",
-            id="checks_only_task",
+            {"task_id": W, "answer": "x", "tools": {"type": "function"}},
+            "invalid_type",
+            "tools",
+            "'tools' must be an array of tool definitions, not an object",
+            id="tools_not_an_array",
         ),
         pytest.param(
             {"items": GOOD}, "invalid_type", "items", "'items' must be an array", id="items_object"
@@ -334,3 +354,16 @@ def test_bad_request_error_renders_param_and_code() -> None:
             "code": "invalid_type",
         }
     }
+
+
+@pytest.mark.parametrize(("answer", "result"), [("BILLING", "pass"), ("BILLING\n", "fail")])
+async def test_checks_only_task_is_graded_on_its_checks(
+    client: Client, answer: str, result: str
+) -> None:
+    """A task with no expected call is no request error: its checks are its verdict."""
+    status, body = await post(client, {"task": CHECKS_ONLY_TASK, "answer": answer})
+    assert status == 200
+    row = body["verdict"]
+    assert (row["result"], [c["name"] for c in row["checks"]]) == (result, ["route"])
+    assert "score" not in row
+    assert "reason_code" not in row

@@ -1,0 +1,328 @@
+"""The grading engine: one answer against one task, every check, one frozen :class:`Outcome`.
+
+Every surface grades through here (docs/checks-contract.md): ``gradeproxy grade``, the Python
+API (``grade``/``grade_run``, ``score_run``), ``POST /grading/v1/score``, MCP and the live proxy.
+The same task and answer therefore give the same columns, the same ``result`` and (through
+:mod:`grader.rows`) the same row wherever they are graded.
+
+::
+
+    grade(task, answer, context=None, item=None)              -> Outcome   judge columns: error
+    await grade_async(task, answer, context, item, judge)     -> Outcome   judge checks called
+    offline_context(task, row)                                -> CheckContext for a row offline
+
+What an outcome holds:
+
+* ``checks`` — one column per check (``policy`` expands to one per behaviour), each with its
+  digest; a task without ``checks`` has grading.md's tool-call check as its only column,
+  graded by :func:`grader.match.match_call` directly (the fast path);
+* ``result`` — ``pass | fail | stale | error`` by the task's ``pass_rule`` (``all``, ``any`` or
+  one check or column name). A column the rule reads that could not reach a verdict
+  (``passed is None``) makes the result ``error``: infrastructure, out of every denominator.
+  A failed outcome is ``stale`` when the tool-call verdict (or a column) matched the stale call;
+* ``verdict`` — the tool-call verdict when the task has an expected call (the task's first
+  single-call ``tool_call`` check, options applied; else ``match_call`` on the task's calls);
+* ``warnings`` — from the columns (a judge of the same family as the graded model …).
+
+Judge checks reach the judge through the :class:`~grader.checks.JudgeClient` protocol; without
+one their column is ``error`` (``judge_unavailable``) with a reason that says how to configure
+one, never a fail. A check that raises is a bug: a ``check_error`` column, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from grader.checks import (
+    Check,
+    CheckContext,
+    CheckResult,
+    JudgeClient,
+    Sample,
+    columns_of,
+)
+from grader.checks.judge import Judge, as_judge
+from grader.checks.tool_call import ToolCallCheck, default_check
+from grader.match import match_call
+from grader.tasks import Task
+from grader.verdict import Verdict
+
+Result = Literal["pass", "fail", "stale", "error"]
+RESULTS: tuple[Result, ...] = ("pass", "fail", "stale", "error")
+OFFLINE_NO_TOOLS = (
+    "schema is 'from_request' and, offline, there is no request: give the answers row "
+    "'tools' (or 'request' with 'tools'), or the task its own 'tools'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """Every result column for one answer, the overall ``result`` and the tool-call verdict."""
+
+    task_id: str
+    result: Result
+    checks: tuple[CheckResult, ...]
+    verdict: Verdict | None
+    has_checks: bool
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool | None:
+        """The overall pass: None for an ``error`` outcome (no verdict was reached)."""
+        if self.result == "error":
+            return None
+        return self.result == "pass"
+
+    @property
+    def stale_schema_used(self) -> bool:
+        return self.result == "stale"
+
+    def column(self, name: str) -> CheckResult | None:
+        return next((r for r in self.checks if r.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The outcome as plain data (a result row is :func:`grader.rows.answer_row`)."""
+        return {
+            "result": self.result,
+            "passed": self.passed,
+            "checks": [r.to_dict() for r in self.checks],
+            "warnings": list(self.warnings),
+        }
+
+
+# Kept for callers of the first checks API (grader.checks.evaluate returned a TaskOutcome).
+TaskOutcome = Outcome
+
+
+def checks_of(task: Task) -> tuple[Check, ...]:
+    """The task's checks; a task built by hand without any gets grading.md's check."""
+    return task.checks or (default_check(task.expected_call, task.stale),)
+
+
+def needs_judge(task: Task) -> bool:
+    return task.has_checks and any(check.needs_judge for check in task.checks)
+
+
+def overall(results: Sequence[CheckResult], rule: str = "all") -> bool | None:
+    """Apply a pass rule to result columns (None when a column it reads has no verdict)."""
+    if rule not in ("all", "any"):
+        results = [r for r in results if r.name == rule or r.name.startswith(rule + ".")]
+    states = [r.passed for r in results]
+    if not states or None in states:
+        return None
+    return any(states) if rule == "any" else all(states)
+
+
+def _result(passed: bool | None, stale: bool) -> Result:
+    if passed is None:
+        return "error"
+    if passed:
+        return "pass"
+    return "stale" if stale else "fail"
+
+
+def _tool_call_column(check: Check, verdict: Verdict) -> CheckResult:
+    return CheckResult(
+        check.name,
+        check.type,
+        verdict.score == 1,
+        None,
+        verdict.reason,
+        verdict.reason_code,
+        None,
+        check.digest,
+        details={"path": verdict.path, "staleSchemaUsed": verdict.stale_schema_used},
+    )
+
+
+# The fast path's columns repeat (every matching answer to a task gets the same one), and a
+# frozen CheckResult costs as much to build as a third of a typical grade: keep the recent ones.
+_COLUMNS: dict[tuple[object, ...], CheckResult] = {}
+_COLUMNS_MAX = 4096
+
+
+def _fast(task: Task, answer: object) -> Outcome:
+    """A task without checks: one ``match_call``, its verdict the only column."""
+    verdict = match_call(task.expected, task.stale, answer)
+    (check,) = task.checks or checks_of(task)
+    key = (check.digest, check.name, verdict.reason_code, verdict.reason, verdict.path)
+    column = _COLUMNS.get(key)
+    if column is None:
+        if len(_COLUMNS) >= _COLUMNS_MAX:
+            _COLUMNS.clear()
+        column = _COLUMNS[key] = _tool_call_column(check, verdict)
+    return Outcome(task.id, verdict.result, (column,), verdict, False)
+
+
+def _crashed(check: Check, exc: BaseException) -> CheckResult:
+    reason = f"check raised {type(exc).__name__}"
+    return CheckResult(
+        check.name, check.type, None, None, reason, "check_error", repr(exc)[:500], check.digest
+    )
+
+
+def run_check(
+    check: Check, sample: Sample, item: Mapping[str, Any], context: CheckContext
+) -> CheckResult:
+    """Run one synchronous check; a check that raises is a ``check_error`` column."""
+    try:
+        result = check.run(sample, item, context)
+    except Exception as exc:  # a bug in a check must not take the grading worker down
+        return _crashed(check, exc)
+    return _with_context(result, context)
+
+
+async def arun_check(
+    check: Check,
+    sample: Sample,
+    item: Mapping[str, Any],
+    context: CheckContext,
+    judge: Judge | None,
+) -> CheckResult:
+    """Run one check that may call the judge."""
+    try:
+        result = await check.arun(sample, item, context, judge)
+    except Exception as exc:
+        return _crashed(check, exc)
+    return _with_context(result, context)
+
+
+def _with_context(result: CheckResult, context: CheckContext) -> CheckResult:
+    """Name what is missing offline when a ``from_request`` schema found no tools."""
+    if result.reason_code == "no_request_tools" and context.missing_tools is not None:
+        hint = context.missing_tools
+        return dataclasses.replace(result, reason=hint, error=hint)
+    return result
+
+
+def _not_a_string(check: Check, answer: object) -> tuple[CheckResult, ...]:
+    reason = f"answer is {type(answer).__name__}, not a string"
+    return tuple(
+        CheckResult(column, check.type, False, None, reason, "not_a_string", None, check.digest)
+        for column in columns_of(check)
+    )
+
+
+def _verdict_of(task: Task, checks: Sequence[Check], sample: Sample) -> Verdict | None:
+    for check in checks:
+        if isinstance(check, ToolCallCheck):
+            verdict = check.verdict(sample)
+            if verdict is not None:
+                return verdict
+    if task.expected_call is None:
+        return None
+    return match_call(task.expected_call, task.stale, sample.answer)
+
+
+def _outcome(task: Task, results: Sequence[CheckResult], verdict: Verdict | None) -> Outcome:
+    flat = tuple(part for r in results for part in (r.parts or (r,)))
+    warnings = tuple(dict.fromkeys(r.warning for r in flat if r.warning is not None))
+    stale = (verdict is not None and verdict.stale_schema_used) or any(
+        c.reason_code == "stale_schema" for c in flat
+    )
+    result = _result(overall(flat, task.pass_rule), stale)
+    return Outcome(task.id, result, flat, verdict, True, warnings)
+
+
+def _prepare(
+    task: Task, answer: str, item: Mapping[str, Any] | None, context: CheckContext | None
+) -> tuple[Sample, Mapping[str, Any], CheckContext]:
+    row = task.item if item is None else item
+    return Sample.from_answer(answer), row, context or CheckContext()
+
+
+def grade(
+    task: Task,
+    answer: object,
+    context: CheckContext | None = None,
+    item: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """Grade one answer with every check of ``task``; judge checks give ``error`` columns.
+
+    ``answer`` is the answer string; anything else (an SDK caller's untyped JSON) fails every
+    column with ``not_a_string``. ``item`` replaces the task's ``item`` namespace; ``context``
+    carries the request's tools (live) or :func:`offline_context`'s.
+    """
+    if not task.has_checks:
+        return _fast(task, answer)
+    checks = checks_of(task)
+    if not isinstance(answer, str):
+        verdict = None if task.expected_call is None else match_call(task.expected, None, answer)
+        return _outcome(task, [r for c in checks for r in _not_a_string(c, answer)], verdict)
+    sample, row, ctx = _prepare(task, answer, item, context)
+    results = [run_check(c, sample, row, ctx) for c in checks]
+    return _outcome(task, results, _verdict_of(task, checks, sample))
+
+
+async def grade_async(
+    task: Task,
+    answer: object,
+    context: CheckContext | None = None,
+    item: Mapping[str, Any] | None = None,
+    judge: Judge | JudgeClient | None = None,
+) -> Outcome:
+    """:func:`grade`, with judge checks sent (concurrently) to ``judge``."""
+    client = as_judge(judge)
+    if client is None or not needs_judge(task) or not isinstance(answer, str):
+        return grade(task, answer, context, item)
+    checks = checks_of(task)
+    sample, row, ctx = _prepare(task, answer, item, context)
+    judged = iter(
+        await asyncio.gather(
+            *(arun_check(c, sample, row, ctx, client) for c in checks if c.needs_judge)
+        )
+    )
+    results = [next(judged) if c.needs_judge else run_check(c, sample, row, ctx) for c in checks]
+    return _outcome(task, results, _verdict_of(task, checks, sample))
+
+
+def _tool_list(value: object) -> list[dict[str, Any]] | None:
+    return [t for t in value if isinstance(t, dict)] if isinstance(value, list) else None
+
+
+def offline_context(task: Task, row: Mapping[str, Any] | None = None) -> CheckContext:
+    """The context of an answer graded offline (docs/checks-contract.md, "Context offline").
+
+    The request's tools are, in order: the answers row's ``tools``, its ``request.tools``, the
+    task's own ``tools``; with none of them a ``from_request`` column is an ``error`` naming
+    what is missing. ``model`` comes from the row's ``model`` (or ``request.model``).
+    """
+    row = row or {}
+    request = row.get("request")
+    request = request if isinstance(request, Mapping) else {}
+    tools = _tool_list(row.get("tools"))
+    if tools is None:
+        tools = _tool_list(request.get("tools"))
+    if tools is None:
+        tools = task.tools
+    model = row.get("model", request.get("model"))
+    return CheckContext(
+        request_tools=tools,
+        model=model if isinstance(model, str) else None,
+        missing_tools=None if tools else OFFLINE_NO_TOOLS,
+    )
+
+
+async def evaluate(
+    task: Task,
+    answer_text: object,
+    item: Mapping[str, Any] | None = None,
+    context: CheckContext | None = None,
+    judge: Judge | JudgeClient | None = None,
+) -> Outcome:
+    """The first checks API's name (``grader.checks.evaluate``): :func:`grade_async`."""
+    return await grade_async(task, answer_text, context, item, judge)
+
+
+def evaluate_sync(
+    task: Task,
+    answer_text: object,
+    item: Mapping[str, Any] | None = None,
+    context: CheckContext | None = None,
+) -> Outcome:
+    """The first checks API's name (``grader.checks.evaluate_sync``): :func:`grade`."""
+    return grade(task, answer_text, context, item)

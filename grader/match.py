@@ -1,0 +1,63 @@
+"""grading.md's tool-call grader on its own: ``match_call(expected, stale, answer) -> Verdict``.
+
+Takes the two calls and the answer, never a task, so the tool-call check (``grader.checks``),
+the task-level fast path and ``score()`` share one function and nothing here imports
+``grader.tasks`` (the import cycle tasks → checks → tool_call → score → tasks is gone).
+
+Order of comparisons (``../shared/GRADING-DECISIONS.md``): ``expected`` first, then ``stale``;
+when the tool names differ the reason names ``name`` first, because a different tool makes its
+arguments beside the point; otherwise the first differing path under ``arguments`` in canonical
+order.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from grader.compare import first_difference
+from grader.extract import Call, extract
+from grader.verdict import NO_CALL_REASON, Verdict
+
+_SHOWN = 60
+
+
+def _quoted(name: str) -> str:
+    text = orjson.dumps(name).decode()
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+
+
+def match_call(expected: Call, stale: Call | None, answer: object) -> Verdict:
+    """Score ``answer`` (normally the raw answer string) against ``expected`` and ``stale``.
+
+    Never raises for any answer: untyped input scores 0 with ``not_a_string`` (failure mode
+    11), and anything that holds no usable call scores 0 with ``no_call`` or ``too_deep``.
+    """
+    if not isinstance(answer, str):
+        return Verdict(0, False, f"answer is {type(answer).__name__}, not a string", "not_a_string")
+    found = extract(answer)
+    call = found.call
+    if call is None:
+        if found.too_deep:
+            return Verdict(0, False, "answer nests deeper than the grader follows", "too_deep")
+        return Verdict(0, False, NO_CALL_REASON, "no_call")
+    graded = {"name": call.name, "arguments": call.arguments}
+    if call.canonical == expected.canonical:
+        return Verdict(1, False, "matches the expected call", "match", None, graded)
+    if stale is not None and call.canonical == stale.canonical:
+        return Verdict(
+            0,
+            True,
+            "staleSchemaUsed: the call matches the pre-migration schema",
+            "stale_schema",
+            None,
+            graded,
+        )
+    if call.name != expected.name:
+        reason = (
+            f"name: name mismatch (expected {_quoted(expected.name)}, got {_quoted(call.name)})"
+        )
+        return Verdict(0, False, reason, "name_mismatch", "name", graded)
+    diff = first_difference(expected.canonical, call.canonical)
+    if diff is None:  # pragma: no cover - canonical inequality always has a first difference
+        raise AssertionError("unequal canonical calls with no difference")
+    return Verdict(0, False, diff.reason, diff.code, diff.path, graded)

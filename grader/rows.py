@@ -1,0 +1,151 @@
+"""The result row: one schema, built here and nowhere else, for every surface.
+
+``gradeproxy grade --out``, ``score_run``/``grade_run``, ``POST /grading/v1/score``, MCP and the
+proxy's ``grades.jsonl`` all write :func:`answer_row` (the proxy through :func:`live_row`): the
+offline row is exactly the live row minus :data:`LIVE_FIELDS`. The README's "Result rows" table
+lists every field (a test compares it with :data:`OFFLINE_FIELDS` + :data:`LIVE_FIELDS`).
+
+Which field is the verdict: ``result`` (``pass | fail | stale | error``). ``passed`` and
+``staleSchemaUsed`` are derived from it and can never disagree with it. ``score``, ``reason``,
+``reason_code``, ``path`` and ``call`` are the tool-call column's own fields: they appear at the
+top level only on rows of tasks *without* ``checks`` (where that column is the only one, so
+they agree with ``result``); on tasks with checks they live inside their column in ``checks``.
+
+Designed for what comes next: ``kind`` is ``"answer"`` (``"episode"`` rows will carry episode
+columns), ``row_schema_version`` is bumped on any change of meaning, and new fields (run
+metadata carried from answers, judge attempts, ``truncated``, trace ids) are added to the field
+lists here, so the README test names any that is left undocumented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from grader.engine import Outcome
+from grader.tasks import Task
+from grader.version import GRADER_RULES_VERSION
+
+ROW_KIND: Literal["answer"] = "answer"
+ROW_SCHEMA_VERSION = 1
+
+# The tool-call column's own fields: top level only on rows of tasks without checks.
+TOOL_CALL_FIELDS: tuple[str, ...] = ("score", "reason", "reason_code", "path", "call")
+OFFLINE_FIELDS: tuple[str, ...] = (
+    "kind",
+    "row_schema_version",
+    "task_id",
+    "mutationKind",
+    "result",
+    "passed",
+    "staleSchemaUsed",
+    *TOOL_CALL_FIELDS,
+    "checks",
+    "warnings",
+    "tasks_digest",
+    "grader_rules_version",
+)
+LIVE_FIELDS: tuple[str, ...] = (
+    "request_id",
+    "time",
+    "model",
+    "upstream",
+    "stream",
+    "variant",
+    "pair_id",
+    "choice",
+    "finish_reason",
+    "run",
+    "meta",
+    "timings",
+    "answer",
+    "truncated",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """The live-traffic fields of a proxy row (what an offline row does not have).
+
+    ``answer`` is None when ``results.capture_answer`` is off: the field (and ``truncated``)
+    is then left out. ``answer_cap`` is ``results.max_answer_chars``: the row stores the answer
+    cut there, with ``truncated: true``, so a 50 MB answer never becomes a 50 MB row.
+    """
+
+    request_id: str
+    time: str
+    model: str | None
+    upstream: str
+    stream: bool
+    variant: str
+    pair_id: str | None
+    choice: int
+    finish_reason: str | None
+    run: str | None
+    meta: Mapping[str, str] = field(default_factory=dict)
+    timings: Mapping[str, float] = field(default_factory=dict)
+    answer: str | None = None
+    answer_cap: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "request_id": self.request_id,
+            "time": self.time,
+            "model": self.model,
+            "upstream": self.upstream,
+            "stream": self.stream,
+            "variant": self.variant,
+            "pair_id": self.pair_id,
+            "choice": self.choice,
+            "finish_reason": self.finish_reason,
+            "run": self.run,
+            "meta": dict(self.meta),
+            "timings": dict(self.timings),
+        }
+        if self.answer is not None:
+            cap = len(self.answer) if self.answer_cap is None else self.answer_cap
+            out["answer"] = self.answer[:cap]
+            out["truncated"] = len(self.answer) > cap
+        return out
+
+
+def verdict_fields(outcome: Outcome) -> dict[str, Any]:
+    """The verdict part of a row: ``result`` and what is derived from it, and the columns."""
+    fields: dict[str, Any] = {
+        "result": outcome.result,
+        "passed": outcome.passed,
+        "staleSchemaUsed": outcome.stale_schema_used,
+    }
+    if not outcome.has_checks and outcome.verdict is not None:
+        verdict = outcome.verdict
+        fields.update(
+            {
+                "score": verdict.score,
+                "reason": verdict.reason,
+                "reason_code": verdict.reason_code,
+                "path": verdict.path,
+                "call": verdict.call,
+            }
+        )
+    fields["checks"] = [column.to_dict() for column in outcome.checks]
+    fields["warnings"] = list(outcome.warnings)
+    return fields
+
+
+def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any]:
+    """The row of one graded answer: every surface's row, the live one minus its fields."""
+    return {
+        "kind": ROW_KIND,
+        "row_schema_version": ROW_SCHEMA_VERSION,
+        "task_id": task.id,
+        "mutationKind": task.mutation_kind,
+        **verdict_fields(outcome),
+        "tasks_digest": tasks_digest,
+        "grader_rules_version": GRADER_RULES_VERSION,
+    }
+
+
+def live_row(task: Task, outcome: Outcome, tasks_digest: str, live: Live) -> dict[str, Any]:
+    """The proxy's row: :func:`answer_row` plus the live-traffic fields."""
+    return {**answer_row(task, outcome, tasks_digest), **live.fields()}
