@@ -28,5 +28,7 @@ ruff check .
 ruff format --check .
 echo "== mypy --strict"
 mypy
+echo "== lint-imports (the layout's rules: grader's core is pure)"
+lint-imports
 echo "== pytest"
 pytest "$@"

@@ -1,7 +1,8 @@
 """Checks: the columns a task grades an answer on (docs/checks-contract.md, docs/grading.md).
 
 Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
-:class:`JudgeClient` the caller supplies. Layout, one check family a module::
+:class:`JudgeClient` the caller supplies (the CLI's stdlib client is ``grader.cli.judge_http``;
+``lint-imports`` enforces the rule in CI). Layout, one check family a module::
 
     _base.py         Sample, CheckResult, CheckContext, the Check and JudgeClient protocols
     templates.py     {{ sample.* }} / {{ item.* }} templates
@@ -13,7 +14,7 @@ Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
     multi.py         OpenAI multi: sub-checks and a safe arithmetic formula
     judge.py         the judge wrapper: pinning, retries, timeouts, concurrency, family warning
     judge_checks.py  OpenAI label_model / score_model and our binary criterion form
-    judge_http.py    a stdlib JudgeClient for the CLI
+    _schema.py       the one safe JSON Schema validator (no fetch, RE2 patterns)
     build.py         definitions to checks, the pass rule
     mutation.py      validate-tasks' fixture mutation analysis
 

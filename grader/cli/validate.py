@@ -22,8 +22,8 @@ import yaml
 
 from grader._json import dumps
 from grader.checks.judge import Judge, JudgeConfig
-from grader.checks.judge_http import UrllibJudgeClient
 from grader.checks.mutation import PROBLEMS, Finding, analyse_task
+from grader.cli.judge_http import UrllibJudgeClient
 from grader.tasks import TaskLoadError, TaskSet, load_tasks
 
 _SHOWN = {"ok", "info", "skipped"} | set(PROBLEMS)

@@ -12,8 +12,8 @@ import pytest
 
 from grader._json import dumps, loads_exact
 from grader.checks import CheckContext, Judge, JudgeConfig, Sample, build_check
-from grader.checks.judge_http import JudgeHTTPError, UrllibJudgeClient
 from grader.cli import main
+from grader.cli.judge_http import JudgeHTTPError, UrllibJudgeClient
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = ("refunded", "replacement", "Open Settings")
