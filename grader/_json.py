@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from grader.errors import GraderError
+
 # Nesting levels (objects and arrays) a graded value may have. Deeper spans are skipped and
 # deeper arguments make a call unusable (grading.md failure mode 12): the bound keeps every
 # recursive walk far inside Python's recursion limit.
@@ -44,7 +46,7 @@ def has_long_digit_run(text: str) -> bool:
     return False
 
 
-class JSONError(ValueError):
+class JSONError(GraderError, ValueError):
     """The text is not a JSON value the grader accepts."""
 
 

@@ -36,6 +36,7 @@ from grader.canon import canonical_json
 from grader.checks import CheckContext, JudgeClient
 from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
+from grader.errors import GraderError
 from grader.report import Report
 from grader.rows import answer_row
 from grader.score import score
@@ -76,7 +77,7 @@ Item = tuple[Task, object, CheckContext | None]
 AnswerInput = tuple[str, object] | Mapping[str, Any]
 
 
-class UnknownTaskError(LookupError):
+class UnknownTaskError(GraderError, LookupError):
     """An answer names a task id the task set does not hold. Raised before anything is graded."""
 
     def __init__(self, task_id: object, index: int, known: int) -> None:
@@ -233,7 +234,7 @@ def score_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -
     return grade_run(tasks, answers)
 
 
-class ScoreRequestError(ValueError):
+class ScoreRequestError(GraderError, ValueError):
     """A scoring request read off a wire is unusable.
 
     ``param`` names the offending field as a client wrote it (``answer``, ``items[3].task_id``)

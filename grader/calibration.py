@@ -17,8 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grader.errors import GraderError
 
-class CalibrationError(ValueError):
+
+class CalibrationError(GraderError, ValueError):
     """The labels cannot give a trustworthy calibration; the message says why."""
 
 

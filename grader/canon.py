@@ -24,9 +24,10 @@ from typing import Any, TypeAlias
 import orjson
 
 from grader._json import MAX_DEPTH
+from grader.errors import GraderError
 
 
-class TooDeepError(ValueError):
+class TooDeepError(GraderError, ValueError):
     """A value nests deeper than :data:`grader._json.MAX_DEPTH`."""
 
 

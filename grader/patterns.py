@@ -19,12 +19,14 @@ from typing import Final
 
 import re2
 
+from grader.errors import GraderError
+
 MAX_MEMORY: Final = 8 * 1024 * 1024  # bytes RE2 may use for one compiled pattern
 MAX_PATTERN: Final = 4096  # characters; longer patterns are refused before compiling
 _CACHE: Final = 1024  # request schemas repeat the same patterns
 
 
-class PatternError(ValueError):
+class PatternError(GraderError, ValueError):
     """A pattern that cannot be matched in bounded time (or is not a pattern at all)."""
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from grader._json import JSONError, loads_exact
 from grader.canon import canonical_json
 from grader.checks import Check, CheckDefinitionError, build_checks
+from grader.errors import GraderError
 from grader.extract import Call, call_from_value, extract
 from grader.version import GRADER_RULES_VERSION
 
@@ -69,16 +70,16 @@ NOT_YET_GRADED: tuple[str, ...] = (
 _ALIASES = {"task_id": "id", "grader": "checks", "graders": "checks", "expected_call": "expected"}
 
 
-class TaskLoadError(ValueError):
+class TaskLoadError(GraderError, ValueError):
     """A task file or task definition is unusable; the message names file and line."""
 
 
-class NoExpectedCallError(LookupError):
+class NoExpectedCallError(GraderError, LookupError):
     """The task has no ``expected`` call (its checks do not need one): grade it with
     :func:`grader.grade`, which runs its checks."""
 
 
-class TaskHasChecksError(ValueError):
+class TaskHasChecksError(GraderError, ValueError):
     """``score()`` was asked for the tool-call verdict alone of a task that has ``checks``:
     grade it with :func:`grader.grade`, which runs every check."""
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from grader._json import JSONError, dumps, loads_exact
 from grader.canon import canonical_json
+from grader.errors import GraderError
 from grader.extract import call_from_value, extract
 from grader.verdict import ReasonCode
 from grader.version import GRADER_RULES_VERSION
@@ -79,7 +80,7 @@ CHECK_REASON_CODES: tuple[CheckReasonCode, ...] = get_args(CheckReasonCode)
 _NAME = re.compile(r"[^\x00-\x1f\x7f\s](?:[^\x00-\x1f\x7f]{0,126}[^\x00-\x1f\x7f\s])?")
 
 
-class CheckDefinitionError(ValueError):
+class CheckDefinitionError(GraderError, ValueError):
     """A check definition is unusable; the message names the check and the field."""
 
 

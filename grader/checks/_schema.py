@@ -27,12 +27,13 @@ import referencing.exceptions
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
+from grader.errors import GraderError
 from grader.patterns import PatternError, compile_pattern, search
 
 __all__ = ["PatternError", "UnresolvableRefError", "safe_validator", "schema_errors"]
 
 
-class UnresolvableRefError(ValueError):
+class UnresolvableRefError(GraderError, ValueError):
     """A ``$ref`` that points outside the schema (never fetched) or at nothing in it."""
 
 

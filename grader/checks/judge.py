@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from grader.checks._base import JudgeClient
+from grader.errors import GraderError
 
 T = TypeVar("T")
 JudgeFailure = Literal["judge_parse_error", "judge_timeout", "judge_error"]
@@ -100,7 +101,7 @@ def family_warning(judge_model: str, graded_model: str | None) -> str | None:
     )
 
 
-class JudgeParseError(ValueError):
+class JudgeParseError(GraderError, ValueError):
     """The judge replied with something other than the output contract allows."""
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader.checks._base import BaseCheck, Check, CheckContext, CheckResult, Sample, Spec
 from grader.checks.templates import Template
+from grader.errors import GraderError
 
 if TYPE_CHECKING:
     from grader.checks.judge import Judge
@@ -36,7 +37,7 @@ _BINARY: Mapping[type[ast.operator], Callable[[float, float], float]] = {
 }
 
 
-class FormulaError(ValueError):
+class FormulaError(GraderError, ValueError):
     """The formula is not the safe arithmetic ``multi`` accepts."""
 
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from grader._json import JSONError, dumps, loads_exact
 from grader.canon import TooDeepError, canonical_json
 from grader.checks._base import CheckDefinitionError, Sample
+from grader.errors import GraderError
 
 if TYPE_CHECKING:
     from grader.checks._base import BaseCheck, CheckResult
@@ -51,7 +52,7 @@ _TOOL_KEYS = ("type", "id", "function")
 _FUNCTION_KEYS = ("name", "arguments")
 
 
-class TemplateError(LookupError):
+class TemplateError(GraderError, LookupError):
     """A template did not resolve against this sample and item; ``side`` says which missed."""
 
     def __init__(self, message: str, side: Side = "item") -> None:

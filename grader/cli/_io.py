@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from grader._json import JSONError, dumps, loads_exact
+from grader.errors import GraderError
 
 
-class InputError(Exception):
+class InputError(GraderError, ValueError):
     """Unreadable or invalid input; the message names file and line. Exit code 2."""
 
 

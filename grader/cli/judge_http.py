@@ -15,11 +15,12 @@ from typing import Any
 
 from grader._json import JSONError, dumps, loads_exact
 from grader.checks.judge import JudgeConfig
+from grader.errors import GraderError
 
 _MAX_REPLY_BYTES = 1 << 20
 
 
-class JudgeHTTPError(RuntimeError):
+class JudgeHTTPError(GraderError, RuntimeError):
     """The judge endpoint could not be reached or answered with something unusable."""
 
 

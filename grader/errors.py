@@ -1,0 +1,37 @@
+"""The grader's exception tree: every error ``grader`` raises derives from :class:`GraderError`.
+
+A failure to *grade* an answer is never an exception: it is a verdict (``no_call``,
+``not_a_string`` …) or an ``error`` column. Exceptions are for definitions that cannot be used
+(a task, a check, a pattern, a formula), requests that cannot be read, and bugs. Each class also
+keeps the builtin base its callers have always caught (as aiohttp's ``client_exceptions`` mixes
+``OSError`` and ``ValueError`` in), so ``except ValueError`` code keeps working::
+
+    GraderError
+    ├── TaskLoadError(ValueError)          grader.tasks      a task file or definition is unusable
+    ├── TaskHasChecksError(ValueError)     grader.tasks      score() on a task with checks
+    ├── NoExpectedCallError(LookupError)   grader.tasks      .expected of a checks-only task
+    ├── UnknownTaskError(LookupError)      grader.api        an answer names no loaded task
+    ├── ScoreRequestError(ValueError)      grader.api        a scoring request off a wire
+    ├── CalibrationError(ValueError)       grader.calibration labels that cannot calibrate
+    ├── JSONError(ValueError)              grader._json      not JSON the grader accepts
+    │   └── JSONTooDeepError               grader._json      nested past the parser's bound
+    ├── TooDeepError(ValueError)           grader.canon      a value past MAX_DEPTH
+    ├── PatternError(ValueError)           grader.patterns   a pattern RE2 cannot bound
+    ├── CheckDefinitionError(ValueError)   grader.checks     a check definition is unusable
+    ├── TemplateError(LookupError)         grader.checks     a template did not resolve
+    ├── FormulaError(ValueError)           grader.checks     a multi formula is not safe arithmetic
+    ├── UnresolvableRefError(ValueError)   grader.checks     a $ref leaving the schema
+    ├── JudgeParseError(ValueError)        grader.checks     a judge reply outside the contract
+    ├── InputError(ValueError)             grader.cli        an answers file line the CLI refuses
+    └── JudgeHTTPError(RuntimeError)       grader.cli        the CLI's judge endpoint failed
+
+``tests/grader/test_errors.py`` keeps this drawing equal to the classes the package defines.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GraderError"]
+
+
+class GraderError(Exception):
+    """The root of every exception the grader raises."""

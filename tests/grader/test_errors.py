@@ -1,0 +1,50 @@
+"""One exception tree: every public exception ``grader`` defines derives from ``GraderError``,
+keeps a builtin base its callers catch, and is drawn in ``grader/errors.py``'s docstring."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+
+import pytest
+
+import grader
+import grader.errors
+from grader.errors import GraderError
+
+
+def defined_exceptions() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for module_info in pkgutil.walk_packages(grader.__path__, "grader."):
+        if module_info.name in {"grader.cli.mcp", "grader.cli.__main__"}:
+            continue  # the mcp SDK is optional, __main__ runs the CLI; neither defines one
+        module = importlib.import_module(module_info.name)
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__ == module.__name__
+                and not name.startswith("_")
+            ):
+                found[name] = value
+    return found
+
+
+EXCEPTIONS = defined_exceptions()
+
+
+@pytest.mark.parametrize("name", sorted(EXCEPTIONS))
+def test_every_grader_exception_derives_from_the_root(name: str) -> None:
+    cls = EXCEPTIONS[name]
+    assert issubclass(cls, GraderError)
+    if cls is not GraderError:  # callers' `except ValueError` (or LookupError …) still works
+        builtins = {b for b in cls.__mro__ if b.__module__ == "builtins"}
+        assert builtins - {Exception, BaseException, object}
+
+
+def test_the_drawn_tree_is_the_defined_tree() -> None:
+    doc = grader.errors.__doc__ or ""
+    drawn = set(re.findall(r"[├└]── (\w+)", doc)) | {"GraderError"}
+    assert drawn == set(EXCEPTIONS)
