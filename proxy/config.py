@@ -82,6 +82,9 @@ class Tasks:
     path: Path | None = None
     watch: bool = False
     watch_interval_s: float = 2.0
+    # A task set that fails to load at start stops `serve` (exit 1) unless this is true: then
+    # the proxy forwards ungraded and /readyz says why until a reload succeeds.
+    allow_start_without: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +113,26 @@ class Results:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_body_bytes: int = 64 * 1024 * 1024
+    max_body_bytes: int = 64 * 1024 * 1024  # a declared larger Content-Length: 413 at once
+    max_capture_bytes: int = 16 * 1024 * 1024  # decoded response bytes kept for grading
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """Client-side timeouts (nginx's client_header_timeout, client_body_timeout and
+    keepalive_timeout), enforced by one watchdog over all connections (proxy/watchdog.py)."""
+
+    header_timeout_s: float = 60.0  # first byte of a request to the end of its headers
+    body_timeout_s: float = 60.0  # between two reads of a request body (never the response)
+    idle_timeout_s: float = 60.0  # a connection with no request in progress
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """Inbound client keys (docs/operations.md#inbound-keys); off while ``keys_env`` is unset."""
+
+    keys_env: str | None = None  # names a variable holding comma-separated keys
+    protect_metrics: bool = True  # /metrics needs a key too (/livez and /readyz never do)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +171,7 @@ class Scoring:
 
     enabled: bool = False
     max_batch: int = 1000
+    on_admin_port: bool = False  # serve /grading/v1 on admin.port, not the traffic port
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +184,8 @@ class Config:
     grading: Grading = field(default_factory=Grading)
     results: Results = field(default_factory=Results)
     limits: Limits = field(default_factory=Limits)
+    client: Client = field(default_factory=Client)
+    auth: Auth = field(default_factory=Auth)
     shutdown: Shutdown = field(default_factory=Shutdown)
     metrics: Metrics = field(default_factory=Metrics)
     logging: Logging = field(default_factory=Logging)
@@ -171,6 +196,18 @@ class Config:
         """The upstream key from the environment variable the config names, if any."""
         name = self.upstream.api_key_env
         return os.environ.get(name) if name else None
+
+    def inbound_keys(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The client keys from ``auth.keys_env`` (comma-separated); empty: no inbound auth."""
+        name = self.auth.keys_env
+        if not name:
+            return ()
+        value = (os.environ if environ is None else environ).get(name, "")
+        return tuple(key.strip() for key in value.split(",") if key.strip())
+
+    def injects_upstream_key(self) -> bool:
+        """Whether any upstream (default or route) gets a key the proxy adds itself."""
+        return bool(self.upstream.api_key_env) or any(r.api_key_env for r in self.routes)
 
     def redacted(self) -> dict[str, Any]:
         """The effective config for the start-up log line: names of secrets, never values."""
@@ -238,6 +275,14 @@ def _validate(config: Config) -> Config:
         (config.results.max_bytes >= 1024, "results.max_bytes: must be >= 1024"),
         (config.results.backups >= 0, "results.backups: must be >= 0"),
         (config.limits.max_body_bytes >= 1024, "limits.max_body_bytes: must be >= 1024"),
+        (config.limits.max_capture_bytes >= 1024, "limits.max_capture_bytes: must be >= 1024"),
+        (config.client.header_timeout_s > 0, "client.header_timeout_s: must be > 0"),
+        (config.client.body_timeout_s > 0, "client.body_timeout_s: must be > 0"),
+        (config.client.idle_timeout_s > 0, "client.idle_timeout_s: must be > 0"),
+        (
+            not config.scoring.on_admin_port or config.admin.port is not None,
+            "scoring.on_admin_port: needs admin.port",
+        ),
         (config.shutdown.drain_delay_s >= 0, "shutdown.drain_delay_s: must be >= 0"),
         (config.shutdown.grace_period_s >= 0, "shutdown.grace_period_s: must be >= 0"),
         (config.metrics.max_models >= 1, "metrics.max_models: must be >= 1"),
@@ -249,6 +294,7 @@ def _validate(config: Config) -> Config:
         if not ok:
             raise ConfigError(message)
     _check_secret("upstream.api_key_env", config.upstream.api_key_env)
+    _check_secret("auth.keys_env", config.auth.keys_env)
     _validate_routes(config)
     _validate_judge(config.judge)
     if config.scoring.max_batch < 1:

@@ -19,6 +19,7 @@ from grader.tasks import Task
 from proxy.errors import DrainingError, ProxyError
 from proxy.forward import Relay, relay, request_headers, upstream_url
 from proxy.grading import GradeJob, sampled
+from proxy.guard import STRIP, TRACE
 from proxy.logs import get_logger
 from proxy.routing import ShadowTarget
 from proxy.shadow import ShadowLeg, shadow_headers
@@ -82,8 +83,9 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = request_headers(
         request.headers,
-        private_prefixes=("x-grade-", grading.meta_header_prefix),
-        private_names=(grading.task_header, grading.run_header),
+        private_prefixes=("x-grade-", "x-gradeproxy-", grading.meta_header_prefix),
+        # The header that carried the inbound key (proxy/guard.py) never goes upstream.
+        private_names=(grading.task_header, grading.run_header, *request.get(STRIP, ())),
         api_key=target.api_key,
         request_id=request_id,
     )
@@ -94,10 +96,14 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             request, target.shadow, key, skip is None, headers, body, task, tasks.digest
         )
     submitted = False
+    relays = app[LIFECYCLE].relays
+    handler_task = asyncio.current_task()
     try:
         metrics.in_flight.inc()
         outcome = Relay()
         status = 0
+        if handler_task is not None:
+            relays[handler_task] = outcome
         try:
             response = await relay(
                 request,
@@ -109,9 +115,23 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 request_id=request_id,
                 out=outcome,
                 client_timeout=target.timeout,
+                capture_limit=config.limits.max_capture_bytes,
             )
             status = outcome.status
-        except asyncio.CancelledError:  # the client went away and aiohttp cancelled us
+            if outcome.client_disconnected and not outcome.headers_sent:
+                status = CLIENT_CLOSED  # it left before the response began: nothing delivered
+            elif outcome.upstream_failed is not None:  # failed after the response began
+                metrics.upstream_errors.labels(_UPSTREAM_KINDS[outcome.upstream_failed]).inc()
+        except asyncio.CancelledError:
+            if outcome.cut is not None:  # shutdown's grace period ended before the upstream
+                status = DrainingError.status
+                if route == "chat_completions":
+                    skip = skip or "shutdown"
+                    metrics.skipped.labels(skip).inc()
+                if handler_task is not None:
+                    handler_task.uncancel()
+                raise DrainingError("the proxy shut down before the upstream answered") from None
+            # the client went away and aiohttp cancelled us
             outcome.client_disconnected = True
             status = CLIENT_CLOSED
             if route == "chat_completions":
@@ -126,6 +146,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 metrics.skipped.labels(skip).inc()
             raise
         finally:
+            relays.pop(handler_task, None)  # type: ignore[arg-type]
             metrics.in_flight.dec()
             total = time.perf_counter() - started
             _observe(request, route, status, total, outcome, skip, task_id, pair_id)
@@ -199,6 +220,8 @@ def _start_shadow(
 
 
 def _post_skip(outcome: Relay) -> str | None:
+    if outcome.cut is not None:
+        return "shutdown"
     if outcome.client_disconnected:
         return "client_disconnected"
     if outcome.status >= 400 or outcome.upstream_failed is not None:
@@ -206,10 +229,15 @@ def _post_skip(outcome: Relay) -> str | None:
     return None
 
 
+_UPSTREAM_KINDS = {
+    "upstream_unreachable": "connect",
+    "upstream_timeout": "timeout",
+    "upstream_protocol_error": "protocol",
+}
+
+
 def _upstream_error_kind(error: ProxyError) -> str:
-    return {"upstream_unreachable": "connect", "upstream_timeout": "timeout"}.get(
-        error.code, "protocol"
-    )
+    return _UPSTREAM_KINDS.get(error.code, "protocol")
 
 
 def _observe(
@@ -244,7 +272,10 @@ def _observe(
         skip=skip,
         upstream_failed=outcome.upstream_failed,
         client_disconnected=outcome.client_disconnected,
+        cut=outcome.cut,
+        capture_truncated=outcome.capture_truncated or None,
         pair_id=pair_id,  # set when a shadow copy was started
+        trace_id=trace.trace_id if (trace := request.get(TRACE)) else None,
     )
 
 
@@ -258,13 +289,16 @@ async def readyz(request: web.Request) -> web.Response:
     app = request.app
     if app[LIFECYCLE].draining:
         return web.json_response({"status": "draining"}, status=503)
-    if not app[TASKS].ready:
-        return web.json_response({"status": "loading_tasks"}, status=503)
-    tasks = app[TASKS].current
-    return web.json_response(
-        {
-            "status": "ready",
-            "tasks": len(tasks) if tasks else 0,
-            "digest": tasks.digest if tasks else None,
-        }
-    )
+    store = app[TASKS]
+    if not store.ready:
+        # The reason is the task loader's own one line (file:line: why), when it failed.
+        return web.json_response({"status": "loading_tasks", "reason": store.error}, status=503)
+    tasks = store.current
+    body: dict[str, object] = {
+        "status": "ready",
+        "tasks": len(tasks) if tasks else 0,
+        "digest": tasks.digest if tasks else None,
+    }
+    if store.error is not None:  # started without tasks (tasks.allow_start_without)
+        body["tasks_error"] = store.error
+    return web.json_response(body)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
 
 from proxy.config import Config
+from proxy.forward import Relay
 from proxy.grading import GradeQueue
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
 from proxy.routing import Router
 from proxy.shadow import ShadowRunner
 from proxy.taskstore import TaskStore
+from proxy.watchdog import Watchdog
 
 
 @dataclass(slots=True)
@@ -22,6 +25,16 @@ class Lifecycle:
 
     draining: bool = False  # readiness says 503; requests are still served
     refusing: bool = False  # past the drain delay: new requests get 503 server_draining
+    # Relays in flight, by handler task: at the end of the grace period shutdown cuts them
+    # itself (an in-band error, a reason of their own) before aiohttp cancels what is left.
+    relays: dict[asyncio.Task[object], Relay] = field(default_factory=dict)
+
+    def cut_relays(self, reason: str) -> int:
+        """Stop every relay still in flight; return how many were cut."""
+        for task, relay in list(self.relays.items()):
+            relay.cut = reason
+            task.cancel()
+        return len(self.relays)
 
 
 CONFIG = web.AppKey("config", Config)
@@ -33,4 +46,5 @@ LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ROUTER = web.AppKey("router", Router)
 PAIRS = web.AppKey("pairs", PairTracker)
 SHADOWS = web.AppKey("shadows", ShadowRunner)
+WATCHDOG = web.AppKey("watchdog", Watchdog)
 REQUEST_ID = web.RequestKey("request_id", str)
