@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ def exposition_value(text: str, name: str, **labels: str) -> float | None:
 async def live_proxy(
     upstream_url: str, tasks: Path | None, results: Path | None, **sections: dict[str, Any]
 ) -> AsyncIterator[Live]:
+    """``results`` None: no results file (the config's default path is replaced by none)."""
     overrides: dict[str, dict[str, Any]] = {
         "upstream": {"url": upstream_url, "idle_timeout_s": 5.0},
         "tasks": {"path": str(tasks) if tasks else None},
@@ -62,6 +64,8 @@ async def live_proxy(
     for name, values in sections.items():
         overrides.setdefault(name, {}).update(values)
     config = load_config(None, overrides, environ={})
+    if results is None:  # overrides cannot say null: None means "not given" there
+        config = dataclasses.replace(config, results=dataclasses.replace(config.results, path=None))
     app = make_app(config)
     runners, sites = await start_sites(config, app)
     live = Live(
