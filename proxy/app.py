@@ -85,9 +85,10 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
     )
     app[GUARD] = guard
     app[WATCHDOG] = watchdog
+    app[LIFECYCLE] = Lifecycle()
+    watchdog.abandon = app[LIFECYCLE].abandon
     app[CONFIG] = config
     app[METRICS] = metrics
-    app[LIFECYCLE] = Lifecycle()
     app[TASKS] = TaskStore(config.tasks.path, app[METRICS], config.tasks.allow_start_without)
     app[ROUTER] = Router(config)
     app[PAIRS] = PairTracker(

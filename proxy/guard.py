@@ -144,7 +144,9 @@ class Guard:
         finally:
             conn.request = None
             conn.phase = Phase.BUSY
+        conn.task = asyncio.current_task()
         try:
             return await handler(request)
         finally:
+            conn.task = None
             conn.phase, conn.since = Phase.IDLE, loop_time()

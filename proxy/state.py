@@ -29,6 +29,15 @@ class Lifecycle:
     # itself (an in-band error, a reason of their own) before aiohttp cancels what is left.
     relays: dict[asyncio.Task[object], Relay] = field(default_factory=dict)
 
+    def abandon(self, task: asyncio.Task[object]) -> None:
+        """The client of ``task`` closed its connection: stop a relay that has not sent its
+        response headers yet (nobody will read them, and the upstream need not run on); one
+        that has is left to notice on its next write (a complete answer is still graded)."""
+        relay = self.relays.get(task)
+        if relay is not None and not relay.headers_sent and relay.cut is None:
+            relay.client_disconnected = True
+            task.cancel()
+
     def cut_relays(self, reason: str) -> int:
         """Stop every relay still in flight; return how many were cut."""
         for task, relay in list(self.relays.items()):

@@ -55,13 +55,14 @@ class Phase(enum.Enum):
 class Conn:
     """One connection's phase and the loop time of its last progress."""
 
-    __slots__ = ("phase", "request", "since", "transport")
+    __slots__ = ("phase", "request", "since", "task", "transport")
 
     def __init__(self, transport: asyncio.Transport, now: float) -> None:
         self.transport = transport
         self.phase = Phase.IDLE
         self.since = now
         self.request: web.BaseRequest | None = None
+        self.task: asyncio.Task[object] | None = None  # the handler, while it runs
 
 
 class _Watched(asyncio.Protocol):
@@ -93,8 +94,11 @@ class _Watched(asyncio.Protocol):
         return self._inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._conn is not None:
-            self._watchdog.conns.pop(self._conn.transport, None)
+        conn = self._conn
+        if conn is not None:
+            self._watchdog.conns.pop(conn.transport, None)
+            if conn.task is not None and self._watchdog.abandon is not None:
+                self._watchdog.abandon(conn.task)
         self._inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -111,6 +115,9 @@ class Watchdog:
         self.settings = settings
         self.on_timeout = on_timeout
         self.conns: dict[asyncio.Transport, Conn] = {}
+        # Called with the handler of a connection the client closed while it ran: the app
+        # decides whether that handler still has anything to deliver (proxy/state.py).
+        self.abandon: Callable[[asyncio.Task[object]], None] | None = None
         shortest = min(settings.header_timeout_s, settings.body_timeout_s, settings.idle_timeout_s)
         self.tick = min(max(shortest / 4, 0.05), 1.0)
         self._limits = {

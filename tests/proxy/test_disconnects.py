@@ -30,7 +30,7 @@ def _chat(extra: bytes = b"", body: bytes = b"{}") -> bytes:
 
 
 @pytest.mark.parametrize("content_type", [JSON, SSE])
-async def test_client_gone_before_headers_is_499_and_ungraded(
+async def test_client_gone_before_headers_is_499_ungraded_and_aborts_upstream(
     backend: ScriptedBackend,
     backend_server: TestServer,
     tasks_file: Path,
@@ -38,10 +38,18 @@ async def test_client_gone_before_headers_is_499_and_ungraded(
     content_type: str,
 ) -> None:
     released = asyncio.Event()
+    upstream_aborted: list[bool] = []
 
-    async def slow(_request: web.Request) -> None:
-        await asyncio.sleep(0.4)  # the client leaves meanwhile
-        released.set()
+    async def slow(request: web.Request) -> None:
+        try:
+            await asyncio.sleep(0.4)  # the client leaves meanwhile
+            transport = request.transport
+            upstream_aborted.append(transport is None or transport.is_closing())
+        except asyncio.CancelledError:  # the backend's server cancels on a lost connection
+            upstream_aborted.append(True)
+            raise
+        finally:
+            released.set()
 
     backend.hook = slow
     name = "openai_single_tool.sse" if content_type == SSE else "openai_single_tool.json"
@@ -64,6 +72,7 @@ async def test_client_gone_before_headers_is_499_and_ungraded(
         skipped = live.metric("gradeproxy_grading_skipped_total", reason="client_disconnected")
         assert skipped == 1
     assert read_rows(results_path) == []
+    assert upstream_aborted == [True], "the proxy kept the upstream request running"
 
 
 @pytest.mark.parametrize(
