@@ -43,7 +43,8 @@ class ProxyError(Exception):
     def response(self, request_id: str | None = None) -> web.Response:
         headers = {"x-should-retry": "true" if self.should_retry else "false"}
         if request_id:
-            headers["x-request-id"] = request_id
+            # escaped: a client's id may hold obs-text bytes (proxy/logs.py)
+            headers["x-request-id"] = request_id.encode("utf-8", "backslashreplace").decode()
         headers.update(self.extra_headers())
         return web.Response(
             status=self.status,

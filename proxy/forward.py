@@ -28,6 +28,7 @@ from proxy.errors import (
     UpstreamUnreachableError,
     in_band_error,
 )
+from proxy.logs import escape_text
 
 # RFC 9110 §7.6.1 plus the non-standard Proxy-Connection; every header named in Connection too.
 HOP_BY_HOP = frozenset(
@@ -97,7 +98,8 @@ def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMult
         if name.lower() not in drop:
             out.add(name, value)
     if "x-request-id" not in out:
-        out["x-request-id"] = request_id
+        # The client's own id, echoed: escaped if it holds bytes no UTF-8 writer can send.
+        out["x-request-id"] = escape_text(request_id)
     return out
 
 

@@ -76,13 +76,17 @@ async def test_client_gone_before_headers_is_499_ungraded_and_aborts_upstream(
 
 
 @pytest.mark.parametrize(
-    "header",
+    ("header", "echo"),
     [
-        pytest.param(b"X-Request-Id: \xff", id="request_id_obs_text"),
-        pytest.param(b"X-Request-Id: caf\xc3\xa9\xff\xfe", id="request_id_mixed"),
-        pytest.param(b"X-Grade-Run: \x80\x81", id="run_obs_text"),
-        pytest.param(b"X-Grade-Meta-Team: \xed\xa0\x80", id="meta_encoded_surrogate"),
-        pytest.param(b"traceparent: \xff", id="traceparent_obs_text"),
+        pytest.param(b"X-Request-Id: \xff", b"\\udcff", id="request_id_obs_text"),
+        pytest.param(
+            b"X-Request-Id: caf\xc3\xa9\xff\xfe",
+            b"caf\xc3\xa9\\udcff\\udcfe",
+            id="request_id_mixed",
+        ),
+        pytest.param(b"X-Grade-Run: \x80\x81", None, id="run_obs_text"),
+        pytest.param(b"X-Grade-Meta-Team: \xed\xa0\x80", None, id="meta_encoded_surrogate"),
+        pytest.param(b"traceparent: \xff", None, id="traceparent_obs_text"),
     ],
 )
 async def test_obs_text_header_never_500s(
@@ -90,6 +94,7 @@ async def test_obs_text_header_never_500s(
     backend_server: TestServer,
     capfdbinary: pytest.CaptureFixture[bytes],
     header: bytes,
+    echo: bytes | None,
 ) -> None:
     """The canonical log line is rendered (at info level) and the answer arrives whole.
     (Grading such a request is the grade queue's concern: no task set here.)"""
@@ -98,7 +103,10 @@ async def test_obs_text_header_never_500s(
     async with live_proxy(str(backend_server.make_url("/v1")), None, None) as live:
         response = await raw_exchange(live.port, _chat(header + b"\r\nConnection: close\r\n"))
     assert status_of(response) == 200
-    assert response.partition(b"\r\n\r\n")[2] == wire("openai_single_tool.json")
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert body == wire("openai_single_tool.json")
+    if echo is not None:  # the id is echoed, its undecodable bytes escaped
+        assert b"\r\nx-request-id: " + echo + b"\r\n" in head + b"\r\n"
     logged = capfdbinary.readouterr().out
     assert b'"event":"request"' in logged
     assert b"Traceback" not in logged
