@@ -295,6 +295,8 @@ def _validate(config: Config) -> Config:
             raise ConfigError(message)
     _check_secret("upstream.api_key_env", config.upstream.api_key_env)
     _check_secret("auth.keys_env", config.auth.keys_env)
+    if config.auth.keys_env and not config.inbound_keys():
+        raise ConfigError(f"auth.keys_env: {config.auth.keys_env} holds no key (comma-separated)")
     _validate_routes(config)
     _validate_judge(config.judge)
     if config.scoring.max_batch < 1:

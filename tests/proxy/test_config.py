@@ -69,11 +69,34 @@ def write(tmp_path: Path, text: str) -> Path:
             "upstream.api_key_env: environment variable NOPE_NOT_SET is not set",
             id="missing_secret",
         ),
+        pytest.param(
+            BASE + "auth:\n  keys_env: NOPE_NOT_SET\n",
+            "auth.keys_env: environment variable NOPE_NOT_SET is not set",
+            id="missing_inbound_keys_variable",
+        ),
+        pytest.param(
+            BASE + "auth:\n  keys_env: TEST_EMPTY_KEYS\n",
+            "auth.keys_env: TEST_EMPTY_KEYS holds no key",
+            id="inbound_keys_variable_empty",
+        ),
+        pytest.param(
+            BASE + "client:\n  header_timeout_s: 0\n",
+            "client.header_timeout_s: must be > 0",
+            id="client_timeout_positive",
+        ),
+        pytest.param(
+            BASE + "scoring:\n  on_admin_port: true\n",
+            "scoring.on_admin_port: needs admin.port",
+            id="scoring_on_admin_needs_admin_port",
+        ),
         pytest.param("- a\n- b\n", "the config must be a mapping of sections", id="not_a_mapping"),
         pytest.param("upstream: [\n", "not valid YAML", id="bad_yaml"),
     ],
 )
-def test_bad_config_names_the_field(tmp_path: Path, text: str, message: str) -> None:
+def test_bad_config_names_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+) -> None:
+    monkeypatch.setenv("TEST_EMPTY_KEYS", " , ")
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text), environ={})
     assert message in str(caught.value)
