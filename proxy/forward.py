@@ -271,6 +271,11 @@ async def _streamed(
         except ConnectionResetError:  # the client went away: stop reading the upstream
             out.client_disconnected = True
             break
+        except asyncio.CancelledError:  # cut while a slow client was still reading
+            if out.cut is None:
+                raise
+            await _end_cut(response, out)
+            break
         out.body_bytes += len(chunk)
         out.at_event_boundary = chunk.endswith(_EVENT_ENDS)
         if capture:

@@ -123,7 +123,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             elif outcome.upstream_failed is not None:  # failed after the response began
                 metrics.upstream_errors.labels(_UPSTREAM_KINDS[outcome.upstream_failed]).inc()
         except asyncio.CancelledError:
-            if outcome.cut is not None:  # shutdown's grace period ended before the upstream
+            if outcome.cut is not None and not outcome.headers_sent:
+                # shutdown's grace period ended before the upstream answered
                 status = DrainingError.status
                 if route == "chat_completions":
                     skip = skip or "shutdown"
@@ -131,11 +132,15 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 if handler_task is not None:
                     handler_task.uncancel()
                 raise DrainingError("the proxy shut down before the upstream answered") from None
-            # the client went away and aiohttp cancelled us
-            outcome.client_disconnected = True
-            status = CLIENT_CLOSED
+            if outcome.cut is not None:  # cut mid-response, outside the relay's own handling
+                status = outcome.status
+                reason = "shutdown"
+            else:  # the client went away (proxy/state.py's abandon) and we were cancelled
+                outcome.client_disconnected = True
+                status = CLIENT_CLOSED
+                reason = "client_disconnected"
             if route == "chat_completions":
-                skip = skip or "client_disconnected"
+                skip = skip or reason
                 metrics.skipped.labels(skip).inc()
             raise
         except ProxyError as error:

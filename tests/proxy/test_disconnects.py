@@ -208,3 +208,31 @@ async def test_shutdown_cuts_at_the_end_of_grace_with_its_own_reason(
         assert b"[DONE]" not in received
     else:
         assert status == 503
+
+
+async def test_shutdown_cut_while_a_slow_client_reads_is_not_a_499(
+    backend: ScriptedBackend, backend_server: TestServer, tasks_file: Path
+) -> None:
+    """The client stops reading a big stream, so the proxy is blocked writing to it when the
+    grace period ends: still accounted as a shutdown cut, never as a client disconnect."""
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 60000 + b'"}}]}\n\n'
+    body = event * 500  # 30 MB, far more than the socket buffers hold
+    backend.replies.append(
+        Reply(body=body, content_type=SSE, split_at=range(65536, len(body), 65536))
+    )
+    async with live_proxy(
+        str(backend_server.make_url("/v1")),
+        tasks_file,
+        None,
+        shutdown={"drain_delay_s": 0.0, "grace_period_s": 0.3},
+    ) as live:
+        reader, writer = await asyncio.open_connection("127.0.0.1", live.port, limit=1024)
+        writer.write(_chat())
+        await reader.readuntil(b"\r\n\r\n")  # then read nothing more
+        await asyncio.sleep(0.3)
+        await asyncio.wait_for(shutdown(live.config, live.app, live.runners), 10)
+        live.runners.clear()
+        writer.close()
+        assert live.metric("gradeproxy_grading_skipped_total", reason="shutdown") == 1
+        assert live.metric(CHAT, route="chat_completions", code="499") == 0
+        assert live.metric(CHAT, route="chat_completions", code="200") == 1
