@@ -12,6 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from proxy.guard import dot_segment
+from proxy.logs import configure_logging
 from proxy.tracecontext import trace_context
 from tests.proxy.harness import ScriptedBackend
 from tests.proxy.live import live_proxy, raw_exchange, status_of
@@ -258,3 +259,29 @@ def test_trace_headers_are_validated(
         if (value := getattr(context, name)) is not None
     }
     assert (got, context.invalid) == (kept, invalid)
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "logged"),
+    [
+        pytest.param(PARENT, b'"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"', id="valid"),
+        pytest.param("00-zz-zz-01", b'"trace_id":null', id="malformed"),
+    ],
+)
+async def test_only_a_valid_traceparent_reaches_the_log_line(
+    backend: ScriptedBackend,
+    backend_server: TestServer,
+    capfdbinary: pytest.CaptureFixture[bytes],
+    traceparent: str,
+    logged: bytes,
+) -> None:
+    configure_logging("info", "json", cache=False)
+    async with (
+        live_proxy(str(backend_server.make_url("/v1")), None, None) as live,
+        aiohttp.ClientSession() as session,
+        session.get(live.base + "/v1/models", headers={"traceparent": traceparent}) as response,
+    ):
+        assert response.status == 200
+    assert backend.seen[-1].headers["traceparent"] == traceparent  # forwarded as sent
+    [line] = [x for x in capfdbinary.readouterr().out.splitlines() if b'"event":"request"' in x]
+    assert logged in line
