@@ -34,10 +34,13 @@ from proxy.config import Client
 
 __all__ = ["BodyReadTimeoutError", "Conn", "Phase", "Watchdog", "WatchedRunner"]
 
+_TIMEOUT_BODY = (
+    b'{"error":{"message":"the request headers did not arrive in time",'
+    b'"type":"invalid_request_error","param":null,"code":"request_timeout"}}'
+)
 _REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: application/json\r\n"
-    b'Content-Length: 118\r\n\r\n{"error":{"message":"the request headers did not arrive in time",'
-    b'"type":"invalid_request_error","param":null,"code":"request_timeout"}}'
+    b"Content-Length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
 )
 
 

@@ -8,6 +8,7 @@ import contextlib
 import time
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -69,8 +70,15 @@ async def test_slow_or_idle_clients_are_cut_and_counted(
         assert took < 3.0, "the connection stayed open"
         assert live.metric("gradeproxy_client_timeouts_total", phase=phase) == 1
     assert status_of(received) == status
-    if status:
-        assert b'"code":"request_timeout"' in received
+    if status:  # a whole response: its body is exactly the declared length, in OpenAI's shape
+        head, _, body = received.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        assert len(body) == length
+        assert orjson.loads(body)["error"]["code"] == "request_timeout"
     assert backend.seen == []
 
 
