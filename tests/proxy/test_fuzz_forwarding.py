@@ -168,7 +168,7 @@ def splits(body: bytes) -> st.SearchStrategy[list[int]]:
     return st.lists(st.integers(1, max(len(body) - 1, 1)), max_size=8)
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=600)
 @given(name=st.sampled_from(HEADER_NAMES), value=header_value)
 def test_header_values_never_500(rig: Rig, name: str, value: str) -> None:
     headers = {name: value, "Content-Type": JSON}
@@ -186,7 +186,7 @@ def test_header_values_never_500(rig: Rig, name: str, value: str) -> None:
         assert rig.backend.seen[-1].headers.get(name) == text.strip(" \t")
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ, max_examples=400)
 @given(body=st.one_of(json_body(), sse_stream(), st.binary(max_size=2000)))
 def test_request_bodies_are_forwarded_unchanged(rig: Rig, body: bytes) -> None:
     status, _ = rig.exchange(
@@ -196,7 +196,7 @@ def test_request_bodies_are_forwarded_unchanged(rig: Rig, body: bytes) -> None:
     assert rig.backend.seen[-1].body == body
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ, max_examples=400)
 @given(data=st.data(), stream=sse_stream())
 def test_upstream_sse_streams_are_relayed_unchanged(
     rig: Rig, data: st.DataObject, stream: bytes
@@ -211,7 +211,7 @@ def test_upstream_sse_streams_are_relayed_unchanged(
     assert received == stream
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=300)
 @given(data=st.data(), body=json_body(), chunked=st.booleans())
 def test_upstream_json_bodies_are_relayed_unchanged(
     rig: Rig, data: st.DataObject, body: bytes, chunked: bool
@@ -224,7 +224,7 @@ def test_upstream_json_bodies_are_relayed_unchanged(
     assert (status, received) == (200, body)
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=600)
 @given(tail=st.text(alphabet="/.%2eE5cCfFaz\\?-_~", max_size=24))
 def test_request_targets_never_500_and_no_dot_segment_is_forwarded(rig: Rig, tail: str) -> None:
     before = len(rig.backend.seen)
