@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gzip
+import tracemalloc
 import zlib
 from pathlib import Path
 
@@ -124,3 +125,27 @@ def test_capture_buffer(
         copy.add(body[start : start + 3])
     assert (b"".join(copy.parts), copy.truncated) == (decoded, truncated)
     assert copy.size <= limit
+
+
+async def test_decompression_bomb_never_inflates_in_memory(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
+) -> None:
+    """The issue's bomb (a gzip body that inflates 1000-fold) through a graded request: the
+    proxy's allocations peak far below the inflated size (a 64 MiB body, a 1 MiB capture cap)."""
+    bomb = gzip.compress(b"[" + b"0," * (32 * 1024 * 1024) + b"0]")
+    backend.replies.append(Reply(body=bomb, headers={"Content-Encoding": "gzip"}))
+    client = await make_proxy(limits={"max_capture_bytes": 1024 * 1024})
+    tracemalloc.start()
+    try:
+        response = await client.post(
+            "/v1/chat/completions",
+            data=b"{}",
+            headers={"X-Grade-Task": "weather.single", "Accept-Encoding": "gzip"},
+            auto_decompress=False,
+        )
+        assert await response.read() == bomb
+        await rows_of(client, results_path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB for a {len(bomb)} B body"
