@@ -117,6 +117,9 @@ class Guard:
         request[STRIP] = (via,)
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        conn = self.watchdog.conn(request) if self.watchdog is not None else None
+        if conn is not None:
+            conn.payload = request.content
         _check_target(request)
         self._authorise(request)
         request[TRACE] = trace_context(request.headers)
@@ -127,7 +130,6 @@ class Guard:
             ).response(request.headers.get("x-request-id"))
             response.force_close()  # the body is never read: the connection cannot be reused
             return response
-        conn = self.watchdog.conn(request) if self.watchdog is not None else None
         if conn is None:
             await request.read()
             return await handler(request)

@@ -28,7 +28,7 @@ import enum
 from collections.abc import Callable
 from typing import Any, cast
 
-from aiohttp import web
+from aiohttp import StreamReader, web
 
 from proxy.config import Client
 
@@ -58,7 +58,7 @@ class Phase(enum.Enum):
 class Conn:
     """One connection's phase and the loop time of its last progress."""
 
-    __slots__ = ("phase", "request", "since", "task", "transport")
+    __slots__ = ("payload", "phase", "request", "since", "task", "transport")
 
     def __init__(self, transport: asyncio.Transport, now: float) -> None:
         self.transport = transport
@@ -66,6 +66,7 @@ class Conn:
         self.since = now
         self.request: web.BaseRequest | None = None
         self.task: asyncio.Task[object] | None = None  # the handler, while it runs
+        self.payload: StreamReader | None = None  # the current request's body stream
 
 
 class _Watched(asyncio.Protocol):
@@ -103,6 +104,11 @@ class _Watched(asyncio.Protocol):
             if conn.task is not None and self._watchdog.abandon is not None:
                 self._watchdog.abandon(conn.task)
         self._inner.connection_lost(exc)
+        if conn is not None and conn.payload is not None and not conn.payload.is_eof():
+            # aiohttp lingers up to 10 s reading an unread body (after an early 413 or 401)
+            # and, once the connection is gone, nothing ends that read: a flood of such
+            # requests would hold every connection's buffers for 10 s. End it now.
+            conn.payload.feed_eof()
 
     def pause_writing(self) -> None:
         self._inner.pause_writing()

@@ -285,3 +285,36 @@ async def test_only_a_valid_traceparent_reaches_the_log_line(
     assert backend.seen[-1].headers["traceparent"] == traceparent  # forwarded as sent
     [line] = [x for x in capfdbinary.readouterr().out.splitlines() if b'"event":"request"' in x]
     assert logged in line
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [
+        pytest.param(
+            b"Content-Length: 104857600\r\nAuthorization: Bearer k1\r\n", 413, id="early_413"
+        ),
+        pytest.param(b"Content-Length: 10\r\nAuthorization: Bearer wrong\r\n", 401, id="early_401"),
+    ],
+)
+async def test_refused_unread_bodies_hold_nothing_once_the_client_is_gone(
+    backend_server: TestServer, monkeypatch: pytest.MonkeyPatch, extra: bytes, status: int
+) -> None:
+    """aiohttp lingers up to 10 s reading a body the handler left unread, even after the
+    connection is lost: a flood of refused uploads held every connection's buffers that long.
+    The watchdog ends that read when the connection goes."""
+    monkeypatch.setenv("TEST_INBOUND_KEYS", "k1")
+    async with live_proxy(
+        str(backend_server.make_url("/v1")),
+        None,
+        None,
+        limits={"max_body_bytes": 1024 * 1024},
+        auth={"keys_env": "TEST_INBOUND_KEYS", "protect_metrics": False},
+    ) as live:
+        baseline = len(asyncio.all_tasks())
+        request = _request(b"/v1/chat/completions", b"POST", extra).replace(
+            b"Connection: close\r\n", b""
+        )
+        responses = await asyncio.gather(*(raw_exchange(live.port, request) for _ in range(40)))
+        assert {status_of(r) for r in responses} == {status}
+        await asyncio.sleep(0.3)
+        assert len(asyncio.all_tasks()) <= baseline + 2
