@@ -25,6 +25,7 @@ import yaml
 from grader.checks import JudgeConfig
 from proxy._coerce import ConfigError, coerce, plain
 from proxy._coerce import section as build_section
+from proxy._yamlpos import field_line, yaml_error_line
 
 __all__ = ["Config", "ConfigError", "load_config"]
 
@@ -344,16 +345,32 @@ def load_config(
 ) -> Config:
     """Build and validate the effective config; raise :class:`ConfigError` naming the field."""
     data: dict[str, Any] = {}
+    text = ""
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+            loaded = yaml.safe_load(text)
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            line, problem = yaml_error_line(exc)
+            where = f"{path}:{line}" if line else str(path)
+            raise ConfigError(f"{where}: not valid YAML: {problem}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the config must be a mapping of sections")
         data = dict(loaded or {})
+    try:
+        return _build(data, overrides, environ)
+    except ConfigError as exc:
+        if path is None:
+            raise
+        line = field_line(text, str(exc).split(":", 1)[0])  # the message starts with the field
+        raise ConfigError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
+
+
+def _build(
+    data: dict[str, Any], overrides: Mapping[str, Any] | None, environ: Mapping[str, str] | None
+) -> Config:
     known = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -178,3 +178,29 @@ def test_example_configs_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
             )
             == 0
         ), capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "located"),
+    [
+        pytest.param(BASE + "listen:\n  port: 70000\n", "config.yaml:4: listen.port:", id="field"),
+        pytest.param(
+            BASE + "routes:\n  - match: a\n    url: http://y/v1\n  - match: b\n    url: ftp://z\n",
+            "config.yaml:7: routes[1].url:",
+            id="list_item_field",
+        ),
+        pytest.param(
+            BASE + "upstream:\n  url: [\n", "config.yaml:5: not valid YAML: expected", id="syntax"
+        ),
+        pytest.param("upstream: {}\n", "config.yaml:1: upstream.url:", id="absent_field"),
+        pytest.param(BASE + "lisen: {}\n", "config.yaml:3: lisen: unknown section", id="section"),
+    ],
+)
+def test_config_errors_name_file_and_line_in_one_line(
+    tmp_path: Path, text: str, located: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), environ={})
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path}/{located}")
+    assert "\n" not in message

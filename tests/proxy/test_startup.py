@@ -53,6 +53,7 @@ async def _serve(config_text: str, tmp_path: Path) -> tuple[int, str]:
         pytest.param("port_in_use", "cannot listen on", id="port_in_use"),
         pytest.param("results_unwritable", "/file: ", id="results_path_unusable"),
         pytest.param("missing_config", "cannot read config", id="missing_config_file"),
+        pytest.param("bad_config", "config.yaml:4: listen.port: must be 0..65535", id="bad_config"),
     ],
 )
 async def test_start_up_failures_are_one_line(tmp_path: Path, case: str, expected: str) -> None:
@@ -71,7 +72,7 @@ async def test_start_up_failures_are_one_line(tmp_path: Path, case: str, expecte
     task_path = tmp_path / "missing.jsonl" if case == "missing_tasks" else tasks
     text = (
         "upstream:\n  url: http://127.0.0.1:9/v1\n"
-        f"listen:\n  port: {port}\n"
+        f"listen:\n  port: {70000 if case == 'bad_config' else port}\n"
         f"tasks:\n  path: {task_path}\n"
         f"results:\n  path: {results}\n"
         "shutdown:\n  drain_delay_s: 0\n  grace_period_s: 0\n"
