@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.app import make_admin_app, make_app
-from proxy.config import Config, ConfigError, load_config
+from proxy.config import Config, ConfigError, Route, Upstream, load_config
 from proxy.grading import GIL_SWITCH_INTERVAL_S
 from proxy.logs import configure_logging, get_logger
 from proxy.state import LIFECYCLE, TASKS, WATCHDOG, Lifecycle
@@ -95,8 +95,10 @@ def _task_error(config: Config) -> str | None:
 
 def _warn_exposed_key(config: Config) -> None:
     """Loudly, when anyone who reaches the port can spend the upstream key the proxy adds."""
-    if not config.injects_upstream_key() or config.inbound_keys():
-        return
+    targets: list[Upstream | Route] = [config.upstream, *config.routes]
+    shadows = [t.shadow.api_key_env for t in targets if t.shadow is not None]
+    if not any([*(t.api_key_env for t in targets), *shadows]) or config.inbound_keys():
+        return  # no key is added (default, routes, shadows), or clients need one
     if config.listen.host in _LOOPBACK:
         return
     message = (

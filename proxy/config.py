@@ -206,10 +206,6 @@ class Config:
         value = (os.environ if environ is None else environ).get(name, "")
         return tuple(key.strip() for key in value.split(",") if key.strip())
 
-    def injects_upstream_key(self) -> bool:
-        """Whether any upstream (default or route) gets a key the proxy adds itself."""
-        return bool(self.upstream.api_key_env) or any(r.api_key_env for r in self.routes)
-
     def redacted(self) -> dict[str, Any]:
         """The effective config for the start-up log line: names of secrets, never values."""
         data: dict[str, Any] = plain(self)

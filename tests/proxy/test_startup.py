@@ -141,6 +141,7 @@ async def test_allow_start_without_tasks_is_ready_and_says_so(
         pytest.param("0.0.0.0", True, True, False, id="inbound_keys_set"),
         pytest.param("127.0.0.1", True, False, False, id="loopback"),
         pytest.param("0.0.0.0", False, False, False, id="no_upstream_key"),
+        pytest.param("0.0.0.0", "shadow", False, True, id="shadow_key_exposed"),
     ],
 )
 def test_loud_warning_when_the_upstream_key_is_exposed(
@@ -148,7 +149,7 @@ def test_loud_warning_when_the_upstream_key_is_exposed(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     host: str,
-    upstream_key: bool,
+    upstream_key: bool | str,
     inbound: bool,
     warned: bool,
 ) -> None:
@@ -159,7 +160,12 @@ def test_loud_warning_when_the_upstream_key_is_exposed(
         {
             "upstream": {
                 "url": "http://127.0.0.1:9/v1",
-                "api_key_env": "TEST_UP_KEY" if upstream_key else None,
+                "api_key_env": "TEST_UP_KEY" if upstream_key is True else None,
+                "shadow": (
+                    {"url": "http://127.0.0.1:9/v1", "api_key_env": "TEST_UP_KEY"}
+                    if upstream_key == "shadow"
+                    else None
+                ),
             },
             "listen": {"host": host},
             "auth": {"keys_env": "TEST_IN_KEYS" if inbound else None},
