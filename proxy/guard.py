@@ -35,7 +35,7 @@ from proxy.errors import (
     InvalidKeyError,
 )
 from proxy.tracecontext import TraceContext, trace_context
-from proxy.watchdog import BodyReadTimeoutError, Phase, Watchdog
+from proxy.watchdog import BodyReadTimeoutError, Conn, Phase, Watchdog
 
 __all__ = ["KEY_HEADER", "STRIP", "TRACE", "Guard", "dot_segment"]
 
@@ -118,8 +118,19 @@ class Guard:
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         conn = self.watchdog.conn(request) if self.watchdog is not None else None
-        if conn is not None:
-            conn.payload = request.content
+        if conn is None:  # not served through WatchedRunner (tests' TestServer)
+            return await self._guarded(request, handler, None)
+        # Headers complete: out of the header phase whatever happens next, and idle after.
+        conn.phase, conn.payload = Phase.BUSY, request.content
+        try:
+            return await self._guarded(request, handler, conn)
+        finally:
+            conn.task = conn.request = None
+            conn.phase, conn.since = Phase.IDLE, asyncio.get_running_loop().time()
+
+    async def _guarded(
+        self, request: web.Request, handler: Handler, conn: Conn | None
+    ) -> web.StreamResponse:
         _check_target(request)
         self._authorise(request)
         request[TRACE] = trace_context(request.headers)
@@ -133,8 +144,11 @@ class Guard:
         if conn is None:
             await request.read()
             return await handler(request)
-        loop_time = asyncio.get_running_loop().time
-        conn.phase, conn.since, conn.request = Phase.BODY, loop_time(), request
+        conn.phase, conn.since, conn.request = (
+            Phase.BODY,
+            asyncio.get_running_loop().time(),
+            request,
+        )
         try:
             await request.read()
         except BodyReadTimeoutError:
@@ -147,8 +161,4 @@ class Guard:
             conn.request = None
             conn.phase = Phase.BUSY
         conn.task = asyncio.current_task()
-        try:
-            return await handler(request)
-        finally:
-            conn.task = None
-            conn.phase, conn.since = Phase.IDLE, loop_time()
+        return await handler(request)

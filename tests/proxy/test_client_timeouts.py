@@ -138,3 +138,15 @@ async def test_silent_streamed_response_is_never_timed(
             )
             == 0
         )
+
+
+async def test_connection_kept_after_a_refused_request_times_out_as_idle(
+    backend_server: TestServer,
+) -> None:
+    """A 400 from the guard leaves the connection between requests: idle, not slow headers."""
+    async with live_proxy(str(backend_server.make_url("/v1")), None, None, client=FAST) as live:
+        received, took = await _until_closed(live, b"GET /v1/../x HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert took < 3.0
+        assert live.metric("gradeproxy_client_timeouts_total", phase="idle") == 1
+        assert live.metric("gradeproxy_client_timeouts_total", phase="header") == 0
+    assert status_of(received) == 400
