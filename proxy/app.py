@@ -21,6 +21,7 @@ from grader.checks import Judge, JudgeConfig
 from proxy.config import Config
 from proxy.errors import BodyTooLargeError, ProxyError
 from proxy.grading import GradeQueue
+from proxy.guard import Guard
 from proxy.handlers import grading_health, livez, proxy_handler, readyz
 from proxy.judge import AiohttpJudgeClient
 from proxy.logs import get_logger
@@ -42,14 +43,17 @@ from proxy.state import (
     SESSION,
     SHADOWS,
     TASKS,
+    WATCHDOG,
     Lifecycle,
     QueueSlot,
 )
 from proxy.taskstore import TaskStore
+from proxy.watchdog import Watchdog, watch_forever
 
 log = get_logger("gradeproxy.app")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+GUARD = web.AppKey("guard", Guard)
 
 
 @web.middleware
@@ -75,21 +79,29 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
 def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Application:
     """Build the proxy app (and, with ``admin.port``, serve /metrics only on the admin app)."""
-    app = web.Application(middlewares=[openai_errors], client_max_size=config.limits.max_body_bytes)
-    app[CONFIG] = config
-    app[METRICS] = metrics or ProxyMetrics(
-        ModelLabels(config.metrics.models, config.metrics.max_models)
+    metrics = metrics or ProxyMetrics(ModelLabels(config.metrics.models, config.metrics.max_models))
+    watchdog = Watchdog(config.client, lambda phase: metrics.client_timeouts.labels(phase).inc())
+    guard = _guard(config, watchdog)
+    app = web.Application(
+        middlewares=[openai_errors, guard], client_max_size=config.limits.max_body_bytes
     )
+    app[GUARD] = guard
+    app[WATCHDOG] = watchdog
     app[LIFECYCLE] = Lifecycle()
-    app[TASKS] = TaskStore(config.tasks.path, app[METRICS])
+    watchdog.abandon = app[LIFECYCLE].abandon
+    app[CONFIG] = config
+    app[METRICS] = metrics
+    app[TASKS] = TaskStore(config.tasks.path, app[METRICS], config.tasks.allow_start_without)
     app[ROUTER] = Router(config)
     app[PAIRS] = PairTracker(
         app[METRICS], config.grading.pair_max_pending, config.grading.pair_ttl_s
     )
     app[QUEUE_SLOT] = QueueSlot()
-    app.cleanup_ctx.extend([_results_and_queue, _client_session, _shadows, _task_loading])
+    app.cleanup_ctx.extend(
+        [_watching, _results_and_queue, _client_session, _shadows, _task_loading]
+    )
     app.router.add_route("*", "/v1/{tail:.*}", proxy_handler)
-    if config.scoring.enabled:
+    if config.scoring.enabled and not config.scoring.on_admin_port:
         add_scoring_routes(app, max_batch=config.scoring.max_batch)
     if config.admin.port is None:
         add_admin_routes(app, app)
@@ -99,9 +111,11 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
 def add_admin_routes(target: web.Application, proxy_app: web.Application) -> None:
     """/metrics, /livez and /readyz, on the proxy app or on a separate admin app."""
     if target is not proxy_app:  # the admin app reads the proxy's state objects
+        target[CONFIG] = proxy_app[CONFIG]
         target[LIFECYCLE] = proxy_app[LIFECYCLE]
         target[TASKS] = proxy_app[TASKS]
         target[QUEUE_SLOT] = proxy_app[QUEUE_SLOT]
+        target[METRICS] = proxy_app[METRICS]
     target.router.add_get("/metrics", make_aiohttp_handler(proxy_app[METRICS].registry))
     target.router.add_get("/livez", livez)
     target.router.add_get("/readyz", readyz)
@@ -110,9 +124,32 @@ def add_admin_routes(target: web.Application, proxy_app: web.Application) -> Non
 
 def make_admin_app(proxy_app: web.Application) -> web.Application:
     """The admin app for ``admin.port``: health and metrics off the traffic port."""
-    admin = web.Application()
+    config = proxy_app[CONFIG]
+    admin = web.Application(
+        middlewares=[openai_errors, proxy_app[GUARD]], client_max_size=config.limits.max_body_bytes
+    )
     add_admin_routes(admin, proxy_app)
+    if config.scoring.enabled and config.scoring.on_admin_port:
+        add_scoring_routes(admin, max_batch=config.scoring.max_batch)
     return admin
+
+
+def _guard(config: Config, watchdog: Watchdog) -> Guard:
+    return Guard(
+        config.inbound_keys(),
+        protect_metrics=config.auth.protect_metrics,
+        max_body_bytes=config.limits.max_body_bytes,
+        watchdog=watchdog,
+    )
+
+
+async def _watching(app: web.Application) -> AsyncIterator[None]:
+    """One scan task for every connection of the proxy and admin sites (proxy/watchdog.py)."""
+    task = asyncio.create_task(watch_forever(app[WATCHDOG]), name="client-watchdog")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
@@ -170,7 +207,7 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
     async with aiohttp.ClientSession(
         timeout=timeout,
         connector=connector,
-        auto_decompress=True,
+        auto_decompress=False,  # relayed as sent; capture decodes a bounded copy
         cookie_jar=aiohttp.DummyCookieJar(),
     ) as session:
         app[SESSION] = session

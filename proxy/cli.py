@@ -6,7 +6,15 @@ moment SIGTERM arrives, while endpoints still route traffic to the pod):
 1. SIGTERM: ``/readyz`` turns 503; traffic is still served for ``shutdown.drain_delay_s``.
 2. The listener closes; requests on kept-alive connections get 503 ``server_draining``.
 3. In-flight streams get ``shutdown.grace_period_s`` to finish.
-4. The grade queue drains and the results file is flushed: no graded row is lost.
+4. At the end of the grace period the proxy cuts what is still in flight itself: a stream
+   ends with an in-band ``server_draining`` error, a request still waiting for its upstream
+   gets a 503, and both are logged with ``cut="shutdown"`` and skipped as ``shutdown``
+   (not as client disconnects); one second later aiohttp cancels anything left.
+5. The grade queue drains and the results file is flushed: no graded row is lost.
+
+Start-up fails fast and in one line (exit 1), never with a traceback: a bad config, a task
+set that does not load (``file:line: why``, unless ``tasks.allow_start_without``), a port
+already in use, a file that cannot be opened.
 """
 
 from __future__ import annotations
@@ -20,10 +28,20 @@ from typing import Any
 from aiohttp import web
 
 from proxy.app import make_admin_app, make_app
-from proxy.config import Config, ConfigError, load_config
+from proxy.config import Config, ConfigError, Route, Upstream, load_config
 from proxy.grading import GIL_SWITCH_INTERVAL_S
 from proxy.logs import configure_logging, get_logger
-from proxy.state import LIFECYCLE, TASKS
+from proxy.state import LIFECYCLE, TASKS, WATCHDOG, Lifecycle
+from proxy.watchdog import WatchedRunner
+
+# aiohttp cancels what is left this long after shutdown has cut the relays itself.
+CUT_MARGIN_S = 1.0
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class StartupError(Exception):
+    """Why ``serve`` could not start, in one line for stderr."""
+
 
 log = get_logger("gradeproxy.serve")
 
@@ -47,10 +65,49 @@ def run(name: str, args: argparse.Namespace) -> int:
     if name == "check-config":
         return _check(config)
     configure_logging(config.logging.level, config.logging.format)
+    if config.tasks.path is not None and not config.tasks.allow_start_without:
+        error = _task_error(config)
+        if error is not None:
+            print(f"gradeproxy serve: tasks.path: {error}", file=sys.stderr)
+            return 1
+    _warn_exposed_key(config)
     # The grade thread must hand the GIL back to the event loop quickly (bench/loop_lag_bench.py).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    asyncio.run(serve(config))
+    try:
+        asyncio.run(serve(config))
+    except StartupError as exc:
+        print(f"gradeproxy serve: {exc}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _task_error(config: Config) -> str | None:
+    """Why the configured task set does not load (naming file:line), or None."""
+    from grader.tasks import TaskLoadError, load_tasks
+
+    assert config.tasks.path is not None
+    try:
+        load_tasks(config.tasks.path)
+    except TaskLoadError as exc:
+        return str(exc)
+    return None
+
+
+def _warn_exposed_key(config: Config) -> None:
+    """Loudly, when anyone who reaches the port can spend the upstream key the proxy adds."""
+    targets: list[Upstream | Route] = [config.upstream, *config.routes]
+    shadows = [t.shadow.api_key_env for t in targets if t.shadow is not None]
+    if not any([*(t.api_key_env for t in targets), *shadows]) or config.inbound_keys():
+        return  # no key is added (default, routes, shadows), or clients need one
+    if config.listen.host in _LOOPBACK:
+        return
+    message = (
+        f"WARNING: the proxy adds an upstream API key and listens on {config.listen.host} "
+        "with no inbound keys: anyone who can reach the port spends the key. "
+        "Set auth.keys_env (docs/operations.md#inbound-keys) or listen on 127.0.0.1."
+    )
+    print(f"gradeproxy serve: {message}", file=sys.stderr)
+    log.warning("upstream_key_exposed", host=config.listen.host, port=config.listen.port)
 
 
 def _check(config: Config) -> int:
@@ -73,23 +130,56 @@ def _check(config: Config) -> int:
 async def start_sites(
     config: Config, app: web.Application
 ) -> tuple[list[web.AppRunner], list[web.TCPSite]]:
-    """Start the proxy (and admin) sites; return them so the caller controls shutdown."""
-    runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, shutdown_timeout=config.shutdown.grace_period_s
+    """Start the proxy (and admin) sites; return them so the caller controls shutdown.
+
+    Raises :class:`StartupError` (after undoing what started) when a port is taken or a file
+    the app opens at start cannot be opened.
+    """
+    watchdog = app[WATCHDOG]
+    client = config.client
+    options = {
+        "handle_signals": False,
+        "access_log": None,
+        "auto_decompress": False,  # request bodies are forwarded as the client encoded them
+        # aiohttp's own idle close is only a backstop behind the watchdog's phases.
+        "keepalive_timeout": client.idle_timeout_s + client.header_timeout_s + 5,
+    }
+    runner = WatchedRunner(
+        app, watchdog, shutdown_timeout=config.shutdown.grace_period_s + CUT_MARGIN_S, **options
     )
-    await runner.setup()
-    runners = [runner]
-    sites = [web.TCPSite(runner, config.listen.host, config.listen.port)]
-    if config.admin.port is not None:
-        admin_runner = web.AppRunner(make_admin_app(app), handle_signals=False, access_log=None)
-        await admin_runner.setup()
-        runners.append(admin_runner)
-        sites.append(
-            web.TCPSite(admin_runner, config.admin.host or config.listen.host, config.admin.port)
-        )
-    for site in sites:
-        await site.start()
+    runners: list[web.AppRunner] = []
+    try:
+        runners.append(runner)  # cleaned up even when setup fails half-way
+        await runner.setup()
+        sites = [web.TCPSite(runner, config.listen.host, config.listen.port)]
+        if config.admin.port is not None:
+            admin_runner = WatchedRunner(make_admin_app(app), watchdog, **options)
+            runners.append(admin_runner)
+            await admin_runner.setup()
+            sites.append(
+                web.TCPSite(
+                    admin_runner, config.admin.host or config.listen.host, config.admin.port
+                )
+            )
+        for site in sites:
+            await _start_site(site)
+    except (OSError, StartupError) as exc:
+        for started in reversed(runners):
+            await started.cleanup()
+        raise StartupError(str(exc) if isinstance(exc, StartupError) else _os_error(exc)) from None
     return runners, sites
+
+
+async def _start_site(site: web.TCPSite) -> None:
+    try:
+        await site.start()
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {site.name}: {exc.strerror or exc}") from None
+
+
+def _os_error(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
 
 
 def bound_port(site: web.TCPSite) -> int:
@@ -104,7 +194,10 @@ async def serve(
     config: Config, stop: asyncio.Event | None = None, started: asyncio.Event | None = None
 ) -> None:
     """Run until SIGTERM/SIGINT (or ``stop``), then shut down gracefully."""
-    app = make_app(config)
+    try:
+        app = make_app(config)
+    except OSError as exc:
+        raise StartupError(_os_error(exc)) from None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     with _Signals(loop, stop, app):
@@ -129,11 +222,24 @@ async def shutdown(config: Config, app: web.Application, runners: list[web.AppRu
     )
     await asyncio.sleep(config.shutdown.drain_delay_s)
     lifecycle.refusing = True
-    # Stops the listeners, waits up to grace_period_s for in-flight handlers, then unwinds the
-    # cleanup contexts: the grade queue drains, then the results file is flushed and closed.
-    for runner in runners:
-        await runner.cleanup()
+    # At the end of the grace period, cut what is left with a reason of its own (CUT_MARGIN_S
+    # before aiohttp's own cancellation, which would look like a client disconnect).
+    loop = asyncio.get_running_loop()
+    cutter = loop.call_later(config.shutdown.grace_period_s, _cut, lifecycle)
+    # Stops the listeners, waits up to the grace period for in-flight handlers, then unwinds
+    # the cleanup contexts: the grade queue drains, then the results file is flushed and closed.
+    try:
+        for runner in runners:
+            await runner.cleanup()
+    finally:
+        cutter.cancel()
     log.info("stopped")
+
+
+def _cut(lifecycle: Lifecycle) -> None:
+    cut = lifecycle.cut_relays("shutdown")
+    if cut:
+        log.warning("grace_period_ended", cut=cut)
 
 
 class _Signals:

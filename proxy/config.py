@@ -25,6 +25,7 @@ import yaml
 from grader.checks import JudgeConfig
 from proxy._coerce import ConfigError, coerce, plain
 from proxy._coerce import section as build_section
+from proxy._yamlpos import field_line, yaml_error_line
 
 __all__ = ["Config", "ConfigError", "load_config"]
 
@@ -82,6 +83,9 @@ class Tasks:
     path: Path | None = None
     watch: bool = False
     watch_interval_s: float = 2.0
+    # A task set that fails to load at start stops `serve` (exit 1) unless this is true: then
+    # the proxy forwards ungraded and /readyz says why until a reload succeeds.
+    allow_start_without: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +118,26 @@ class Results:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_body_bytes: int = 64 * 1024 * 1024
+    max_body_bytes: int = 64 * 1024 * 1024  # a declared larger Content-Length: 413 at once
+    max_capture_bytes: int = 16 * 1024 * 1024  # decoded response bytes kept for grading
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """Client-side timeouts (nginx's client_header_timeout, client_body_timeout and
+    keepalive_timeout), enforced by one watchdog over all connections (proxy/watchdog.py)."""
+
+    header_timeout_s: float = 60.0  # first byte of a request to the end of its headers
+    body_timeout_s: float = 60.0  # between two reads of a request body (never the response)
+    idle_timeout_s: float = 60.0  # a connection with no request in progress
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """Inbound client keys (docs/operations.md#inbound-keys); off while ``keys_env`` is unset."""
+
+    keys_env: str | None = None  # names a variable holding comma-separated keys
+    protect_metrics: bool = True  # /metrics needs a key too (/livez and /readyz never do)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +176,7 @@ class Scoring:
 
     enabled: bool = False
     max_batch: int = 1000
+    on_admin_port: bool = False  # serve /grading/v1 on admin.port, not the traffic port
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +189,8 @@ class Config:
     grading: Grading = field(default_factory=Grading)
     results: Results = field(default_factory=Results)
     limits: Limits = field(default_factory=Limits)
+    client: Client = field(default_factory=Client)
+    auth: Auth = field(default_factory=Auth)
     shutdown: Shutdown = field(default_factory=Shutdown)
     metrics: Metrics = field(default_factory=Metrics)
     logging: Logging = field(default_factory=Logging)
@@ -175,6 +201,14 @@ class Config:
         """The upstream key from the environment variable the config names, if any."""
         name = self.upstream.api_key_env
         return os.environ.get(name) if name else None
+
+    def inbound_keys(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The client keys from ``auth.keys_env`` (comma-separated); empty: no inbound auth."""
+        name = self.auth.keys_env
+        if not name:
+            return ()
+        value = (os.environ if environ is None else environ).get(name, "")
+        return tuple(key.strip() for key in value.split(",") if key.strip())
 
     def redacted(self) -> dict[str, Any]:
         """The effective config for the start-up log line: names of secrets, never values."""
@@ -242,6 +276,14 @@ def _validate(config: Config) -> Config:
         (config.results.max_bytes >= 1024, "results.max_bytes: must be >= 1024"),
         (config.results.backups >= 0, "results.backups: must be >= 0"),
         (config.limits.max_body_bytes >= 1024, "limits.max_body_bytes: must be >= 1024"),
+        (config.limits.max_capture_bytes >= 1024, "limits.max_capture_bytes: must be >= 1024"),
+        (config.client.header_timeout_s > 0, "client.header_timeout_s: must be > 0"),
+        (config.client.body_timeout_s > 0, "client.body_timeout_s: must be > 0"),
+        (config.client.idle_timeout_s > 0, "client.idle_timeout_s: must be > 0"),
+        (
+            not config.scoring.on_admin_port or config.admin.port is not None,
+            "scoring.on_admin_port: needs admin.port",
+        ),
         (config.shutdown.drain_delay_s >= 0, "shutdown.drain_delay_s: must be >= 0"),
         (config.shutdown.grace_period_s >= 0, "shutdown.grace_period_s: must be >= 0"),
         (config.metrics.max_models >= 1, "metrics.max_models: must be >= 1"),
@@ -255,6 +297,9 @@ def _validate(config: Config) -> Config:
         if not ok:
             raise ConfigError(message)
     _check_secret("upstream.api_key_env", config.upstream.api_key_env)
+    _check_secret("auth.keys_env", config.auth.keys_env)
+    if config.auth.keys_env and not config.inbound_keys():
+        raise ConfigError(f"auth.keys_env: {config.auth.keys_env} holds no key (comma-separated)")
     _validate_routes(config)
     _validate_judge(config.judge)
     if config.scoring.max_batch < 1:
@@ -302,16 +347,32 @@ def load_config(
 ) -> Config:
     """Build and validate the effective config; raise :class:`ConfigError` naming the field."""
     data: dict[str, Any] = {}
+    text = ""
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+            loaded = yaml.safe_load(text)
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            line, problem = yaml_error_line(exc)
+            where = f"{path}:{line}" if line else str(path)
+            raise ConfigError(f"{where}: not valid YAML: {problem}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the config must be a mapping of sections")
         data = dict(loaded or {})
+    try:
+        return _build(data, overrides, environ)
+    except ConfigError as exc:
+        if path is None:
+            raise
+        line = field_line(text, str(exc).split(":", 1)[0])  # the message starts with the field
+        raise ConfigError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
+
+
+def _build(
+    data: dict[str, Any], overrides: Mapping[str, Any] | None, environ: Mapping[str, str] | None
+) -> Config:
     known = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -7,6 +7,9 @@
     ├── UpstreamTimeoutError            504 upstream_timeout
     ├── UpstreamProtocolError      502 upstream_protocol_error
     ├── BodyTooLargeError               413 request_too_large
+    ├── BadTargetError             400 invalid_request_target
+    ├── InvalidKeyError                 401 invalid_api_key
+    ├── ClientTimeoutError              408 request_timeout
     └── DrainingError                   503 server_draining (with Retry-After)
 
 Upstream error responses are *not* ProxyErrors: they pass through to the client untouched.
@@ -40,7 +43,8 @@ class ProxyError(Exception):
     def response(self, request_id: str | None = None) -> web.Response:
         headers = {"x-should-retry": "true" if self.should_retry else "false"}
         if request_id:
-            headers["x-request-id"] = request_id
+            # escaped: a client's id may hold obs-text bytes (proxy/logs.py)
+            headers["x-request-id"] = request_id.encode("utf-8", "backslashreplace").decode()
         headers.update(self.extra_headers())
         return web.Response(
             status=self.status,
@@ -77,6 +81,33 @@ class BodyTooLargeError(ProxyError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class BadTargetError(ProxyError):
+    """A request target the proxy will not forward: dot segments, absolute or authority form."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request_target"
+
+
+class InvalidKeyError(ProxyError):
+    """No inbound key, or a wrong one (the message never echoes what was sent)."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+    def extra_headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": 'Bearer realm="gradeproxy"'}
+
+
+class ClientTimeoutError(ProxyError):
+    """The client stopped sending its request body for longer than client.body_timeout_s."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
 
 
 class DrainingError(ProxyError):

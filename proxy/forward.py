@@ -8,6 +8,7 @@ no work between two chunks and no time to the first one.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 from collections.abc import Iterable
@@ -18,13 +19,16 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from proxy.decoding import CaptureBuffer
 from proxy.errors import (
+    DrainingError,
     ProxyError,
     UpstreamProtocolError,
     UpstreamTimeoutError,
     UpstreamUnreachableError,
     in_band_error,
 )
+from proxy.logs import escape_text
 
 # RFC 9110 §7.6.1 plus the non-standard Proxy-Connection; every header named in Connection too.
 HOP_BY_HOP = frozenset(
@@ -41,14 +45,19 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# aiohttp sets Host and Content-Length itself and negotiates (and undoes) its own encoding.
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
-# The body we send is already decoded, and aiohttp re-frames it.
-_RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding"}
+# aiohttp sets Host and Content-Length itself. Accept-Encoding passes as the client sent it
+# (and none is added when it sent none), so Content-Encoding comes back to the client that
+# asked for it, undecoded: the proxy never inflates what it relays (proxy/decoding.py).
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
+_NO_AUTO_HEADERS = frozenset({"Accept-Encoding"})
+# aiohttp re-frames the body (Content-Length or chunked); Content-Encoding passes through.
+_RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
 # Non-streamed bodies up to this size are read whole and sent with a Content-Length; larger or
 # unsized ones are relayed as they arrive.
 BUFFER_MAX_BYTES = 4 * 1024 * 1024
 _LARGE_BODY = 1024 * 1024
+# The most decoded bytes of one response kept for grading (limits.max_capture_bytes).
+CAPTURE_MAX_BYTES = 16 * 1024 * 1024
 _EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 
 
@@ -89,7 +98,8 @@ def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMult
         if name.lower() not in drop:
             out.add(name, value)
     if "x-request-id" not in out:
-        out["x-request-id"] = request_id
+        # The client's own id, echoed: escaped if it holds bytes no UTF-8 writer can send.
+        out["x-request-id"] = escape_text(request_id)
     return out
 
 
@@ -106,6 +116,9 @@ class Relay:
     upstream_request_id: str | None = None
     upstream_failed: str | None = None  # set when the upstream failed after the response began
     client_disconnected: bool = False
+    headers_sent: bool = False  # the response's status line reached the client's socket
+    capture_truncated: bool = False  # the capture copy was cut at the limit (or undecodable)
+    cut: str | None = None  # set by shutdown when it ends this relay at the end of the grace
     at_event_boundary: bool = True  # whether the bytes relayed so far end an SSE event
     started_at: float = 0.0  # perf_counter when the upstream request was sent
     finished_at: float = 0.0
@@ -126,6 +139,7 @@ async def relay(
     request_id: str,
     out: Relay,
     client_timeout: aiohttp.ClientTimeout,
+    capture_limit: int = CAPTURE_MAX_BYTES,
 ) -> web.StreamResponse:
     """Send the request upstream and relay the response, recording into ``out`` as it goes
     (so a cancelled handler still knows how far it got); raise ProxyError before it starts."""
@@ -142,6 +156,7 @@ async def relay(
             data=data,
             allow_redirects=False,
             timeout=client_timeout,
+            skip_auto_headers=_NO_AUTO_HEADERS,
         ) as upstream:
             out.ttfb_s = out.upstream_wait_s = time.perf_counter() - sent
             out.status = upstream.status
@@ -149,9 +164,15 @@ async def relay(
             headers_out = response_headers(upstream.headers, request_id)
             out.stream = upstream.content_type == "text/event-stream"
             length = upstream.content_length
-            if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
-                return await _buffered(upstream, headers_out, out, capture)
-            return await _streamed(request, upstream, headers_out, out, capture)
+            copy = CaptureBuffer(upstream.headers.get("Content-Encoding"), capture_limit)
+            if capture:
+                out.parts = copy.parts
+            try:
+                if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
+                    return await _buffered(request, upstream, headers_out, out, copy, capture)
+                return await _streamed(request, upstream, headers_out, out, copy, capture)
+            finally:
+                out.capture_truncated = copy.truncated
     except TimeoutError as exc:
         if out.status:
             raise  # pragma: no cover - reads after the start are handled in the relay loops
@@ -166,10 +187,18 @@ async def relay(
         raise UpstreamProtocolError(f"the upstream broke the exchange: {exc}") from None
 
 
+def client_gone(request: web.Request) -> bool:
+    """Whether the client's connection is already closed (it left before its answer)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 async def _buffered(
+    request: web.Request,
     upstream: aiohttp.ClientResponse,
     headers: CIMultiDict[str],
     out: Relay,
+    copy: CaptureBuffer,
     capture: bool,
 ) -> web.StreamResponse:
     started = time.perf_counter()
@@ -182,8 +211,13 @@ async def _buffered(
     out.upstream_wait_s += time.perf_counter() - started
     out.body_bytes = len(data)
     if capture:
-        out.parts.append(data)
+        copy.add(data)
     out.finished_at = time.perf_counter()
+    if client_gone(request):
+        # Nobody will read this answer: not delivered, so neither logged 200 nor graded.
+        out.client_disconnected = True
+    else:
+        out.headers_sent = True  # aiohttp writes it whole right after the handler returns
     return web.Response(status=upstream.status, body=data, headers=headers)
 
 
@@ -192,19 +226,31 @@ async def _streamed(
     upstream: aiohttp.ClientResponse,
     headers: CIMultiDict[str],
     out: Relay,
+    copy: CaptureBuffer,
     capture: bool,
 ) -> web.StreamResponse:
     if out.stream:
         headers.setdefault("Cache-Control", "no-cache")
         headers["X-Accel-Buffering"] = "no"
     response = web.StreamResponse(status=upstream.status, headers=headers)
-    await response.prepare(request)
+    try:
+        await response.prepare(request)
+    except ConnectionResetError:  # the client left before the response headers
+        out.client_disconnected = True
+        out.finished_at = time.perf_counter()
+        return response
+    out.headers_sent = True
     chunks = upstream.content.iter_any()
     while True:
         waited = time.perf_counter()
         try:
             chunk = await chunks.__anext__()
         except StopAsyncIteration:
+            break
+        except asyncio.CancelledError:
+            if out.cut is None:
+                raise
+            await _end_cut(response, out)
             break
         except (TimeoutError, aiohttp.ClientError) as exc:
             error: ProxyError = (
@@ -225,10 +271,15 @@ async def _streamed(
         except ConnectionResetError:  # the client went away: stop reading the upstream
             out.client_disconnected = True
             break
+        except asyncio.CancelledError:  # cut while a slow client was still reading
+            if out.cut is None:
+                raise
+            await _end_cut(response, out)
+            break
         out.body_bytes += len(chunk)
         out.at_event_boundary = chunk.endswith(_EVENT_ENDS)
         if capture:
-            out.parts.append(chunk)
+            copy.add(chunk)
     if not out.client_disconnected:
         try:
             await response.write_eof()
@@ -236,6 +287,18 @@ async def _streamed(
             out.client_disconnected = True
     out.finished_at = time.perf_counter()
     return response
+
+
+async def _end_cut(response: web.StreamResponse, out: Relay) -> None:
+    """End a stream that shutdown cut at the end of its grace period: an in-band error of its
+    own (``server_draining``), so the client can tell it from an upstream failure."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()  # the cancellation was shutdown's request to stop, now honoured
+    if out.stream:
+        prefix = b"" if out.at_event_boundary else b"\n\n"
+        error = DrainingError("the proxy shut down before the stream ended; retry the request")
+        await _write_quietly(response, prefix + in_band_error(error), out)
 
 
 async def _write_quietly(response: web.StreamResponse, data: bytes, out: Relay) -> None:

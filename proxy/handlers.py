@@ -24,6 +24,7 @@ from proxy.capture_responses import responses_stream_answered
 from proxy.errors import DrainingError, ProxyError
 from proxy.forward import Relay, relay, request_headers, upstream_url
 from proxy.grading import Api, GradeJob, sampled
+from proxy.guard import STRIP, TRACE
 from proxy.logs import get_logger
 from proxy.routing import ShadowTarget
 from proxy.shadow import ShadowLeg, shadow_headers
@@ -100,8 +101,9 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = request_headers(
         request.headers,
-        private_prefixes=("x-grade-", grading.meta_header_prefix),
-        private_names=(grading.task_header, grading.run_header),
+        private_prefixes=("x-grade-", "x-gradeproxy-", grading.meta_header_prefix),
+        # The header that carried the inbound key (proxy/guard.py) never goes upstream.
+        private_names=(grading.task_header, grading.run_header, *request.get(STRIP, ())),
         api_key=target.api_key,
         request_id=request_id,
     )
@@ -143,10 +145,14 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         app[QUEUE].submit(job)
 
     capturing = task is not None and skip is None
+    relays = app[LIFECYCLE].relays
+    handler_task = asyncio.current_task()
     try:
         metrics.in_flight.inc()
         outcome = Relay()
         status = 0
+        if handler_task is not None:
+            relays[handler_task] = outcome
         try:
             response = await relay(
                 request,
@@ -158,19 +164,46 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 request_id=request_id,
                 out=outcome,
                 client_timeout=target.timeout,
+                capture_limit=config.limits.max_capture_bytes,
             )
             status = outcome.status
+            if outcome.client_disconnected and not outcome.headers_sent:
+                status = CLIENT_CLOSED  # it left before the response began: nothing delivered
+            elif outcome.upstream_failed is not None:  # failed after the response began
+                metrics.upstream_errors.labels(_UPSTREAM_KINDS[outcome.upstream_failed]).inc()
             if api is not None and skip is None:
                 skip = _post_skip(outcome, body, api)
-        except asyncio.CancelledError:  # the client went away and aiohttp cancelled us
-            outcome.client_disconnected = True
+        except asyncio.CancelledError:
+            if outcome.cut is not None and not outcome.headers_sent:
+                # shutdown's grace period ended before the upstream answered
+                status = DrainingError.status
+                if graded_route:
+                    skip = skip or "shutdown"
+                    metrics.skipped.labels(skip).inc()
+                if handler_task is not None:
+                    handler_task.uncancel()
+                raise DrainingError("the proxy shut down before the upstream answered") from None
             # A client that has the whole answer may leave before the upstream ends its body.
-            answered = capturing and api is not None and _answered(outcome, body, api)
-            status = outcome.status if answered else CLIENT_CLOSED
+            answered = (
+                outcome.cut is None
+                and capturing
+                and api is not None
+                and _answered(outcome, body, api)
+            )
             if answered and task is not None and tasks is not None:
+                outcome.client_disconnected = True
+                status = outcome.status
                 submit(task, tasks)
-            elif graded_route or skip is not None:
-                skip = skip or "client_disconnected"
+                raise
+            if outcome.cut is not None:  # cut mid-response, outside the relay's own handling
+                status = outcome.status
+                reason = "shutdown"
+            else:  # the client went away (proxy/state.py's abandon) and we were cancelled
+                outcome.client_disconnected = True
+                status = CLIENT_CLOSED
+                reason = "client_disconnected"
+            if graded_route or skip is not None:
+                skip = skip or reason
                 metrics.skipped.labels(skip).inc()
             raise
         except ProxyError as error:
@@ -181,6 +214,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 metrics.skipped.labels(skip).inc()
             raise
         finally:
+            relays.pop(handler_task, None)  # type: ignore[arg-type]
             metrics.in_flight.dec()
             total = time.perf_counter() - started
             _observe(request, route, status, total, outcome, skip, task_id, pair_id)
@@ -247,6 +281,8 @@ def _choices_requested(body: bytes) -> int:
 
 
 def _post_skip(outcome: Relay, body: bytes, api: Api) -> str | None:
+    if outcome.cut is not None:
+        return "shutdown"
     if outcome.client_disconnected and not _answered(outcome, body, api):
         return "client_disconnected"
     if outcome.status >= 400 or outcome.upstream_failed is not None:
@@ -254,10 +290,15 @@ def _post_skip(outcome: Relay, body: bytes, api: Api) -> str | None:
     return None
 
 
+_UPSTREAM_KINDS = {
+    "upstream_unreachable": "connect",
+    "upstream_timeout": "timeout",
+    "upstream_protocol_error": "protocol",
+}
+
+
 def _upstream_error_kind(error: ProxyError) -> str:
-    return {"upstream_unreachable": "connect", "upstream_timeout": "timeout"}.get(
-        error.code, "protocol"
-    )
+    return _UPSTREAM_KINDS.get(error.code, "protocol")
 
 
 def _observe(
@@ -292,7 +333,10 @@ def _observe(
         skip=skip,
         upstream_failed=outcome.upstream_failed,
         client_disconnected=outcome.client_disconnected,
+        cut=outcome.cut,
+        capture_truncated=outcome.capture_truncated or None,
         pair_id=pair_id,  # set when a shadow copy was started
+        trace_id=trace.trace_id if (trace := request.get(TRACE)) else None,
     )
 
 
@@ -311,17 +355,20 @@ async def readyz(request: web.Request) -> web.Response:
     app = request.app
     if app[LIFECYCLE].draining:
         return web.json_response({"status": "draining"}, status=503)
-    if not app[TASKS].ready:
-        return web.json_response({"status": "loading_tasks"}, status=503)
-    tasks = app[TASKS].current
-    return web.json_response(
-        {
-            "status": "ready",
-            "tasks": len(tasks) if tasks else 0,
-            "digest": tasks.digest if tasks else None,
-            "grading": _grading_health(request),
-        }
-    )
+    store = app[TASKS]
+    if not store.ready:
+        # The reason is the task loader's own one line (file:line: why), when it failed.
+        return web.json_response({"status": "loading_tasks", "reason": store.error}, status=503)
+    tasks = store.current
+    body: dict[str, object] = {
+        "status": "ready",
+        "tasks": len(tasks) if tasks else 0,
+        "digest": tasks.digest if tasks else None,
+        "grading": _grading_health(request),
+    }
+    if store.error is not None:  # started without tasks (tasks.allow_start_without)
+        body["tasks_error"] = store.error
+    return web.json_response(body)
 
 
 async def grading_health(request: web.Request) -> web.Response:

@@ -2,20 +2,22 @@
 
 Never log ``Authorization``, API keys or bodies: the canonical line carries ids, sizes,
 statuses and timings only.
+
+Header values may hold any byte (RFC 9110 obs-text; aiohttp decodes them with
+surrogateescape), so a log line can carry a lone surrogate that no UTF-8 encoder accepts. The
+renderers escape such strings (``\udcff``) at this boundary only, and only when the fast path
+fails: values are never altered before they are logged.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import structlog
-
-from grader._json import printable
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -23,27 +25,6 @@ _LEVELS = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
-
-
-def _serialize(value: Any, **kw: Any) -> bytes:
-    """orjson, or the stdlib where a field holds what orjson refuses (a lone surrogate from a
-    header decoded with ``surrogateescape``, an integer beyond 64 bits): a log line that
-    cannot render would otherwise raise inside whichever request or worker logged it."""
-    try:
-        return orjson.dumps(value, **kw)
-    except TypeError:
-        text = json.dumps(value, ensure_ascii=False, default=kw.get("default"))  # noqa: TID251
-        return text.encode("utf-8", "backslashreplace")
-
-
-def _printable_fields(
-    logger: Any, method: str, event: MutableMapping[str, Any]
-) -> MutableMapping[str, Any]:
-    """For the console renderer, which writes text: lone surrogates spelled as escapes."""
-    for key, value in event.items():
-        if isinstance(value, str):
-            event[key] = printable(value)
-    return event
 
 
 def configure_logging(level: str = "info", fmt: str = "json", cache: bool = True) -> None:
@@ -55,11 +36,10 @@ def configure_logging(level: str = "info", fmt: str = "json", cache: bool = True
         structlog.processors.dict_tracebacks,
     ]
     if fmt == "console":
-        processors.append(_printable_fields)
-        processors.append(structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty()))
+        processors.append(_escaping(structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())))
         factory: Any = structlog.PrintLoggerFactory(sys.stdout)
     else:
-        processors.append(structlog.processors.JSONRenderer(serializer=_serialize))
+        processors.append(structlog.processors.JSONRenderer(serializer=_dumps))
         factory = structlog.BytesLoggerFactory(sys.stdout.buffer)
     structlog.configure(
         processors=processors,
@@ -69,6 +49,46 @@ def configure_logging(level: str = "info", fmt: str = "json", cache: bool = True
     )
     # aiohttp's own access log is replaced by our canonical line.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+_INT64 = -(2**63)
+
+
+def escape_text(value: str) -> str:
+    """``value`` with every lone surrogate written as a ``\\udxxx`` escape (valid UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def escape_values(value: Any) -> Any:
+    """A copy of ``value`` (str, dict, list, tuple, others as they are) with strings escaped."""
+    if isinstance(value, str):
+        return escape_text(value)
+    if isinstance(value, dict):
+        return {escape_values(k): escape_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [escape_values(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64 <= value < -_INT64:
+        return str(value)  # orjson refuses integers beyond 64 bits
+    return value
+
+
+def _dumps(event: Any, **kwargs: Any) -> bytes:
+    try:
+        return orjson.dumps(event, **kwargs)
+    except TypeError:  # a lone surrogate (or another value orjson refuses): escape, retry
+        kwargs.setdefault("default", repr)
+        return orjson.dumps(escape_values(event), **kwargs)
+
+
+def _escaping(renderer: Callable[..., Any]) -> Callable[..., Any]:
+    def render(logger: Any, name: str, event: dict[str, Any]) -> Any:
+        return renderer(logger, name, escape_values(event))
+
+    return render
 
 
 def get_logger(name: str) -> Any:

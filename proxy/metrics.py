@@ -44,6 +44,7 @@ SKIP_REASONS = (
     "sampled_out",
     "empty_response",
     "unsupported_route",
+    "shutdown",
 )
 GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker")
 CHECK_RESULTS = ("pass", "fail", "error")
@@ -51,6 +52,7 @@ VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
 UNPAIRED_REASONS = ("ungraded", "expired", "overflow")
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol")
+CLIENT_TIMEOUT_PHASES = ("header", "body", "idle")
 OTHER_MODEL = "other"
 UNKNOWN_MODEL = "unknown"
 
@@ -234,6 +236,12 @@ class ProxyMetrics:
             "1 while every grade worker runs and the queue is not stuck, else 0.",
             registry=reg,
         )
+        self.client_timeouts = Counter(
+            "gradeproxy_client_timeouts_total",
+            "Client connections cut for being too slow (header, body) or idle, by phase.",
+            ["phase"],
+            registry=reg,
+        )
         self.queue_depth = Gauge(
             "gradeproxy_grade_queue_depth", "Responses waiting to be graded.", registry=reg
         )
@@ -276,6 +284,8 @@ class ProxyMetrics:
             self.grading_errors.labels(kind)
         for kind in UPSTREAM_ERROR_KINDS:
             self.upstream_errors.labels(kind)
+        for phase in CLIENT_TIMEOUT_PHASES:
+            self.client_timeouts.labels(phase)
         for result in ("ok", "error"):
             self.task_reloads.labels(result)
         for result in SHADOW_RESULTS:

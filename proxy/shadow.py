@@ -29,6 +29,7 @@ from yarl import URL
 
 from grader._json import JSONError, dumps, loads_exact
 from grader.tasks import Task
+from proxy.decoding import CaptureBuffer
 from proxy.grading import Api, GradeJob, GradeQueue
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
@@ -73,6 +74,8 @@ def shadow_body(body: bytes, model: str | None, stream: Literal["same", "never"]
 def shadow_headers(primary: CIMultiDict[str], api_key: str | None) -> CIMultiDict[str]:
     """The primary's upstream headers without credentials, plus the shadow's own key."""
     headers = CIMultiDict((k, v) for k, v in primary.items() if k.lower() not in _CREDENTIALS)
+    # Only the codings proxy/decoding.py reads: a shadow's answer is graded, never relayed.
+    headers["Accept-Encoding"] = "gzip, deflate"
     if api_key is not None:
         headers["Authorization"] = f"Bearer {api_key}"
     return headers
@@ -174,13 +177,15 @@ class ShadowRunner:
             leg.url, headers=leg.headers, data=body, allow_redirects=False
         ) as response:
             ttfb = time.perf_counter() - sent
-            parts: list[bytes] = []
-            size = 0
+            # Decoded here, with a bound (a compressed bomb stops at the limit, never inflated).
+            copy = CaptureBuffer(response.headers.get("Content-Encoding"), MAX_RESPONSE_BYTES)
             async for chunk in response.content.iter_any():
-                size += len(chunk)
-                if size > MAX_RESPONSE_BYTES:
-                    raise ValueError(f"shadow response larger than {MAX_RESPONSE_BYTES} bytes")
-                parts.append(chunk)
+                copy.add(chunk)
+                if copy.truncated:
+                    raise ValueError(
+                        copy.error or f"shadow response larger than {MAX_RESPONSE_BYTES} bytes"
+                    )
+            parts = copy.parts
             finished = time.perf_counter()
             if response.status >= 400:
                 log.info("shadow_status", pair_id=leg.pair_id, status=response.status)
@@ -232,6 +237,6 @@ def make_session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=None),
         connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60),
-        auto_decompress=True,
+        auto_decompress=False,  # CaptureBuffer decodes, bounded
         cookie_jar=aiohttp.DummyCookieJar(),
     )

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
 
 from proxy.config import Config
+from proxy.forward import Relay
 from proxy.grading import GradeQueue
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
 from proxy.routing import Router
 from proxy.shadow import ShadowRunner
 from proxy.taskstore import TaskStore
+from proxy.watchdog import Watchdog
 
 
 @dataclass(slots=True)
@@ -22,6 +25,25 @@ class Lifecycle:
 
     draining: bool = False  # readiness says 503; requests are still served
     refusing: bool = False  # past the drain delay: new requests get 503 server_draining
+    # Relays in flight, by handler task: at the end of the grace period shutdown cuts them
+    # itself (an in-band error, a reason of their own) before aiohttp cancels what is left.
+    relays: dict[asyncio.Task[object], Relay] = field(default_factory=dict)
+
+    def abandon(self, task: asyncio.Task[object]) -> None:
+        """The client of ``task`` closed its connection: stop a relay that has not sent its
+        response headers yet (nobody will read them, and the upstream need not run on); one
+        that has is left to notice on its next write (a complete answer is still graded)."""
+        relay = self.relays.get(task)
+        if relay is not None and not relay.headers_sent and relay.cut is None:
+            relay.client_disconnected = True
+            task.cancel()
+
+    def cut_relays(self, reason: str) -> int:
+        """Stop every relay still in flight; return how many were cut."""
+        for task, relay in list(self.relays.items()):
+            relay.cut = reason
+            task.cancel()
+        return len(self.relays)
 
 
 @dataclass(slots=True)
@@ -41,4 +63,5 @@ LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ROUTER = web.AppKey("router", Router)
 PAIRS = web.AppKey("pairs", PairTracker)
 SHADOWS = web.AppKey("shadows", ShadowRunner)
+WATCHDOG = web.AppKey("watchdog", Watchdog)
 REQUEST_ID = web.RequestKey("request_id", str)

@@ -18,16 +18,24 @@ log = get_logger("gradeproxy.tasks")
 class TaskStore:
     """Holds the current :class:`TaskSet`; readers take ``store.current`` once per request."""
 
-    def __init__(self, path: Path | None, metrics: ProxyMetrics) -> None:
+    def __init__(
+        self, path: Path | None, metrics: ProxyMetrics, allow_start_without: bool = False
+    ) -> None:
         self.path = path
         self.metrics = metrics
         self.current: TaskSet | None = None
+        self.allow_start_without = allow_start_without
+        self.error: str | None = None  # why the last load failed (file:line), for /readyz
+        self._attempted = False
         self._stamp: tuple[tuple[str, float, int], ...] = ()
 
     @property
     def ready(self) -> bool:
-        """Ready once a task set is loaded, or at once when no tasks are configured."""
-        return self.path is None or self.current is not None
+        """Ready once a task set is loaded, or at once when no tasks are configured; with
+        ``tasks.allow_start_without``, also once a first load has been tried and failed."""
+        if self.path is None or self.current is not None:
+            return True
+        return self.allow_start_without and self._attempted
 
     def _fingerprint(self) -> tuple[tuple[str, float, int], ...]:
         if self.path is None:
@@ -54,6 +62,8 @@ class TaskStore:
             stamp = await asyncio.to_thread(self._fingerprint)
             tasks = await asyncio.to_thread(load_tasks, path)
         except TaskLoadError as exc:
+            self._attempted = True
+            self.error = str(exc)
             self.metrics.task_reloads.labels("error").inc()
             log.error(
                 "tasks_reload_failed",
@@ -62,6 +72,7 @@ class TaskStore:
             )
             return False
         self._stamp = stamp
+        self._attempted, self.error = True, None
         previous = self.current
         self.current = tasks
         self.metrics.set_task_set(tasks)

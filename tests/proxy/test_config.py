@@ -69,11 +69,34 @@ def write(tmp_path: Path, text: str) -> Path:
             "upstream.api_key_env: environment variable NOPE_NOT_SET is not set",
             id="missing_secret",
         ),
+        pytest.param(
+            BASE + "auth:\n  keys_env: NOPE_NOT_SET\n",
+            "auth.keys_env: environment variable NOPE_NOT_SET is not set",
+            id="missing_inbound_keys_variable",
+        ),
+        pytest.param(
+            BASE + "auth:\n  keys_env: TEST_EMPTY_KEYS\n",
+            "auth.keys_env: TEST_EMPTY_KEYS holds no key",
+            id="inbound_keys_variable_empty",
+        ),
+        pytest.param(
+            BASE + "client:\n  header_timeout_s: 0\n",
+            "client.header_timeout_s: must be > 0",
+            id="client_timeout_positive",
+        ),
+        pytest.param(
+            BASE + "scoring:\n  on_admin_port: true\n",
+            "scoring.on_admin_port: needs admin.port",
+            id="scoring_on_admin_needs_admin_port",
+        ),
         pytest.param("- a\n- b\n", "the config must be a mapping of sections", id="not_a_mapping"),
         pytest.param("upstream: [\n", "not valid YAML", id="bad_yaml"),
     ],
 )
-def test_bad_config_names_the_field(tmp_path: Path, text: str, message: str) -> None:
+def test_bad_config_names_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+) -> None:
+    monkeypatch.setenv("TEST_EMPTY_KEYS", " , ")
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text), environ={})
     assert message in str(caught.value)
@@ -155,3 +178,29 @@ def test_example_configs_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
             )
             == 0
         ), capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "located"),
+    [
+        pytest.param(BASE + "listen:\n  port: 70000\n", "config.yaml:4: listen.port:", id="field"),
+        pytest.param(
+            BASE + "routes:\n  - match: a\n    url: http://y/v1\n  - match: b\n    url: ftp://z\n",
+            "config.yaml:7: routes[1].url:",
+            id="list_item_field",
+        ),
+        pytest.param(
+            BASE + "upstream:\n  url: [\n", "config.yaml:5: not valid YAML: expected", id="syntax"
+        ),
+        pytest.param("upstream: {}\n", "config.yaml:1: upstream.url:", id="absent_field"),
+        pytest.param(BASE + "lisen: {}\n", "config.yaml:3: lisen: unknown section", id="section"),
+    ],
+)
+def test_config_errors_name_file_and_line_in_one_line(
+    tmp_path: Path, text: str, located: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), environ={})
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path}/{located}")
+    assert "\n" not in message

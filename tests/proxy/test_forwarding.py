@@ -173,17 +173,23 @@ async def test_response_headers_end_to_end_only(
     assert "Keep-Alive" not in response.headers
 
 
-async def test_gzip_from_upstream_is_decoded_once(
+async def test_gzip_from_upstream_is_relayed_encoded(
     make_proxy: ProxyFactory, backend: ScriptedBackend
 ) -> None:
+    """The proxy never inflates what it relays: the client that asked for gzip decodes it."""
     body = wire("openai_single_tool.json")
     backend.replies.append(
         Reply(body=gzip.compress(body), headers={"Content-Encoding": "gzip"}, chunked=False)
     )
     client = await make_proxy()
-    response = await client.post("/v1/chat/completions", data=b"{}", auto_decompress=False)
-    assert "Content-Encoding" not in response.headers
-    assert await response.read() == body
+    response = await client.post(
+        "/v1/chat/completions",
+        data=b"{}",
+        headers={"Accept-Encoding": "gzip"},
+        auto_decompress=False,
+    )
+    assert response.headers["Content-Encoding"] == "gzip"
+    assert gzip.decompress(await response.read()) == body
 
 
 async def test_stream_chunks_are_not_held_back(

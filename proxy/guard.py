@@ -1,0 +1,164 @@
+"""The request guard: what every request must pass before any handler or route sees it.
+
+In order, each step cheap and before the body is read:
+
+1. **Target hygiene.** Only origin-form targets (``/path?query``) are served: an absolute-form
+   (``GET http://evil.example/v1/models``), authority-form (``CONNECT host:443``) or asterisk
+   target is refused, as is any path with a dot segment, plain or percent-encoded
+   (``/v1/../metrics``, ``/v1/%2e%2e/admin``, ``/v1/..%2fx``), because the upstream would
+   resolve it to a path the proxy never routed. 400 in OpenAI's error shape, before the /v1
+   check, so no such request reaches the upstream or the admin routes.
+2. **Inbound keys** (``auth.keys_env``): a key in ``X-Gradeproxy-Key`` or ``Authorization:
+   Bearer``, compared in constant time with every configured key; 401 otherwise. /livez and
+   /readyz are always open, /metrics unless ``auth.protect_metrics``. The header that carried
+   the key is never forwarded (see :data:`STRIP`).
+3. **Trace headers**, validated once (proxy/tracecontext.py) into ``request[TRACE]``.
+4. **An early 413** from a declared ``Content-Length`` over ``limits.max_body_bytes``, before
+   one byte of the body is read, with ``Connection: close``.
+5. **The body read**, under the watchdog's body timeout (proxy/watchdog.py): a client that
+   stops sending gets a 408. Handlers then get the body from aiohttp's cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import re
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from proxy.errors import (
+    BadTargetError,
+    BodyTooLargeError,
+    ClientTimeoutError,
+    InvalidKeyError,
+)
+from proxy.tracecontext import TraceContext, trace_context
+from proxy.watchdog import BodyReadTimeoutError, Conn, Phase, Watchdog
+
+__all__ = ["KEY_HEADER", "STRIP", "TRACE", "Guard", "dot_segment"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+KEY_HEADER = "X-Gradeproxy-Key"
+OPEN_PATHS = frozenset({"/livez", "/readyz"})
+TRACE = web.RequestKey("trace", TraceContext)
+# Names of request headers that must not be forwarded (the one that carried the inbound key).
+STRIP = web.RequestKey("strip_headers", tuple)
+_ENCODED = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+_DECODED = {"2e": ".", "2f": "/", "5c": "/"}
+_DOTS = frozenset({".", ".."})
+
+
+def dot_segment(raw_path: str) -> bool:
+    """Whether the path part of a raw target has a ``.`` or ``..`` segment once its encoded
+    dots and slashes (``%2e``, ``%2f``, ``%5c``) and backslashes are decoded."""
+    path = raw_path.partition("?")[0].partition("#")[0]
+    if "." not in path and "%" not in path:
+        return False  # the common case: no work
+    decoded = _ENCODED.sub(lambda m: _DECODED[m[1].lower()], path).replace("\\", "/")
+    return any(segment in _DOTS for segment in decoded.split("/"))
+
+
+def _check_target(request: web.Request) -> None:
+    raw = request.raw_path
+    if not raw.startswith("/"):
+        raise BadTargetError(
+            "only origin-form request targets (a path starting with /) are served; "
+            "absolute-form, authority-form and asterisk targets are refused"
+        )
+    if dot_segment(raw):
+        raise BadTargetError("request paths with dot segments (. or .., even encoded) are refused")
+
+
+def _bearer(value: str | None) -> str | None:
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+class Guard:
+    """The middleware (an instance is one: aiohttp's new-style marker is on the class),
+    built once from the config and shared by the proxy and admin apps."""
+
+    __middleware_version__ = 1
+
+    def __init__(
+        self,
+        keys: tuple[str, ...],
+        protect_metrics: bool,
+        max_body_bytes: int,
+        watchdog: Watchdog | None,
+    ) -> None:
+        self._keys = tuple(key.encode("utf-8") for key in keys)
+        self._open = OPEN_PATHS if protect_metrics else OPEN_PATHS | {"/metrics"}
+        self.max_body_bytes = max_body_bytes
+        self.watchdog = watchdog
+
+    def _authorise(self, request: web.Request) -> None:
+        if not self._keys or request.path in self._open:
+            return
+        via = KEY_HEADER
+        given = request.headers.get(KEY_HEADER)
+        if given is None:
+            via, given = "Authorization", _bearer(request.headers.get("Authorization"))
+        if given is None:
+            raise InvalidKeyError(
+                f"this proxy needs a key: send it in {KEY_HEADER} or as Authorization: Bearer"
+            )
+        candidate = given.encode("utf-8", "surrogateescape")
+        matched = False
+        for key in self._keys:  # every key compared, so timing says nothing about which
+            matched |= hmac.compare_digest(candidate, key)
+        if not matched:
+            raise InvalidKeyError("the proxy key provided is not valid")
+        request[STRIP] = (via,)
+
+    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        conn = self.watchdog.conn(request) if self.watchdog is not None else None
+        if conn is None:  # not served through WatchedRunner (tests' TestServer)
+            return await self._guarded(request, handler, None)
+        # Headers complete: out of the header phase whatever happens next, and idle after.
+        conn.phase, conn.payload = Phase.BUSY, request.content
+        try:
+            return await self._guarded(request, handler, conn)
+        finally:
+            conn.task = conn.request = None
+            conn.phase, conn.since = Phase.IDLE, asyncio.get_running_loop().time()
+
+    async def _guarded(
+        self, request: web.Request, handler: Handler, conn: Conn | None
+    ) -> web.StreamResponse:
+        _check_target(request)
+        self._authorise(request)
+        request[TRACE] = trace_context(request.headers)
+        declared = request.content_length
+        if declared is not None and declared > self.max_body_bytes:
+            response = BodyTooLargeError(
+                f"request body declares {declared} bytes; the limit is {self.max_body_bytes}"
+            ).response(request.headers.get("x-request-id"))
+            response.force_close()  # the body is never read: the connection cannot be reused
+            return response
+        if conn is None:
+            await request.read()
+            return await handler(request)
+        conn.phase, conn.since, conn.request = (
+            Phase.BODY,
+            asyncio.get_running_loop().time(),
+            request,
+        )
+        try:
+            await request.read()
+        except BodyReadTimeoutError:
+            response = ClientTimeoutError(
+                "the request body stopped arriving for longer than client.body_timeout_s"
+            ).response(request.headers.get("x-request-id"))
+            response.force_close()
+            return response
+        finally:
+            conn.request = None
+            conn.phase = Phase.BUSY
+        conn.task = asyncio.current_task()
+        return await handler(request)
