@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import signal
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import openai
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,16 +27,17 @@ from grader.tasks import task_files
 from proxy.app import make_app
 from proxy.cli import bound_port, shutdown, start_sites
 from proxy.config import load_config
+from proxy.demo.answers import SAMPLE_TASKS_PATH
 from proxy.demo.backend import DEMO_MODELS, make_demo_backend, run_demo_backend
 from proxy.logs import configure_logging
 from proxy.state import QUEUE
 
-SAMPLE_TASKS = Path(__file__).resolve().parents[2] / "config" / "tasks" / "sample.jsonl"
 CONCURRENCY = 8
+OPENAI_HINT = "the demo drives traffic with the openai SDK: pip install 'gradeproxy[demo]'"
 
 
 def run(name: str, args: argparse.Namespace) -> int:
-    tasks_path: Path = args.tasks or SAMPLE_TASKS
+    tasks_path: Path = args.tasks or SAMPLE_TASKS_PATH
     if name == "demo-backend":
         configure_logging("info", "json")
         print(
@@ -44,6 +46,10 @@ def run(name: str, args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run_demo_backend(args.host, args.port, tasks_path))
         return 0
+    # Only the traffic driver needs the SDK; the backend above runs without the [demo] extra.
+    if importlib.util.find_spec("openai") is None:
+        print(f"gradeproxy demo: {OPENAI_HINT}", file=sys.stderr)
+        return 1
     configure_logging("warning", "json")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(demo(args, tasks_path))
@@ -97,6 +103,8 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
 
 
 async def _drive(base: str, tasks_path: Path, rounds: int) -> None:
+    import openai  # the [demo] extra; run() checked it is installed
+
     files = task_files(tasks_path)
     lines = [line for f in files for line in f.read_text().splitlines() if line.strip()]
     tasks = [t for t in map(loads_exact, lines) if "prompt" in t and "tools" in t]
