@@ -46,10 +46,12 @@ def coerce(where: str, hint: Any, value: Any, from_text: bool) -> Any:
                 errors.append(str(exc))
         raise ConfigError(errors[0])
     if origin is Literal:
-        if value not in get_args(hint):
+        # Closed sets are lower-case words; `DEBUG` from an environment means `debug`.
+        folded = value.lower() if isinstance(value, str) else value
+        if folded not in get_args(hint):
             choices = "|".join(str(a) for a in get_args(hint))
             raise ConfigError(f"{where}: must be one of {choices}, got {value!r}")
-        return value
+        return folded
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if from_text and isinstance(value, str):
             raise ConfigError(f"{where}: must be a mapping; set it in the config file")

@@ -20,12 +20,22 @@ from typing import Any
 from aiohttp import web
 
 from proxy.app import make_admin_app, make_app
-from proxy.config import Config, ConfigError, load_config
+from proxy.config import Config, ConfigError, load_config, url_warnings
 from proxy.grading import GIL_SWITCH_INTERVAL_S
 from proxy.logs import configure_logging, get_logger
 from proxy.state import LIFECYCLE, TASKS
 
 log = get_logger("gradeproxy.serve")
+
+
+# The config field each serve flag sets, so an error names the flag (``--port: ...``).
+FLAGS = {
+    "upstream.url": "--upstream",
+    "tasks.path": "--tasks",
+    "listen.host": "--host",
+    "listen.port": "--port",
+    "results.path": "--results",
+}
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -35,7 +45,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "listen": {"host": args.host, "port": args.port},
         "results": {"path": str(args.results) if args.results else None},
     }
-    return load_config(args.config, overrides)
+    return load_config(args.config, overrides, flags=FLAGS)
 
 
 def run(name: str, args: argparse.Namespace) -> int:
@@ -47,6 +57,8 @@ def run(name: str, args: argparse.Namespace) -> int:
     if name == "check-config":
         return _check(config)
     configure_logging(config.logging.level, config.logging.format)
+    for warning in url_warnings(config):
+        log.warning("config_warning", message=warning)
     # The grade thread must hand the GIL back to the event loop quickly (bench/loop_lag_bench.py).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     asyncio.run(serve(config))
@@ -63,6 +75,8 @@ def _check(config: Config) -> int:
             print(f"gradeproxy check-config: tasks.path: {exc}", file=sys.stderr)
             return 1
         print(f"tasks: {len(tasks)} loaded, digest {tasks.digest}")
+    for warning in url_warnings(config):
+        print(f"gradeproxy check-config: warning: {warning}", file=sys.stderr)
     print(
         f"config ok: upstream {config.upstream.url}, listening on "
         f"{config.listen.host}:{config.listen.port}"

@@ -26,7 +26,7 @@ from grader.checks import JudgeConfig
 from proxy._coerce import ConfigError, coerce, plain
 from proxy._coerce import section as build_section
 
-__all__ = ["Config", "ConfigError", "load_config"]
+__all__ = ["Config", "ConfigError", "load_config", "url_warnings"]
 
 ENV_PREFIX = "GRADEPROXY_"
 
@@ -54,6 +54,7 @@ class Shadow:
     max_concurrency: int = 8  # shadow requests in flight at once; more are skipped, not queued
     timeout_s: float = 60.0  # the whole shadow exchange, read to its last byte
     stream: Literal["same", "never"] = "same"  # never: ask for a plain JSON body
+    allow_non_v1_path: bool = False  # url's path does not end in /v1, on purpose
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,7 @@ class Upstream:
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 300.0  # between two reads of the upstream body; no total timeout
     shadow: Shadow | None = None
+    allow_non_v1_path: bool = False  # url's path does not end in /v1, on purpose
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,7 @@ class Route:
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 300.0
     shadow: Shadow | None = None
+    allow_non_v1_path: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,7 @@ class Judge:
     timeout_s: float = 30.0
     max_concurrency: int = 4
     retries: int = 2
+    allow_non_v1_path: bool = False  # endpoint's path does not end in /v1, on purpose
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +192,33 @@ def _check_url(where: str, value: str) -> None:
         raise ConfigError(
             f"{where}: must be an http(s) URL such as http://127.0.0.1:8000/v1, got {value!r}"
         )
+    if url.path.strip("/") == "":
+        # The documented mistake: every request would go to <host>/chat/completions, a 404.
+        raise ConfigError(
+            f"{where}: {value!r} has no path; an OpenAI-compatible base URL ends in /v1 "
+            f"(try {value.rstrip('/')}/v1)"
+        )
+
+
+def url_warnings(config: Config) -> list[str]:
+    """Base URLs whose path does not end in ``/v1``: legal (``.../v1beta/openai/``), but usually
+    a typo; each block's ``allow_non_v1_path: true`` says it is meant and silences the warning."""
+    blocks: list[tuple[str, str, bool]] = [
+        ("upstream.url", config.upstream.url, config.upstream.allow_non_v1_path)
+    ]
+    shadows = [("upstream.shadow", config.upstream.shadow)]
+    for number, route in enumerate(config.routes):
+        blocks.append((f"routes[{number}].url", route.url, route.allow_non_v1_path))
+        shadows.append((f"routes[{number}].shadow", route.shadow))
+    blocks += [(f"{w}.url", s.url, s.allow_non_v1_path) for w, s in shadows if s is not None]
+    if config.judge.endpoint is not None:
+        blocks.append(("judge.endpoint", config.judge.endpoint, config.judge.allow_non_v1_path))
+    return [
+        f"{where}: {url!r} does not end in /v1; if the provider's base URL really is "
+        f"elsewhere, set allow_non_v1_path: true beside it"
+        for where, url, allowed in blocks
+        if not allowed and not urlsplit(url).path.rstrip("/").endswith("/v1")
+    ]
 
 
 def _check_secret(where: str, name: str | None) -> None:
@@ -268,14 +299,21 @@ def _validate_judge(judge: Judge) -> None:
     _check_secret("judge.api_key_env", judge.api_key_env)
     try:
         JudgeConfig.from_mapping(
-            {k: v for k, v in plain(judge).items() if k not in ("endpoint", "api_key_env")}
+            {
+                k: v
+                for k, v in plain(judge).items()
+                if k not in ("endpoint", "api_key_env", "allow_non_v1_path")
+            }
         )
     except ValueError as exc:
         raise ConfigError(f"judge: {exc}") from None
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """``GRADEPROXY_UPSTREAM_URL=...`` -> ``{"upstream": {"url": ...}}``."""
+def _env_overrides(
+    environ: Mapping[str, str], origins: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """``GRADEPROXY_UPSTREAM_URL=...`` -> ``{"upstream": {"url": ...}}``; ``origins`` records
+    ``upstream.url`` -> the variable's name, so an error can say where the value came from."""
     sections = _sections()
     out: dict[str, dict[str, Any]] = {}
     for key, value in environ.items():
@@ -286,6 +324,7 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         if section is None:
             continue  # not a config override (e.g. a secret the config names)
         out.setdefault(section, {})[rest[len(section) + 1 :]] = value
+        origins[f"{section}.{rest[len(section) + 1 :]}"] = f"environment variable {key}"
     return out
 
 
@@ -299,8 +338,28 @@ def load_config(
     path: Path | None = None,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Config:
-    """Build and validate the effective config; raise :class:`ConfigError` naming the field."""
+    """Build and validate the effective config; raise :class:`ConfigError` naming the field,
+    and the environment variable or flag (``flags``: ``listen.port`` -> ``--port``) that set it.
+    """
+    origins: dict[str, str] = {}
+    try:
+        return _load(path, overrides, os.environ if environ is None else environ, origins, flags)
+    except ConfigError as exc:
+        where = str(exc).split(": ", 1)[0]
+        if where in origins:
+            raise ConfigError(f"{exc} (from {origins[where]})") from None
+        raise
+
+
+def _load(
+    path: Path | None,
+    overrides: Mapping[str, Any] | None,
+    environ: Mapping[str, str],
+    origins: dict[str, str],
+    flags: Mapping[str, str] | None,
+) -> Config:
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -317,7 +376,7 @@ def load_config(
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown section (known: {', '.join(sorted(known))})")
     from_text: dict[str, bool] = {}
-    for section, values in _env_overrides(os.environ if environ is None else environ).items():
+    for section, values in _env_overrides(environ, origins).items():
         merged = dict(data.get(section) or {})
         for key, text in values.items():
             merged[key] = text
@@ -330,6 +389,9 @@ def load_config(
         merged = dict(data.get(section) or {})
         merged.update({k: v for k, v in given.items() if v is not None})
         data[section] = merged
+        for key, value in given.items():
+            if value is not None and flags and f"{section}.{key}" in flags:
+                origins[f"{section}.{key}"] = f"flag {flags[f'{section}.{key}']}"
     hints = get_type_hints(Config)
     built = {
         name: build_section(name, hints[name], data.get(name), from_text)
