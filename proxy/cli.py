@@ -7,12 +7,17 @@ moment SIGTERM arrives, while endpoints still route traffic to the pod):
 2. The listener closes; requests on kept-alive connections get 503 ``server_draining``.
 3. In-flight streams get ``shutdown.grace_period_s`` to finish.
 4. The grade queue drains and the results file is flushed: no graded row is lost.
+
+Ctrl-C (SIGINT) is a person at a terminal, not an orchestrator: no endpoint list routes to a
+terminal, so the first skips the drain delay (steps 2-4 still run: streams finish, rows are
+written) and a second exits at once with status 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from typing import Any
@@ -121,7 +126,8 @@ async def serve(
     app = make_app(config)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    with _Signals(loop, stop, app):
+    signals = _Signals(loop, stop, app)
+    with signals:
         runners, sites = await start_sites(config, app)
         log.info(
             "listening",
@@ -132,16 +138,22 @@ async def serve(
         if started is not None:
             started.set()
         await stop.wait()
-        await shutdown(config, app, runners)
+        delay = 0.0 if signals.interrupted else config.shutdown.drain_delay_s
+        await shutdown(config, app, runners, drain_delay_s=delay)
 
 
-async def shutdown(config: Config, app: web.Application, runners: list[web.AppRunner]) -> None:
+async def shutdown(
+    config: Config,
+    app: web.Application,
+    runners: list[web.AppRunner],
+    drain_delay_s: float | None = None,
+) -> None:
+    """Drain and stop; ``drain_delay_s`` (default: the config's) is 0 after a Ctrl-C."""
+    delay = config.shutdown.drain_delay_s if drain_delay_s is None else drain_delay_s
     lifecycle = app[LIFECYCLE]
     lifecycle.draining = True
-    log.info(
-        "draining", delay_s=config.shutdown.drain_delay_s, grace_s=config.shutdown.grace_period_s
-    )
-    await asyncio.sleep(config.shutdown.drain_delay_s)
+    log.info("draining", delay_s=delay, grace_s=config.shutdown.grace_period_s)
+    await asyncio.sleep(delay)
     lifecycle.refusing = True
     # Stops the listeners, waits up to grace_period_s for in-flight handlers, then unwinds the
     # cleanup contexts: the grade queue drains, then the results file is flushed and closed.
@@ -151,13 +163,29 @@ async def shutdown(config: Config, app: web.Application, runners: list[web.AppRu
 
 
 class _Signals:
-    """SIGTERM/SIGINT set ``stop``; SIGHUP reloads the task set."""
+    """SIGTERM/SIGINT set ``stop``; a second SIGINT exits at once; SIGHUP reloads the tasks."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event, app: web.Application
     ) -> None:
         self.loop, self.stop, self.app = loop, stop, app
         self._reloads: set[asyncio.Task[bool]] = set()
+        self.interrupted = False  # the stop came from Ctrl-C: skip the drain delay
+
+    def _interrupt(self) -> None:
+        if self.interrupted:
+            # The person asked twice: stop waiting for streams and the queue. Rows already
+            # written are flushed (the writer flushes per batch); the rest are given up.
+            print("gradeproxy: second Ctrl-C, exiting now", file=sys.stderr, flush=True)
+            os._exit(130)
+        self.interrupted = True
+        if not self.stop.is_set():
+            print(
+                "gradeproxy: stopping (in-flight requests finish; Ctrl-C again to exit now)",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.stop.set()
 
     def _reload(self) -> None:
         task = self.loop.create_task(self.app[TASKS].reload())
@@ -165,8 +193,8 @@ class _Signals:
         task.add_done_callback(self._reloads.discard)
 
     def __enter__(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.stop.set)
+        self.loop.add_signal_handler(signal.SIGTERM, self.stop.set)
+        self.loop.add_signal_handler(signal.SIGINT, self._interrupt)
         self.loop.add_signal_handler(signal.SIGHUP, self._reload)
 
     def __exit__(self, *exc: object) -> None:
