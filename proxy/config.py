@@ -160,6 +160,14 @@ class Scoring:
 
 
 @dataclass(frozen=True, slots=True)
+class Ui:
+    """The live page at /ui (docs/operations.md#the-live-page)."""
+
+    # Failing and stale answers kept in memory for the inspector, per process; 0: none.
+    failure_ring_size: int = 100
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     listen: Listen = field(default_factory=Listen)
     admin: Admin = field(default_factory=Admin)
@@ -174,6 +182,7 @@ class Config:
     logging: Logging = field(default_factory=Logging)
     judge: Judge = field(default_factory=Judge)
     scoring: Scoring = field(default_factory=Scoring)
+    ui: Ui = field(default_factory=Ui)
 
     def upstream_api_key(self) -> str | None:
         """The upstream key from the environment variable the config names, if any."""
@@ -281,6 +290,10 @@ def _validate(config: Config) -> Config:
         (config.grading.pair_ttl_s > 0, "grading.pair_ttl_s: must be > 0"),
         (config.grading.stuck_after_s > 0, "grading.stuck_after_s: must be > 0"),
         (config.results.max_answer_chars >= 0, "results.max_answer_chars: must be >= 0"),
+        (
+            0 <= config.ui.failure_ring_size <= 10000,
+            "ui.failure_ring_size: must be within 0..10000",
+        ),
     ]
     for ok, message in checks:
         if not ok:

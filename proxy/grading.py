@@ -33,6 +33,7 @@ from grader.version import GRADER_RULES_VERSION
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
 from proxy.checking import grade_answer, grade_answer_judged, has_checks, needs_judge
+from proxy.failures import FailureRing
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
@@ -237,8 +238,10 @@ class GradeQueue:
         judge: Judge | None = None,
         stuck_after_s: float = 30.0,
         max_answer_chars: int = 65536,
+        failures: FailureRing | None = None,
     ) -> None:
         self.metrics = metrics
+        self.failures = failures  # the /ui inspector's ring of failing and stale answers
         self.judge = judge
         self.writer = writer
         self.pairs = pairs
@@ -406,6 +409,9 @@ class GradeQueue:
             if row["result"] == "stale":
                 metrics.child(metrics.stale, job.task.id, model, job.variant).inc()
         self._report(job, rows)
+        if self.failures is not None:
+            for row in rows:
+                self.failures.add(job.task, row)
         latency = time.perf_counter() - job.finished_at
         for row in rows:
             row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}

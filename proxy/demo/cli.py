@@ -90,6 +90,7 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
     print(
         f"\nServing. Point any OpenAI client at base_url={base}/v1 and send the header "
         f"'X-Grade-Task: <task id>' (ids in {tasks_path}).\n"
+        f"Live page (scoreboard, failure inspector): {base}/ui\n"
         f"Metrics: {base}/metrics   Results: {results}   Stop: Ctrl-C",
         flush=True,
     )
