@@ -59,9 +59,10 @@ def run(name: str, args: argparse.Namespace) -> int:
 async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
     backend = web.AppRunner(make_demo_backend(tasks_path), access_log=None)
     await backend.setup()
-    backend_site = web.TCPSite(backend, args.host, args.backend_port)
+    # The backend stays on loopback even when the proxy listens on 0.0.0.0 (the Docker image).
+    backend_site = web.TCPSite(backend, "127.0.0.1", args.backend_port)
     await backend_site.start()
-    upstream = f"http://{args.host}:{bound_port(backend_site)}/v1"
+    upstream = f"http://127.0.0.1:{bound_port(backend_site)}/v1"
     results: Path = args.results
     await asyncio.to_thread(results.unlink, missing_ok=True)
     config = load_config(
@@ -77,7 +78,9 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
     )
     app = make_app(config)
     runners, sites = await start_sites(config, app)
-    base = f"http://{args.host}:{bound_port(sites[0])}"
+    # Listening on every address (the Docker image): drive and print through loopback.
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+    base = f"http://{host}:{bound_port(sites[0])}"
     print(f"gradeproxy demo: proxy {base}/v1 -> demo backend {upstream}\n", flush=True)
     await _drive(base, tasks_path, args.rounds)
     await app[QUEUE].drain(30)
