@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import os
 import signal
 import sys
 from collections import defaultdict
@@ -99,8 +100,14 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def interrupt() -> None:
+        if stop.is_set():  # a second Ctrl-C: do not wait for the shutdown (as `serve`)
+            os._exit(130)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, interrupt)
     await stop.wait()
     await shutdown(config, app, runners)
     await backend.cleanup()

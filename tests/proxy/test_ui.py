@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from grader.tasks import parse_task
 from proxy.app import make_admin_app
 from proxy.failures import FailureRing, first_difference, visible_runs
-from proxy.ui import inspector_allowed
+from proxy.metrics import ProxyMetrics
+from proxy.ui import inspector_allowed, scoreboard
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import Reply, ScriptedBackend
 
@@ -219,3 +220,20 @@ async def test_with_an_admin_port_the_page_lives_there(
     admin = await aiohttp_client(make_admin_app(client.app))
     for path in ("/ui", "/ui/scoreboard.json", "/ui/failures.json", "/", "/health"):
         assert (await admin.get(path)).status == 200, path
+
+
+def test_the_scoreboard_puts_primary_and_shadow_side_by_side() -> None:
+    """With a shadow, every task and kind has a row per variant; primary comes first."""
+    metrics = ProxyMetrics()
+    metrics.task_info.labels("t", "field_renamed").set(1)
+    plan = [("primary", "pass"), ("primary", "stale"), ("shadow", "pass"), ("shadow", "pass")]
+    for variant, result in plan:
+        metrics.child(metrics.grades, "t", "m", result, variant).inc()
+    metrics.child(metrics.check_results, "t", "tool_call", "pass", "shadow").inc(2)
+    board = scoreboard(metrics.registry)
+    assert board["variants"] == ["primary", "shadow"]
+    rows = {(r["kind"], r["variant"]): (r["graded"], r["pass"], r["stale"]) for r in board["kinds"]}
+    assert rows == {("field_renamed", "primary"): (2, 1, 1), ("field_renamed", "shadow"): (2, 2, 0)}
+    shadow = next(t for t in board["tasks"] if t["variant"] == "shadow")
+    assert shadow["pass_rate"] == 1.0
+    assert shadow["checks"] == {"tool_call": {"pass": 2, "fail": 0, "error": 0}}
