@@ -4,6 +4,9 @@ inspector's helpers (first difference, invisible characters) say what they shoul
 
 from __future__ import annotations
 
+import json
+import re
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,6 +15,8 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, make_mocked_request
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from grader.tasks import parse_task
@@ -237,3 +242,52 @@ def test_the_scoreboard_puts_primary_and_shadow_side_by_side() -> None:
     shadow = next(t for t in board["tasks"] if t["variant"] == "shadow")
     assert shadow["pass_rate"] == 1.0
     assert shadow["checks"] == {"tool_call": {"pass": 2, "fail": 0, "error": 0}}
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=12,
+)
+
+
+@given(JSON_VALUES)
+def test_a_value_never_differs_from_itself(value: Any) -> None:
+    assert first_difference(value, value) is None
+
+
+@given(JSON_VALUES, JSON_VALUES)
+def test_unequal_values_always_have_a_first_difference(left: Any, right: Any) -> None:
+    same = json.dumps(left, sort_keys=True) == json.dumps(right, sort_keys=True)
+    assert (first_difference(left, right) is None) is same
+
+
+ESCAPE = re.compile(r"\\[ntrvf]|\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|·")
+NAMED = {"\\n": "\n", "\\t": "\t", "\\r": "\r", "\\v": "\x0b", "\\f": "\x0c", "·": " "}
+
+
+def reconstruct(runs: list[tuple[str, bool]]) -> str:
+    """The answer back from its runs: hidden runs decoded, the line break kept after a shown
+    newline dropped."""
+    out, after_newline = [], False
+    for shown, hidden in runs:
+        if hidden:
+            tokens = ESCAPE.findall(shown)
+            assert "".join(tokens) == shown, shown  # a hidden run is escapes only
+            out += [NAMED.get(t) or chr(int(t[2:], 16)) for t in tokens]
+            after_newline = shown.endswith("\\n")
+        else:
+            out.append(shown[1:] if after_newline else shown)
+            after_newline = False
+    return "".join(out)
+
+
+@given(st.text())
+def test_shown_runs_hide_nothing_and_lose_nothing(text: str) -> None:
+    """The runs give the answer back exactly, and outside the marked runs only visible
+    characters remain (plus inner spaces and the kept line breaks)."""
+    runs = visible_runs(text)
+    assert reconstruct(runs) == text
+    for shown, hidden in runs:
+        if not hidden:
+            assert all(c in " \n" or unicodedata.category(c)[0] not in "CZ" for c in shown)
