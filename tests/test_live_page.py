@@ -205,3 +205,34 @@ def test_a_failing_answer_opens_on_its_first_difference(
     assert entry.locator("pre.answer").inner_text() == row["answer"]
     entry.screenshot(path=str(ARTIFACTS / "ui-failure.png"))
     page.close()
+
+
+def test_the_page_refreshes_itself(demo: tuple[str, Path], browser_context: Any) -> None:
+    """One more graded request: the open page shows it without a reload."""
+    base, rows_path = demo
+    page = browser_context.new_page()
+    page.goto(f"{base}/ui")
+    page.wait_for_selector("body[data-loaded]")
+    before = int(page.locator("#total-primary-graded .n").inner_text())
+    task = json.loads((ROOT / "config" / "tasks" / "sample.jsonl").read_text().splitlines()[0])
+    body = {
+        "model": "gradeproxy-demo",
+        "messages": [{"role": "user", "content": task["prompt"]}],
+        "tools": task["tools"],
+    }
+    request = urllib.request.Request(
+        f"{base}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "X-Grade-Task": task["id"]},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+    page.wait_for_function(
+        f"document.querySelector('#total-primary-graded .n').textContent === '{before + 1}'",
+        timeout=15000,
+    )
+    deadline = time.monotonic() + 15  # leave the rows file settled for the other tests
+    while len(read_rows(rows_path)) != before + 1:
+        assert time.monotonic() < deadline, "the row was never written"
+        time.sleep(0.1)
+    page.close()
