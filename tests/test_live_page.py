@@ -175,8 +175,9 @@ def test_numbers_shown_equal_metrics_and_rows(
     page.close()
 
 
+@pytest.mark.parametrize("device", list(WIDTHS))
 def test_a_failing_answer_opens_on_its_first_difference(
-    demo: tuple[str, Path], browser_context: Any
+    demo: tuple[str, Path], browser_context: Any, device: str
 ) -> None:
     base, rows_path = demo
     wanted = {
@@ -186,7 +187,7 @@ def test_a_failing_answer_opens_on_its_first_difference(
     }
     assert wanted, "the demo batch has value mismatches"
     page = browser_context.new_page()
-    page.set_viewport_size({"width": WIDTHS["laptop"], "height": 900})
+    page.set_viewport_size({"width": WIDTHS[device], "height": 900})
     page.goto(f"{base}/ui")
     page.wait_for_selector("#failures details")
     entry = None
@@ -203,7 +204,9 @@ def test_a_failing_answer_opens_on_its_first_difference(
     assert highlighted.is_visible()
     assert highlighted.get_attribute("data-path") == row["path"]
     assert entry.locator("pre.answer").inner_text() == row["answer"]
-    entry.screenshot(path=str(ARTIFACTS / "ui-failure.png"))
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[device]
+    ARTIFACTS.mkdir(exist_ok=True)
+    entry.screenshot(path=str(ARTIFACTS / f"ui-failure-{device}.png"))
     page.close()
 
 
