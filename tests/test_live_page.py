@@ -239,3 +239,30 @@ def test_the_page_refreshes_itself(demo: tuple[str, Path], browser_context: Any)
         assert time.monotonic() < deadline, "the row was never written"
         time.sleep(0.1)
     page.close()
+
+
+def test_invisible_characters_are_marked(demo: tuple[str, Path], browser_context: Any) -> None:
+    """The page marks what the ring made visible: edge spaces, a tab, a zero-width space, a
+    newline (the ring's own snapshot of a crafted answer, served in place of this process's)."""
+    from grader.tasks import parse_task
+    from proxy.failures import FailureRing
+
+    base, _ = demo
+    ring = FailureRing(5, capture_answer=True)
+    task = parse_task({"id": "t", "expected": {"name": "f", "arguments": {"a": 1}}})
+    answer = "  I can't\tdo\u200bthat\n"
+    ring.add(task, {"request_id": "r1", "result": "fail", "answer": answer, "call": None})
+    page = browser_context.new_page()
+    page.route(
+        "**/ui/failures.json",
+        lambda route: route.fulfill(
+            status=200, content_type="application/json", body=json.dumps(ring.snapshot())
+        ),
+    )
+    page.goto(f"{base}/ui")
+    entry = page.locator('#failures details[data-task="t"]')
+    entry.locator("summary").click()
+    marked = entry.locator("pre.answer .inv").all_inner_texts()
+    assert marked == ["··", "\\t", "\\u200b", "\\n"]
+    assert entry.locator("pre.answer").inner_text() == "··I can't\\tdo\\u200bthat\\n\n"
+    page.close()
