@@ -28,7 +28,8 @@ EXAMPLES = sorted((ROOT / "config").glob("*.yaml")) + sorted(
     [
         pytest.param(
             {"GRADEPROXY_UPSTREAM_API_KEY": "sk-x"},
-            "upstream.api_key: unknown field (known: allow_non_v1_path, api_key_env,",
+            "connect_timeout_s, idle_timeout_s, shadow, url); did you mean upstream.api_key_env?"
+            " (from environment variable GRADEPROXY_UPSTREAM_API_KEY)",
             id="misspelt_secret_variable",
         ),
         pytest.param(
