@@ -13,6 +13,7 @@ file or from ``overrides`` only; ``GRADEPROXY_*`` variables override scalar fiel
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -387,7 +388,11 @@ def _load(
     known = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown section (known: {', '.join(sorted(known))})")
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(
+            f"{unknown[0]}: unknown section (known: {', '.join(sorted(known))}){hint}"
+        )
     from_text: dict[str, bool] = {}
     for section, values in _env_overrides(environ, origins).items():
         merged = dict(data.get(section) or {})

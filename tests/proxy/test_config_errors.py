@@ -76,6 +76,24 @@ def test_flag_errors_name_the_flag(
 
 
 @pytest.mark.parametrize(
+    ("text", "error", "suggestion"),
+    [
+        pytest.param("lisen:\n  port: 1\n", "lisen: unknown section", "listen", id="section"),
+        pytest.param("listen:\n  prot: 1\n", "listen.prot: unknown", "listen.port", id="field"),
+        pytest.param("grading:\n  worker: 1\n", "grading.worker:", "grading.workers", id="plural"),
+    ],
+)
+def test_a_misspelt_key_gets_the_closest_known_one(
+    tmp_path: Path, text: str, error: str, suggestion: str
+) -> None:
+    file = tmp_path / "config.yaml"
+    file.write_text("upstream:\n  url: http://127.0.0.1:8000/v1\n" + text)
+    with pytest.raises(ConfigError, match=re.escape(error)) as raised:
+        load_config(file, environ={})
+    assert str(raised.value).endswith(f"; did you mean {suggestion}?")
+
+
+@pytest.mark.parametrize(
     ("section", "field", "given", "expected"),
     [
         ("logging", "level", "DEBUG", "debug"),
