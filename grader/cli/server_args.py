@@ -61,7 +61,11 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="proxy port (0: any free port)")
     parser.add_argument("--backend-port", type=int, default=0, help="demo backend port")
     parser.add_argument("--rounds", type=int, default=2, help="passes over the task suite")
-    parser.add_argument("--exit", action="store_true", help="exit after the scoreboard")
+    parser.add_argument(
+        "--exit",
+        action="store_true",
+        help="exit after the scoreboard (without it the demo keeps serving until Ctrl-C)",
+    )
     parser.add_argument(
         "--results",
         type=Path,
