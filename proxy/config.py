@@ -19,13 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
-from urllib.parse import urlsplit
 
 import yaml
 
 from grader.checks import JudgeConfig
 from proxy._coerce import ConfigError, coerce, plain
 from proxy._coerce import section as build_section
+from proxy._urls import check_base_url, url_warnings
 
 __all__ = ["Config", "ConfigError", "load_config", "url_warnings"]
 
@@ -196,41 +196,6 @@ class Config:
         return data
 
 
-def _check_url(where: str, value: str) -> None:
-    url = urlsplit(value)
-    if url.scheme not in ("http", "https") or not url.netloc:
-        raise ConfigError(
-            f"{where}: must be an http(s) URL such as http://127.0.0.1:8000/v1, got {value!r}"
-        )
-    if url.path.strip("/") == "":
-        # The documented mistake: every request would go to <host>/chat/completions, a 404.
-        raise ConfigError(
-            f"{where}: {value!r} has no path; an OpenAI-compatible base URL ends in /v1 "
-            f"(try {value.rstrip('/')}/v1)"
-        )
-
-
-def url_warnings(config: Config) -> list[str]:
-    """Base URLs whose path does not end in ``/v1``: legal (``.../v1beta/openai/``), but usually
-    a typo; each block's ``allow_non_v1_path: true`` says it is meant and silences the warning."""
-    blocks: list[tuple[str, str, bool]] = [
-        ("upstream.url", config.upstream.url, config.upstream.allow_non_v1_path)
-    ]
-    shadows = [("upstream.shadow", config.upstream.shadow)]
-    for number, route in enumerate(config.routes):
-        blocks.append((f"routes[{number}].url", route.url, route.allow_non_v1_path))
-        shadows.append((f"routes[{number}].shadow", route.shadow))
-    blocks += [(f"{w}.url", s.url, s.allow_non_v1_path) for w, s in shadows if s is not None]
-    if config.judge.endpoint is not None:
-        blocks.append(("judge.endpoint", config.judge.endpoint, config.judge.allow_non_v1_path))
-    return [
-        f"{where}: {url!r} does not end in /v1; if the provider's base URL really is "
-        f"elsewhere, set allow_non_v1_path: true beside it"
-        for where, url, allowed in blocks
-        if not allowed and not urlsplit(url).path.rstrip("/").endswith("/v1")
-    ]
-
-
 def _check_secret(where: str, name: str | None) -> None:
     if name and name not in os.environ:
         raise ConfigError(f"{where}: environment variable {name} is not set")
@@ -239,7 +204,7 @@ def _check_secret(where: str, name: str | None) -> None:
 def _validate_shadow(where: str, shadow: Shadow | None) -> None:
     if shadow is None:
         return
-    _check_url(f"{where}.url", shadow.url)
+    check_base_url(f"{where}.url", shadow.url)
     checks = [
         (0.0 <= shadow.sample_rate <= 1.0, "sample_rate: must be within 0..1"),
         (shadow.max_concurrency >= 1, "max_concurrency: must be >= 1"),
@@ -258,7 +223,7 @@ def _validate_routes(config: Config) -> None:
         where = f"routes[{number}]"
         if not route.match.strip():
             raise ConfigError(f"{where}.match: must be a non-empty model name glob")
-        _check_url(f"{where}.url", route.url)
+        check_base_url(f"{where}.url", route.url)
         for name in ("connect_timeout_s", "idle_timeout_s"):
             if getattr(route, name) <= 0:
                 raise ConfigError(f"{where}.{name}: must be > 0")
@@ -267,7 +232,7 @@ def _validate_routes(config: Config) -> None:
 
 
 def _validate(config: Config) -> Config:
-    _check_url("upstream.url", config.upstream.url)
+    check_base_url("upstream.url", config.upstream.url)
     checks: list[tuple[bool, str]] = [
         (0 <= config.listen.port <= 65535, "listen.port: must be 0..65535"),
         (
@@ -309,7 +274,7 @@ def _validate(config: Config) -> Config:
 
 def _validate_judge(judge: Judge) -> None:
     if judge.endpoint is not None:
-        _check_url("judge.endpoint", judge.endpoint)
+        check_base_url("judge.endpoint", judge.endpoint)
     _check_secret("judge.api_key_env", judge.api_key_env)
     try:
         JudgeConfig.from_mapping(
