@@ -13,22 +13,26 @@ to the page, ``/metrics`` and ``/readyz``) and ``/health`` (the answer of ``/rea
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
 from proxy.failures import FailureRing
 from proxy.handlers import readyz
+from proxy.metrics import ProxyMetrics
 from proxy.state import METRICS, QUEUE_SLOT
 
 FAILURES = web.AppKey("failures", FailureRing)
 PAGE = files("proxy").joinpath("ui.html").read_bytes()
 RESULTS = ("pass", "stale", "fail")
+# Pages refresh every 3 s; several open pages share one reading of the registry.
+BOARD_MAX_AGE_S = 1.0
 CHECK_RESULTS = ("pass", "fail", "error")
 
 INDEX = b"""<!doctype html><html lang="en"><meta charset="utf-8">
@@ -46,31 +50,43 @@ def _counts() -> dict[str, float]:
     return dict.fromkeys(RESULTS, 0.0)
 
 
-def scoreboard(registry: CollectorRegistry) -> dict[str, Any]:
-    """Counts per task, per mutation kind and overall, per variant, with per-check columns."""
+def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
+    """Counts per task, per mutation kind and overall, per variant, with per-check columns.
+
+    Read from the very collectors ``/metrics`` exports, and only those the page shows: the
+    latency histograms are most of the registry and the page needs none of them.
+    """
     kinds: dict[str, str] = {}
     grades: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
     checks: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
     errors = skipped = depth = 0.0
-    for family in registry.collect():
-        for sample in family.samples:
-            labels = sample.labels
-            if sample.name == "gradeproxy_task_info":
-                kinds[labels["task"]] = labels["mutation_kind"]
-            elif sample.name == "gradeproxy_grades_total":
-                key = (labels["task"], labels["variant"])
-                grades[key][labels["result"]] += sample.value
-            elif sample.name == "gradeproxy_check_results_total":
-                column = checks[(labels["task"], labels["variant"])].setdefault(
-                    labels["check"], dict.fromkeys(CHECK_RESULTS, 0.0)
-                )
-                column[labels["result"]] += sample.value
-            elif sample.name == "gradeproxy_grading_errors_total":
-                errors += sample.value
-            elif sample.name == "gradeproxy_grading_skipped_total":
-                skipped += sample.value
-            elif sample.name == "gradeproxy_grade_queue_depth":
-                depth = sample.value
+    collectors = (
+        metrics.task_info,
+        metrics.grades,
+        metrics.check_results,
+        metrics.grading_errors,
+        metrics.skipped,
+        metrics.queue_depth,
+    )
+    samples = (s for c in collectors for family in c.collect() for s in family.samples)
+    for sample in samples:
+        labels = sample.labels
+        if sample.name == "gradeproxy_task_info":
+            kinds[labels["task"]] = labels["mutation_kind"]
+        elif sample.name == "gradeproxy_grades_total":
+            key = (labels["task"], labels["variant"])
+            grades[key][labels["result"]] += sample.value
+        elif sample.name == "gradeproxy_check_results_total":
+            column = checks[(labels["task"], labels["variant"])].setdefault(
+                labels["check"], dict.fromkeys(CHECK_RESULTS, 0.0)
+            )
+            column[labels["result"]] += sample.value
+        elif sample.name == "gradeproxy_grading_errors_total":
+            errors += sample.value
+        elif sample.name == "gradeproxy_grading_skipped_total":
+            skipped += sample.value
+        elif sample.name == "gradeproxy_grade_queue_depth":
+            depth = sample.value
     per_kind: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
     totals: dict[str, dict[str, float]] = defaultdict(_counts)
     tasks = []
@@ -124,7 +140,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def add_ui_routes(target: web.Application, proxy_app: web.Application, admin: bool) -> None:
     """The page and its JSON on ``target`` (the admin app, or the proxy app without one)."""
-    registry = proxy_app[METRICS].registry
+    metrics = proxy_app[METRICS]
 
     async def page(request: web.Request) -> web.Response:
         return web.Response(body=PAGE, content_type="text/html", charset="utf-8")
@@ -132,11 +148,18 @@ def add_ui_routes(target: web.Application, proxy_app: web.Application, admin: bo
     async def index(request: web.Request) -> web.Response:
         return web.Response(body=INDEX, content_type="text/html", charset="utf-8")
 
+    latest: list[tuple[float, dict[str, Any]]] = []  # (when, board): shared by open pages
+
     async def board(request: web.Request) -> web.Response:
-        data = scoreboard(registry)
-        queue = proxy_app[QUEUE_SLOT].queue
-        data["rows_written"] = queue.graded_rows if queue is not None else 0
-        data["inspector"] = inspector_allowed(request, admin)
+        if not latest or time.monotonic() - latest[0][0] >= BOARD_MAX_AGE_S:
+            queue = proxy_app[QUEUE_SLOT].queue
+            rows = queue.graded_rows if queue is not None else 0
+            # Reading thousands of series is tens of milliseconds (bench/ui_bench.py): off the
+            # loop, which gets the GIL back every GIL_SWITCH_INTERVAL_S meanwhile.
+            data = await asyncio.to_thread(scoreboard, metrics)
+            data["rows_written"] = rows
+            latest[:] = [(time.monotonic(), data)]
+        data = {**latest[0][1], "inspector": inspector_allowed(request, admin)}
         return web.json_response(data, headers={"Cache-Control": "no-store"})
 
     async def failures(request: web.Request) -> web.Response:

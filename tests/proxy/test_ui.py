@@ -235,7 +235,7 @@ def test_the_scoreboard_puts_primary_and_shadow_side_by_side() -> None:
     for variant, result in plan:
         metrics.child(metrics.grades, "t", "m", result, variant).inc()
     metrics.child(metrics.check_results, "t", "tool_call", "pass", "shadow").inc(2)
-    board = scoreboard(metrics.registry)
+    board = scoreboard(metrics)
     assert board["variants"] == ["primary", "shadow"]
     rows = {(r["kind"], r["variant"]): (r["graded"], r["pass"], r["stale"]) for r in board["kinds"]}
     assert rows == {("field_renamed", "primary"): (2, 1, 1), ("field_renamed", "shadow"): (2, 2, 0)}
