@@ -7,6 +7,7 @@ converted here); either way a wrong value raises :class:`ConfigError` naming the
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,10 +47,12 @@ def coerce(where: str, hint: Any, value: Any, from_text: bool) -> Any:
                 errors.append(str(exc))
         raise ConfigError(errors[0])
     if origin is Literal:
-        if value not in get_args(hint):
+        # Closed sets are lower-case words; `DEBUG` from an environment means `debug`.
+        folded = value.lower() if isinstance(value, str) else value
+        if folded not in get_args(hint):
             choices = "|".join(str(a) for a in get_args(hint))
             raise ConfigError(f"{where}: must be one of {choices}, got {value!r}")
-        return value
+        return folded
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if from_text and isinstance(value, str):
             raise ConfigError(f"{where}: must be a mapping; set it in the config file")
@@ -111,7 +114,11 @@ def section(name: str, cls: type[Any], data: Any, from_text: Mapping[str, bool])
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"{name}.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"; did you mean {name}.{close[0]}?" if close else ""
+        raise ConfigError(
+            f"{name}.{unknown[0]}: unknown field (known: {', '.join(sorted(known))}){hint}"
+        )
     values = {
         key: coerce(f"{name}.{key}", hints[key], value, from_text.get(f"{name}.{key}", False))
         for key, value in data.items()

@@ -20,6 +20,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from grader.checks import Judge, JudgeConfig
 from proxy.config import Config
 from proxy.errors import BodyTooLargeError, ProxyError
+from proxy.failures import FailureRing
 from proxy.grading import GradeQueue
 from proxy.guard import Guard
 from proxy.handlers import grading_health, livez, proxy_handler, readyz
@@ -48,6 +49,7 @@ from proxy.state import (
     QueueSlot,
 )
 from proxy.taskstore import TaskStore
+from proxy.ui import FAILURES, add_ui_routes
 from proxy.watchdog import Watchdog, watch_forever
 
 log = get_logger("gradeproxy.app")
@@ -97,6 +99,7 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
         app[METRICS], config.grading.pair_max_pending, config.grading.pair_ttl_s
     )
     app[QUEUE_SLOT] = QueueSlot()
+    app[FAILURES] = FailureRing(config.ui.failure_ring_size, config.results.capture_answer)
     app.cleanup_ctx.extend(
         [_watching, _results_and_queue, _client_session, _shadows, _task_loading]
     )
@@ -109,13 +112,15 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
 
 
 def add_admin_routes(target: web.Application, proxy_app: web.Application) -> None:
-    """/metrics, /livez and /readyz, on the proxy app or on a separate admin app."""
+    """/metrics, /livez, /readyz and the live page (proxy/ui.py), on the proxy app or on a
+    separate admin app."""
     if target is not proxy_app:  # the admin app reads the proxy's state objects
         target[CONFIG] = proxy_app[CONFIG]
         target[LIFECYCLE] = proxy_app[LIFECYCLE]
         target[TASKS] = proxy_app[TASKS]
         target[QUEUE_SLOT] = proxy_app[QUEUE_SLOT]
         target[METRICS] = proxy_app[METRICS]
+    add_ui_routes(target, proxy_app, admin=target is not proxy_app)
     target.router.add_get("/metrics", make_aiohttp_handler(proxy_app[METRICS].registry))
     target.router.add_get("/livez", livez)
     target.router.add_get("/readyz", readyz)
@@ -169,6 +174,7 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         judge=judge,
         stuck_after_s=config.grading.stuck_after_s,
         max_answer_chars=config.results.max_answer_chars,
+        failures=app[FAILURES],
     )
     app[QUEUE] = app[QUEUE_SLOT].queue = queue
     queue.start()

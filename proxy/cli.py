@@ -15,12 +15,17 @@ moment SIGTERM arrives, while endpoints still route traffic to the pod):
 Start-up fails fast and in one line (exit 1), never with a traceback: a bad config, a task
 set that does not load (``file:line: why``, unless ``tasks.allow_start_without``), a port
 already in use, a file that cannot be opened.
+
+Ctrl-C (SIGINT) is a person at a terminal, not an orchestrator: no endpoint list routes to a
+terminal, so the first skips the drain delay (the later steps still run: streams finish, rows
+are written) and a second exits at once with status 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from typing import Any
@@ -28,7 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.app import make_admin_app, make_app
-from proxy.config import Config, ConfigError, Route, Upstream, load_config
+from proxy.config import Config, ConfigError, Route, Upstream, load_config, url_warnings
 from proxy.grading import GIL_SWITCH_INTERVAL_S
 from proxy.logs import configure_logging, get_logger
 from proxy.state import LIFECYCLE, TASKS, WATCHDOG, Lifecycle
@@ -46,6 +51,16 @@ class StartupError(Exception):
 log = get_logger("gradeproxy.serve")
 
 
+# The config field each serve flag sets, so an error names the flag (``--port: ...``).
+FLAGS = {
+    "upstream.url": "--upstream",
+    "tasks.path": "--tasks",
+    "listen.host": "--host",
+    "listen.port": "--port",
+    "results.path": "--results",
+}
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     overrides: dict[str, dict[str, Any]] = {
         "upstream": {"url": args.upstream},
@@ -53,7 +68,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "listen": {"host": args.host, "port": args.port},
         "results": {"path": str(args.results) if args.results else None},
     }
-    return load_config(args.config, overrides)
+    return load_config(args.config, overrides, flags=FLAGS)
 
 
 def run(name: str, args: argparse.Namespace) -> int:
@@ -71,6 +86,8 @@ def run(name: str, args: argparse.Namespace) -> int:
             print(f"gradeproxy serve: tasks.path: {error}", file=sys.stderr)
             return 1
     _warn_exposed_key(config)
+    for warning in url_warnings(config):
+        log.warning("config_warning", message=warning)
     # The grade thread must hand the GIL back to the event loop quickly (bench/loop_lag_bench.py).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
@@ -120,6 +137,8 @@ def _check(config: Config) -> int:
             print(f"gradeproxy check-config: tasks.path: {exc}", file=sys.stderr)
             return 1
         print(f"tasks: {len(tasks)} loaded, digest {tasks.digest}")
+    for warning in url_warnings(config):
+        print(f"gradeproxy check-config: warning: {warning}", file=sys.stderr)
     print(
         f"config ok: upstream {config.upstream.url}, listening on "
         f"{config.listen.host}:{config.listen.port}"
@@ -200,7 +219,8 @@ async def serve(
         raise StartupError(_os_error(exc)) from None
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    with _Signals(loop, stop, app):
+    signals = _Signals(loop, stop, app)
+    with signals:
         runners, sites = await start_sites(config, app)
         log.info(
             "listening",
@@ -211,16 +231,22 @@ async def serve(
         if started is not None:
             started.set()
         await stop.wait()
-        await shutdown(config, app, runners)
+        delay = 0.0 if signals.interrupted else config.shutdown.drain_delay_s
+        await shutdown(config, app, runners, drain_delay_s=delay)
 
 
-async def shutdown(config: Config, app: web.Application, runners: list[web.AppRunner]) -> None:
+async def shutdown(
+    config: Config,
+    app: web.Application,
+    runners: list[web.AppRunner],
+    drain_delay_s: float | None = None,
+) -> None:
+    """Drain and stop; ``drain_delay_s`` (default: the config's) is 0 after a Ctrl-C."""
+    delay = config.shutdown.drain_delay_s if drain_delay_s is None else drain_delay_s
     lifecycle = app[LIFECYCLE]
     lifecycle.draining = True
-    log.info(
-        "draining", delay_s=config.shutdown.drain_delay_s, grace_s=config.shutdown.grace_period_s
-    )
-    await asyncio.sleep(config.shutdown.drain_delay_s)
+    log.info("draining", delay_s=delay, grace_s=config.shutdown.grace_period_s)
+    await asyncio.sleep(delay)
     lifecycle.refusing = True
     # At the end of the grace period, cut what is left with a reason of its own (CUT_MARGIN_S
     # before aiohttp's own cancellation, which would look like a client disconnect).
@@ -243,13 +269,29 @@ def _cut(lifecycle: Lifecycle) -> None:
 
 
 class _Signals:
-    """SIGTERM/SIGINT set ``stop``; SIGHUP reloads the task set."""
+    """SIGTERM/SIGINT set ``stop``; a second SIGINT exits at once; SIGHUP reloads the tasks."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event, app: web.Application
     ) -> None:
         self.loop, self.stop, self.app = loop, stop, app
         self._reloads: set[asyncio.Task[bool]] = set()
+        self.interrupted = False  # the stop came from Ctrl-C: skip the drain delay
+
+    def _interrupt(self) -> None:
+        if self.interrupted:
+            # The person asked twice: stop waiting for streams and the queue. Rows already
+            # written are flushed (the writer flushes per batch); the rest are given up.
+            print("gradeproxy: second Ctrl-C, exiting now", file=sys.stderr, flush=True)
+            os._exit(130)
+        self.interrupted = True
+        if not self.stop.is_set():
+            print(
+                "gradeproxy: stopping (in-flight requests finish; Ctrl-C again to exit now)",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.stop.set()
 
     def _reload(self) -> None:
         task = self.loop.create_task(self.app[TASKS].reload())
@@ -257,8 +299,8 @@ class _Signals:
         task.add_done_callback(self._reloads.discard)
 
     def __enter__(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.stop.set)
+        self.loop.add_signal_handler(signal.SIGTERM, self.stop.set)
+        self.loop.add_signal_handler(signal.SIGINT, self._interrupt)
         self.loop.add_signal_handler(signal.SIGHUP, self._reload)
 
     def __exit__(self, *exc: object) -> None:

@@ -13,21 +13,22 @@ file or from ``overrides`` only; ``GRADEPROXY_*`` variables override scalar fiel
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
-from urllib.parse import urlsplit
 
 import yaml
 
 from grader.checks import JudgeConfig
 from proxy._coerce import ConfigError, coerce, plain
 from proxy._coerce import section as build_section
+from proxy._urls import check_base_url, url_warnings
 from proxy._yamlpos import field_line, yaml_error_line
 
-__all__ = ["Config", "ConfigError", "load_config"]
+__all__ = ["Config", "ConfigError", "load_config", "url_warnings"]
 
 ENV_PREFIX = "GRADEPROXY_"
 
@@ -55,6 +56,7 @@ class Shadow:
     max_concurrency: int = 8  # shadow requests in flight at once; more are skipped, not queued
     timeout_s: float = 60.0  # the whole shadow exchange, read to its last byte
     stream: Literal["same", "never"] = "same"  # never: ask for a plain JSON body
+    allow_non_v1_path: bool = False  # url's path does not end in /v1, on purpose
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class Upstream:
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 300.0  # between two reads of the upstream body; no total timeout
     shadow: Shadow | None = None
+    allow_non_v1_path: bool = False  # url's path does not end in /v1, on purpose
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,7 @@ class Route:
     connect_timeout_s: float = 10.0
     idle_timeout_s: float = 300.0
     shadow: Shadow | None = None
+    allow_non_v1_path: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +172,7 @@ class Judge:
     timeout_s: float = 30.0
     max_concurrency: int = 4
     retries: int = 2
+    allow_non_v1_path: bool = False  # endpoint's path does not end in /v1, on purpose
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +182,14 @@ class Scoring:
     enabled: bool = False
     max_batch: int = 1000
     on_admin_port: bool = False  # serve /grading/v1 on admin.port, not the traffic port
+
+
+@dataclass(frozen=True, slots=True)
+class Ui:
+    """The live page at /ui (docs/operations.md#the-live-page)."""
+
+    # Failing and stale answers kept in memory for the inspector, per process; 0: none.
+    failure_ring_size: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +209,7 @@ class Config:
     logging: Logging = field(default_factory=Logging)
     judge: Judge = field(default_factory=Judge)
     scoring: Scoring = field(default_factory=Scoring)
+    ui: Ui = field(default_factory=Ui)
 
     def upstream_api_key(self) -> str | None:
         """The upstream key from the environment variable the config names, if any."""
@@ -216,14 +230,6 @@ class Config:
         return data
 
 
-def _check_url(where: str, value: str) -> None:
-    url = urlsplit(value)
-    if url.scheme not in ("http", "https") or not url.netloc:
-        raise ConfigError(
-            f"{where}: must be an http(s) URL such as http://127.0.0.1:8000/v1, got {value!r}"
-        )
-
-
 def _check_secret(where: str, name: str | None) -> None:
     if name and name not in os.environ:
         raise ConfigError(f"{where}: environment variable {name} is not set")
@@ -232,7 +238,7 @@ def _check_secret(where: str, name: str | None) -> None:
 def _validate_shadow(where: str, shadow: Shadow | None) -> None:
     if shadow is None:
         return
-    _check_url(f"{where}.url", shadow.url)
+    check_base_url(f"{where}.url", shadow.url)
     checks = [
         (0.0 <= shadow.sample_rate <= 1.0, "sample_rate: must be within 0..1"),
         (shadow.max_concurrency >= 1, "max_concurrency: must be >= 1"),
@@ -251,7 +257,7 @@ def _validate_routes(config: Config) -> None:
         where = f"routes[{number}]"
         if not route.match.strip():
             raise ConfigError(f"{where}.match: must be a non-empty model name glob")
-        _check_url(f"{where}.url", route.url)
+        check_base_url(f"{where}.url", route.url)
         for name in ("connect_timeout_s", "idle_timeout_s"):
             if getattr(route, name) <= 0:
                 raise ConfigError(f"{where}.{name}: must be > 0")
@@ -260,7 +266,7 @@ def _validate_routes(config: Config) -> None:
 
 
 def _validate(config: Config) -> Config:
-    _check_url("upstream.url", config.upstream.url)
+    check_base_url("upstream.url", config.upstream.url)
     checks: list[tuple[bool, str]] = [
         (0 <= config.listen.port <= 65535, "listen.port: must be 0..65535"),
         (
@@ -292,6 +298,10 @@ def _validate(config: Config) -> Config:
         (config.grading.pair_ttl_s > 0, "grading.pair_ttl_s: must be > 0"),
         (config.grading.stuck_after_s > 0, "grading.stuck_after_s: must be > 0"),
         (config.results.max_answer_chars >= 0, "results.max_answer_chars: must be >= 0"),
+        (
+            0 <= config.ui.failure_ring_size <= 10000,
+            "ui.failure_ring_size: must be within 0..10000",
+        ),
     ]
     for ok, message in checks:
         if not ok:
@@ -309,18 +319,25 @@ def _validate(config: Config) -> Config:
 
 def _validate_judge(judge: Judge) -> None:
     if judge.endpoint is not None:
-        _check_url("judge.endpoint", judge.endpoint)
+        check_base_url("judge.endpoint", judge.endpoint)
     _check_secret("judge.api_key_env", judge.api_key_env)
     try:
         JudgeConfig.from_mapping(
-            {k: v for k, v in plain(judge).items() if k not in ("endpoint", "api_key_env")}
+            {
+                k: v
+                for k, v in plain(judge).items()
+                if k not in ("endpoint", "api_key_env", "allow_non_v1_path")
+            }
         )
     except ValueError as exc:
         raise ConfigError(f"judge: {exc}") from None
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """``GRADEPROXY_UPSTREAM_URL=...`` -> ``{"upstream": {"url": ...}}``."""
+def _env_overrides(
+    environ: Mapping[str, str], origins: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """``GRADEPROXY_UPSTREAM_URL=...`` -> ``{"upstream": {"url": ...}}``; ``origins`` records
+    ``upstream.url`` -> the variable's name, so an error can say where the value came from."""
     sections = _sections()
     out: dict[str, dict[str, Any]] = {}
     for key, value in environ.items():
@@ -331,6 +348,7 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         if section is None:
             continue  # not a config override (e.g. a secret the config names)
         out.setdefault(section, {})[rest[len(section) + 1 :]] = value
+        origins[f"{section}.{rest[len(section) + 1 :]}"] = f"environment variable {key}"
     return out
 
 
@@ -344,8 +362,28 @@ def load_config(
     path: Path | None = None,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Config:
-    """Build and validate the effective config; raise :class:`ConfigError` naming the field."""
+    """Build and validate the effective config; raise :class:`ConfigError` naming the field,
+    and the environment variable or flag (``flags``: ``listen.port`` -> ``--port``) that set it.
+    """
+    origins: dict[str, str] = {}
+    try:
+        return _load(path, overrides, os.environ if environ is None else environ, origins, flags)
+    except ConfigError as exc:
+        where = str(exc).split(": ", 1)[0]
+        if where in origins:
+            raise ConfigError(f"{exc} (from {origins[where]})") from None
+        raise
+
+
+def _load(
+    path: Path | None,
+    overrides: Mapping[str, Any] | None,
+    environ: Mapping[str, str],
+    origins: dict[str, str],
+    flags: Mapping[str, str] | None,
+) -> Config:
     data: dict[str, Any] = {}
     text = ""
     if path is not None:
@@ -362,23 +400,32 @@ def load_config(
             raise ConfigError(f"{path}: the config must be a mapping of sections")
         data = dict(loaded or {})
     try:
-        return _build(data, overrides, environ)
+        return _build(data, overrides, environ, origins, flags)
     except ConfigError as exc:
-        if path is None:
+        field = str(exc).split(":", 1)[0]  # the message starts with the field
+        if path is None or field in origins:  # set by a variable or a flag, not by the file
             raise
-        line = field_line(text, str(exc).split(":", 1)[0])  # the message starts with the field
+        line = field_line(text, field)
         raise ConfigError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
 
 
 def _build(
-    data: dict[str, Any], overrides: Mapping[str, Any] | None, environ: Mapping[str, str] | None
+    data: dict[str, Any],
+    overrides: Mapping[str, Any] | None,
+    environ: Mapping[str, str],
+    origins: dict[str, str],
+    flags: Mapping[str, str] | None,
 ) -> Config:
     known = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown section (known: {', '.join(sorted(known))})")
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(
+            f"{unknown[0]}: unknown section (known: {', '.join(sorted(known))}){hint}"
+        )
     from_text: dict[str, bool] = {}
-    for section, values in _env_overrides(os.environ if environ is None else environ).items():
+    for section, values in _env_overrides(environ, origins).items():
         merged = dict(data.get(section) or {})
         for key, text in values.items():
             merged[key] = text
@@ -391,6 +438,9 @@ def _build(
         merged = dict(data.get(section) or {})
         merged.update({k: v for k, v in given.items() if v is not None})
         data[section] = merged
+        for key, value in given.items():
+            if value is not None and flags and f"{section}.{key}" in flags:
+                origins[f"{section}.{key}"] = f"flag {flags[f'{section}.{key}']}"
     hints = get_type_hints(Config)
     built = {
         name: build_section(name, hints[name], data.get(name), from_text)

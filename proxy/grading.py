@@ -33,6 +33,7 @@ from grader.rows import Live, live_row
 from grader.tasks import Task
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
+from proxy.failures import FailureRing
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
@@ -230,8 +231,10 @@ class GradeQueue:
         judge: Judge | None = None,
         stuck_after_s: float = 30.0,
         max_answer_chars: int = 65536,
+        failures: FailureRing | None = None,
     ) -> None:
         self.metrics = metrics
+        self.failures = failures  # the /ui inspector's ring of failing and stale answers
         self.judge = judge
         self.writer = writer
         self.pairs = pairs
@@ -396,6 +399,8 @@ class GradeQueue:
     def _count_and_write(self, job: GradeJob, rows: list[dict[str, Any]], latency: float) -> None:
         metrics = self.metrics
         for row in rows:
+            if self.failures is not None:  # the live page's inspector (proxy/failures.py)
+                self.failures.add(job.task, row)
             for column in row["checks"]:
                 passed = column["passed"]
                 result = "error" if passed is None else "pass" if passed else "fail"

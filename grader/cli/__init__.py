@@ -22,6 +22,11 @@ _SERVER_COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], 
         "validate a proxy config file and exit 0/1",
         server_args.add_serve_arguments,
     ),
+    "config-schema": (
+        "proxy.config_schema",
+        "print the config file's JSON Schema (generated from the code) for editors and CI",
+        lambda parser: None,
+    ),
     "demo": (
         "proxy.demo.cli",
         "run the live demo: proxy, demo backend, sample traffic, scoreboard",
@@ -47,9 +52,18 @@ def _build_parser() -> argparse.ArgumentParser:
     validate.register(sub)
     compare.register(sub)
     for name, (module_name, help_text, add_arguments) in _SERVER_COMMANDS.items():
-        command = sub.add_parser(name, help=help_text, description=help_text)
+        command = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=server_args.ENVIRONMENT_HELP if name in ("serve", "check-config") else None,
+        )
         add_arguments(command)
         command.set_defaults(_runner=(module_name, name))
+    for command in sub.choices.values():
+        # A bad flag is reported with the usage of the subcommand it was given to.
+        command.set_defaults(_parser=command)
+        command.formatter_class = server_args.DefaultsHelpFormatter
     return parser
 
 
@@ -57,7 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser()
-    args = parser.parse_args(args_list)
+    args, unknown = parser.parse_known_args(args_list)
+    if unknown:
+        command: argparse.ArgumentParser = getattr(args, "_parser", parser)
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
     if hasattr(args, "_runner"):
         module_name, name = args._runner
         runner: Callable[[str, argparse.Namespace], int] = importlib.import_module(module_name).run

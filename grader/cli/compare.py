@@ -138,6 +138,29 @@ def run(args: argparse.Namespace) -> int:
         data = {"files": [str(p) for p in args.results], **summary.to_dict()}
         sys.stdout.buffer.write(dumps(data) + b"\n")
         sys.stdout.flush()
+    elif summary.overall.pairs == 0:
+        print(no_pairs_hint(summary))
     else:
         print(render_table(summary))
     return 0
+
+
+def no_pairs_hint(summary: Summary) -> str:
+    """What to do when nothing pairs: empty tables and "McNemar p 1" would read as a result."""
+    found = (
+        f"no complete primary/shadow pairs in {summary.rows} rows "
+        f"({summary.unpaired_rows} rows without a pair, {summary.incomplete} incomplete and "
+        f"{summary.conflicting} conflicting pairs): nothing to compare."
+    )
+    if summary.incomplete:
+        hint = (
+            "Pairs are waiting for a leg: the shadow's rows may be in another file (pass every "
+            "results file, rotated ones too) or the shadow failed "
+            "(gradeproxy_shadow_requests_total)."
+        )
+    else:
+        hint = (
+            "These rows come from a proxy without a shadow. Configure upstream.shadow (or a "
+            "route's shadow, docs/shadow.md), send graded traffic, then compare its results file."
+        )
+    return f"{found}\n{hint}"

@@ -5,6 +5,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+ENVIRONMENT_HELP = (
+    "Every config field can also be set from the environment as GRADEPROXY_<SECTION>_<FIELD> "
+    "(GRADEPROXY_UPSTREAM_URL, GRADEPROXY_LOGGING_LEVEL=debug, GRADEPROXY_GRADING_WORKERS=4). "
+    "Precedence, lowest first: defaults, --config file, environment, flags. "
+    "`gradeproxy config-schema` prints the file's JSON Schema."
+)
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows each option's default, except where there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = not any(action.default is none for none in (None, False, argparse.SUPPRESS))
+        if shown and "%(default)" not in text and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML config file (see README)")
@@ -17,10 +35,19 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="base URL of the OpenAI-compatible backend, e.g. "
         "http://127.0.0.1:8000/v1 (overrides upstream.url)",
     )
+    # The defaults shown are the config's (tests/proxy/test_config.py keeps them equal).
     parser.add_argument("--tasks", type=Path, help="task file or folder (overrides tasks.path)")
-    parser.add_argument("--host", help="listen address (overrides listen.host)")
-    parser.add_argument("--port", type=int, help="listen port (overrides listen.port)")
-    parser.add_argument("--results", type=Path, help="result rows file (overrides results.path)")
+    parser.add_argument(
+        "--host", help="listen address (overrides listen.host; config default: 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, help="listen port (overrides listen.port; config default: 8080)"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="result rows file (overrides results.path; config default: results/grades.jsonl)",
+    )
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,13 +55,17 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--tasks",
         type=Path,
         default=None,
-        help="task file or folder (default: the sample suite in config/tasks)",
+        help="task file or folder (default: the sample suite shipped in the package)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="listen address")
     parser.add_argument("--port", type=int, default=8080, help="proxy port (0: any free port)")
     parser.add_argument("--backend-port", type=int, default=0, help="demo backend port")
     parser.add_argument("--rounds", type=int, default=2, help="passes over the task suite")
-    parser.add_argument("--exit", action="store_true", help="exit after the scoreboard")
+    parser.add_argument(
+        "--exit",
+        action="store_true",
+        help="exit after the scoreboard (without it the demo keeps serving until Ctrl-C)",
+    )
     parser.add_argument(
         "--results",
         type=Path,

@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 
@@ -20,7 +21,11 @@ from grader.tasks import task_files
 
 AnswerKind: TypeAlias = Literal["expected", "stale", "wrong", "prose", "fenced"]
 
-SAMPLE_TASKS_PATH: Final = Path(__file__).resolve().parents[2] / "config" / "tasks" / "sample.jsonl"
+# The sample suite ships inside the package (a wheel has no config/ folder): a copy of
+# config/tasks/sample.jsonl, written by scripts/make_sample_answers.py and checked equal by
+# tests/test_sample_answers.py. A wheel installs packages as plain files, so the resource is a Path.
+SAMPLE_TASKS_PATH: Final = Path(str(files("proxy.demo").joinpath("data", "tasks.jsonl")))
+SAMPLE_ANSWERS_PATH: Final = Path(str(files("proxy.demo").joinpath("data", "answers.jsonl")))
 DEMO_MODELS: Final = ("gradeproxy-demo", "gradeproxy-demo-mini")
 MAX_CHOICES: Final = 128
 

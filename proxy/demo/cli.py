@@ -11,13 +11,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
+import os
 import signal
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import openai
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,16 +28,17 @@ from grader.tasks import task_files
 from proxy.app import make_app
 from proxy.cli import bound_port, shutdown, start_sites
 from proxy.config import load_config
+from proxy.demo.answers import SAMPLE_TASKS_PATH
 from proxy.demo.backend import DEMO_MODELS, make_demo_backend, run_demo_backend
 from proxy.logs import configure_logging
 from proxy.state import QUEUE
 
-SAMPLE_TASKS = Path(__file__).resolve().parents[2] / "config" / "tasks" / "sample.jsonl"
 CONCURRENCY = 8
+OPENAI_HINT = "the demo drives traffic with the openai SDK: pip install 'gradeproxy[demo]'"
 
 
 def run(name: str, args: argparse.Namespace) -> int:
-    tasks_path: Path = args.tasks or SAMPLE_TASKS
+    tasks_path: Path = args.tasks or SAMPLE_TASKS_PATH
     if name == "demo-backend":
         configure_logging("info", "json")
         print(
@@ -44,6 +47,10 @@ def run(name: str, args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run_demo_backend(args.host, args.port, tasks_path))
         return 0
+    # Only the traffic driver needs the SDK; the backend above runs without the [demo] extra.
+    if importlib.util.find_spec("openai") is None:
+        print(f"gradeproxy demo: {OPENAI_HINT}", file=sys.stderr)
+        return 1
     configure_logging("warning", "json")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(demo(args, tasks_path))
@@ -53,9 +60,10 @@ def run(name: str, args: argparse.Namespace) -> int:
 async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
     backend = web.AppRunner(make_demo_backend(tasks_path), access_log=None)
     await backend.setup()
-    backend_site = web.TCPSite(backend, args.host, args.backend_port)
+    # The backend stays on loopback even when the proxy listens on 0.0.0.0 (the Docker image).
+    backend_site = web.TCPSite(backend, "127.0.0.1", args.backend_port)
     await backend_site.start()
-    upstream = f"http://{args.host}:{bound_port(backend_site)}/v1"
+    upstream = f"http://127.0.0.1:{bound_port(backend_site)}/v1"
     results: Path = args.results
     await asyncio.to_thread(results.unlink, missing_ok=True)
     config = load_config(
@@ -71,7 +79,9 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
     )
     app = make_app(config)
     runners, sites = await start_sites(config, app)
-    base = f"http://{args.host}:{bound_port(sites[0])}"
+    # Listening on every address (the Docker image): drive and print through loopback.
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+    base = f"http://{host}:{bound_port(sites[0])}"
     print(f"gradeproxy demo: proxy {base}/v1 -> demo backend {upstream}\n", flush=True)
     await _drive(base, tasks_path, args.rounds)
     await app[QUEUE].drain(30)
@@ -84,19 +94,28 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
     print(
         f"\nServing. Point any OpenAI client at base_url={base}/v1 and send the header "
         f"'X-Grade-Task: <task id>' (ids in {tasks_path}).\n"
+        f"Live page (scoreboard, failure inspector): {base}/ui\n"
         f"Metrics: {base}/metrics   Results: {results}   Stop: Ctrl-C",
         flush=True,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def interrupt() -> None:
+        if stop.is_set():  # a second Ctrl-C: do not wait for the shutdown (as `serve`)
+            os._exit(130)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, interrupt)
     await stop.wait()
     await shutdown(config, app, runners)
     await backend.cleanup()
 
 
 async def _drive(base: str, tasks_path: Path, rounds: int) -> None:
+    import openai  # the [demo] extra; run() checked it is installed
+
     files = task_files(tasks_path)
     lines = [line for f in files for line in f.read_text().splitlines() if line.strip()]
     tasks = [t for t in map(loads_exact, lines) if "prompt" in t and "tools" in t]

@@ -376,19 +376,14 @@ def test_panel_fits_the_grid(panel: Json) -> None:
     assert pos["h"] > 0
 
 
-@pytest.mark.parametrize(
-    ("row_title", "note"),
-    [
-        pytest.param("Checks", "Empty until per-check grading ships", id="checks"),
-    ],
-)
-def test_future_rows_say_they_are_empty_until_their_feature_ships(
-    row_title: str, note: str
-) -> None:
-    (row,) = [p for p in PANELS if p["type"] == "row" and p["title"] == row_title]
+def test_checks_row_is_live_and_reads_the_check_metrics() -> None:
+    """Per-check grading shipped: no "empty until" note on the Checks row or its panels."""
+    (row,) = [p for p in PANELS if p["type"] == "row" and p["title"] == "Checks"]
     assert row["panels"], "the row has no panels"
     for panel in [row, *row["panels"]]:
-        assert note in panel["description"], panel["title"]
+        assert "Empty until" not in panel["description"], panel["title"]
+    names = {s.name for p in row["panels"] for t in p["targets"] for s in selectors(t["expr"])}
+    assert names == {"gradeproxy_check_results_total", "gradeproxy_grader_info"}
 
 
 SHADOW_METRICS = {

@@ -804,13 +804,29 @@ def _last(keyword: str) -> str:
         pytest.param("FROM", lambda arg: arg == "python:3.11-slim", id="final-stage-slim"),
         pytest.param("USER", lambda arg: arg.split(":")[0] not in {"0", "root"}, id="non-root"),
         pytest.param("ENTRYPOINT", lambda arg: arg == '["gradeproxy"]', id="exec-entrypoint"),
-        pytest.param("CMD", lambda arg: arg.startswith('["serve"'), id="cmd-serve"),
+        pytest.param("CMD", lambda arg: arg.startswith('["demo"'), id="cmd-demo-by-default"),
         pytest.param("HEALTHCHECK", lambda arg: "urllib" in arg and "/livez" in arg,
                      id="healthcheck-livez-urllib"),
     ],
 )  # fmt: skip
 def test_dockerfile_instruction(keyword: str, check: Callable[[str], bool]) -> None:
     assert check(_last(keyword)), _last(keyword)
+
+
+def test_the_image_installs_the_built_wheel_with_the_demo_extra() -> None:
+    """The image installs what a user installs: the wheel (whose package data holds the sample
+    suite), with the [demo] extra the default CMD needs."""
+    runs = [arg for keyword, arg in dockerfile_instructions() if keyword == "RUN"]
+    (build,) = [run for run in runs if "pip wheel" in run]
+    assert "--wheel-dir /dist" in build
+    assert '"${wheel}[demo]"' in build
+
+
+def test_deployments_never_rely_on_the_default_cmd() -> None:
+    """The default CMD is the demo: compose's proxy and the Deployment say `serve` themselves."""
+    (container,) = [c for c in pod_spec()["containers"] if c["name"] == "gradeproxy"]
+    assert container["args"][0] == "serve"
+    assert load(COMPOSE)["services"]["proxy"]["command"][0] == "serve"
 
 
 def test_dockerfile_user_is_the_pod_user() -> None:

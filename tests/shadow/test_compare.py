@@ -172,6 +172,32 @@ def test_no_pairs_at_all_is_not_an_error(
     assert out["overall"]["mcnemar"]["p_value"] == 1.0
 
 
+@pytest.mark.parametrize(
+    ("rows", "hint"),
+    [
+        pytest.param(
+            [{"task_id": "A", "result": "pass"}, {"task_id": "B", "result": "fail"}],
+            "from a proxy without a shadow. Configure upstream.shadow",
+            id="no_shadow_rows",
+        ),
+        pytest.param(
+            [row("q1", "primary", "pass"), row("q2", "primary", "fail")],
+            "Pairs are waiting for a leg",
+            id="only_primary_legs",
+        ),
+    ],
+)
+def test_no_pairs_says_so_with_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, Any]], hint: str
+) -> None:
+    """No empty tables and no "McNemar p 1": a sentence saying why, and what to do."""
+    assert main(["compare", "--results", str(write_jsonl(tmp_path / "r.jsonl", rows))]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("no complete primary/shadow pairs in 2 rows")
+    assert hint in text
+    assert "McNemar" not in text
+
+
 def test_table_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "--results", str(write_jsonl(tmp_path / "r.jsonl",
                                                          example_rows()))]) == 0  # fmt: skip

@@ -1,0 +1,173 @@
+"""The failure inspector's memory: the most recent failing and stale answers of this process.
+
+A bounded ring (``ui.failure_ring_size``; the oldest entry falls out), filled by the grade queue
+as it records rows and read by ``/ui/failures.json``. Each entry holds what a person needs to
+see why an answer failed without opening a JSONL file: the task's expected call, the call the
+grader read, the first path where they differ, and the raw answer split into runs of visible and
+invisible characters (seed 003: "repr(output) will show \\n, \\t, and leading spaces").
+
+Raw answers are customer content: the ring stays empty when ``results.capture_answer`` is off,
+it lives only in memory (never logged, gone at restart), and ui.py serves it only on the admin
+port or to loopback clients. It never blocks grading: :meth:`FailureRing.add` is O(answer).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections import deque
+from typing import Any
+
+from grader.tasks import Task
+
+# Invisible characters written the way Python's repr() writes them.
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}
+
+
+def _escape(char: str) -> str:
+    if char in _NAMED:
+        return _NAMED[char]
+    if char == " ":
+        return "·"  # a leading or trailing space, which the eye cannot see
+    code = ord(char)
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else (f"\\U{code:08x}")
+    )
+
+
+SHOWN_CHARS = 4096  # of each answer, in the inspector
+
+# Runs of anything but visible ASCII (spaces included): only these need a closer look, so a
+# 64 KB JSON answer costs one regex scan on the event loop, not a Python step per character.
+_SUSPECT = re.compile(r"[^\x21-\x7e]+")
+
+
+def visible_runs(text: str) -> list[tuple[str, bool]]:
+    """``text`` as runs of (shown text, was invisible): newlines, tabs, zero-width and other
+    format characters, non-breaking and other odd spaces, and leading/trailing spaces. Hidden
+    is what ``str.isprintable`` calls non-printable (Unicode's Other and Separator categories,
+    the ASCII space excepted), plus spaces at either edge."""
+    lead = len(text) - len(text.lstrip(" "))
+    tail_start = len(text.rstrip(" ")) if lead < len(text) else 0
+    runs: list[tuple[str, bool]] = []
+
+    def push(shown: str, hidden: bool) -> None:
+        if runs and runs[-1][1] == hidden:
+            runs[-1] = (runs[-1][0] + shown, hidden)
+        else:
+            runs.append((shown, hidden))
+
+    position = 0
+    for match in _SUSPECT.finditer(text):
+        start, end = match.span()
+        if start > position:
+            push(text[position:start], False)
+        position = end
+        chunk = match.group()
+        if chunk.isprintable() and start >= lead and end <= tail_start:
+            push(chunk, False)  # inner spaces, accented letters, CJK: shown as they are
+            continue
+        for index, char in enumerate(chunk, start):
+            edge = char == " " and (index < lead or index >= tail_start)
+            hidden = edge or not char.isprintable()
+            push(_escape(char) if hidden else char, hidden)
+            if char == "\n":  # keep the line break itself after showing it
+                runs.append(("\n", False))
+    if position < len(text):
+        push(text[position:], False)
+    return runs
+
+
+def _key_path(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def first_difference(expected: Any, got: Any, path: str = "") -> str | None:
+    """The first path (``arguments.address.city``, ``labels[1]``) where two JSON values differ,
+    in the grader's path notation; None when they are equal. Keys are visited sorted."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        for key in sorted(set(expected) | set(got)):
+            if key not in expected or key not in got:
+                return _key_path(path, key)
+            found = first_difference(expected[key], got[key], _key_path(path, key))
+            if found is not None:
+                return found
+        return None
+    if isinstance(expected, list) and isinstance(got, list):
+        for index, (left, right) in enumerate(zip(expected, got, strict=False)):
+            found = first_difference(left, right, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None if len(expected) == len(got) else f"{path}[{min(len(expected), len(got))}]"
+    same = type(expected) is type(got) and expected == got
+    return None if same else path or "$"
+
+
+def _call(call: Any) -> dict[str, Any] | None:
+    if call is None:
+        return None
+    return {"name": call.name, "arguments": call.arguments}
+
+
+class FailureRing:
+    """The last ``size`` failing or stale answers; ``size`` 0 keeps nothing."""
+
+    def __init__(self, size: int, capture_answer: bool) -> None:
+        self.size = size
+        self.capture_answer = capture_answer
+        self._entries: deque[dict[str, Any]] = deque(maxlen=max(size, 1))
+        self.seen = 0  # failing or stale answers offered, kept or not
+        self.process = {"pid": os.getpid(), "host": socket.gethostname()}
+
+    def add(self, task: Task, row: dict[str, Any]) -> None:
+        """Keep ``row`` when it failed or was stale (and answers are captured at all)."""
+        if row.get("result") not in ("fail", "stale"):
+            return
+        self.seen += 1
+        if self.size == 0 or not self.capture_answer or "answer" not in row:
+            return
+        expected = _call(task.expected_call)
+        got = row.get("call")
+        path = row.get("path")
+        if path is None and expected is not None and isinstance(got, dict):
+            path = first_difference(expected, got)
+        answer = str(row["answer"])
+        self._entries.append(
+            {
+                "request_id": row.get("request_id"),
+                "time": row.get("time"),
+                "task_id": task.id,
+                "mutation_kind": task.mutation_kind,
+                "model": row.get("model"),
+                "variant": row.get("variant"),
+                "choice": row.get("choice"),
+                "result": row["result"],
+                "reason_code": row.get("reason_code"),
+                "reason": row.get("reason"),
+                "path": path,
+                "expected": expected,
+                "stale": _call(task.stale),
+                "got": got,
+                # The inspector shows the first SHOWN_CHARS (the row holds the whole answer):
+                # a wall of invisible characters is the slow case (bench/ui_bench.py). The ring
+                # is filled from the grade queue's writer thread, off the event loop.
+                "answer_runs": visible_runs(answer[:SHOWN_CHARS]),
+                "truncated": bool(row.get("truncated")) or len(answer) > SHOWN_CHARS,
+            }
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """What ``/ui/failures.json`` returns: newest first, with the process it comes from."""
+        return {
+            "process": self.process,
+            "capacity": self.size,
+            "capture_answer": self.capture_answer,
+            "seen": self.seen,
+            # copy() is one C call: the writer thread may append while the page reads.
+            "failures": list(reversed(self._entries.copy())) if self.size else [],
+        }

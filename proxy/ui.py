@@ -1,0 +1,178 @@
+"""The live page: ``/ui`` (a static page), ``/ui/scoreboard.json`` and ``/ui/failures.json``.
+
+No build step and no CDN: ``ui.html`` is one file of HTML, CSS and a small script that fetches
+the two JSON documents every few seconds. The scoreboard is read from the same Prometheus
+registry ``/metrics`` exports, so the page and a scrape can never disagree; the failure inspector
+reads this process's :class:`~proxy.failures.FailureRing`.
+
+Raw answers are customer content (seed 003), so ``/ui/failures.json`` is served on the admin
+port, or on the traffic port only to a loopback client; anyone else gets 403 and the page says
+where to look. The scoreboard's counts carry no content and stay open. Also here: ``/`` (links
+to the page, ``/metrics`` and ``/readyz``) and ``/health`` (the answer of ``/readyz``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from importlib.resources import files
+from typing import Any
+
+from aiohttp import web
+
+from proxy.failures import FailureRing
+from proxy.handlers import readyz
+from proxy.metrics import ProxyMetrics
+from proxy.state import METRICS, QUEUE_SLOT
+
+FAILURES = web.AppKey("failures", FailureRing)
+PAGE = files("proxy").joinpath("ui.html").read_bytes()
+RESULTS = ("pass", "stale", "fail")
+# Pages refresh every 3 s; several open pages share one reading of the registry.
+BOARD_MAX_AGE_S = 1.0
+CHECK_RESULTS = ("pass", "fail", "error")
+
+INDEX = b"""<!doctype html><html lang="en"><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>gradeproxy</title>
+<body style="font-family:system-ui,sans-serif;margin:2rem"><h1>gradeproxy</h1><ul>
+<li><a href="/ui">/ui</a>: live scoreboard and failure inspector</li>
+<li><a href="/metrics">/metrics</a>: Prometheus metrics</li>
+<li><a href="/readyz">/readyz</a>: readiness (also <a href="/health">/health</a>),
+<a href="/livez">/livez</a>: liveness, <a href="/healthz/grading">/healthz/grading</a></li>
+</ul><p>The OpenAI-compatible API is under <code>/v1</code> on the traffic port.</p></body></html>
+"""
+
+
+def _counts() -> dict[str, float]:
+    return dict.fromkeys(RESULTS, 0.0)
+
+
+def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
+    """Counts per task, per mutation kind and overall, per variant, with per-check columns.
+
+    Read from the very collectors ``/metrics`` exports, and only those the page shows: the
+    latency histograms are most of the registry and the page needs none of them.
+    """
+    kinds: dict[str, str] = {}
+    grades: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
+    checks: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
+    errors = skipped = depth = 0.0
+    collectors = (
+        metrics.task_info,
+        metrics.grades,
+        metrics.check_results,
+        metrics.grading_errors,
+        metrics.skipped,
+        metrics.queue_depth,
+    )
+    samples = (s for c in collectors for family in c.collect() for s in family.samples)
+    for sample in samples:
+        labels = sample.labels
+        if sample.name == "gradeproxy_task_info":
+            kinds[labels["task"]] = labels["mutation_kind"]
+        elif sample.name == "gradeproxy_grades_total":
+            key = (labels["task"], labels["variant"])
+            grades[key][labels["result"]] += sample.value
+        elif sample.name == "gradeproxy_check_results_total":
+            column = checks[(labels["task"], labels["variant"])].setdefault(
+                labels["check"], dict.fromkeys(CHECK_RESULTS, 0.0)
+            )
+            column[labels["result"]] += sample.value
+        elif sample.name == "gradeproxy_grading_errors_total":
+            errors += sample.value
+        elif sample.name == "gradeproxy_grading_skipped_total":
+            skipped += sample.value
+        elif sample.name == "gradeproxy_grade_queue_depth":
+            depth = sample.value
+    per_kind: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
+    totals: dict[str, dict[str, float]] = defaultdict(_counts)
+    tasks = []
+    for (task, variant), counts in sorted(grades.items()):
+        kind = kinds.get(task, "none")
+        for result, count in counts.items():
+            per_kind[(kind, variant)][result] += count
+            totals[variant][result] += count
+        tasks.append(
+            {
+                "task": task,
+                "kind": kind,
+                "variant": variant,
+                **_rated(counts),
+                "checks": checks.get((task, variant), {}),
+            }
+        )
+    return {
+        "variants": sorted(totals, key=lambda v: (v != "primary", v)),
+        "totals": [{"variant": v, **_rated(c)} for v, c in sorted(totals.items())],
+        "kinds": [{"kind": k, "variant": v, **_rated(c)} for (k, v), c in sorted(per_kind.items())],
+        "tasks": tasks,
+        "checks": sorted({name for columns in checks.values() for name in columns}),
+        "grading_errors": int(errors),
+        "skipped": int(skipped),
+        "queue_depth": int(depth),
+    }
+
+
+def _rated(counts: dict[str, float]) -> dict[str, Any]:
+    graded = int(sum(counts.values()))
+    out: dict[str, Any] = {"graded": graded}
+    for result in RESULTS:
+        out[result] = int(counts[result])
+        out[f"{result}_rate"] = round(counts[result] / graded, 4) if graded else None
+    return out
+
+
+def inspector_allowed(request: web.Request, admin: bool) -> bool:
+    """Raw answers go to the admin port, or to a client on this machine."""
+    if admin:
+        return True
+    try:
+        return request.remote is not None and ipaddress.ip_address(request.remote).is_loopback
+    except ValueError:  # a unix socket's peer has no address
+        return False
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def add_ui_routes(target: web.Application, proxy_app: web.Application, admin: bool) -> None:
+    """The page and its JSON on ``target`` (the admin app, or the proxy app without one)."""
+    metrics = proxy_app[METRICS]
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(body=PAGE, content_type="text/html", charset="utf-8")
+
+    async def index(request: web.Request) -> web.Response:
+        return web.Response(body=INDEX, content_type="text/html", charset="utf-8")
+
+    latest: list[tuple[float, dict[str, Any]]] = []  # (when, board): shared by open pages
+
+    async def board(request: web.Request) -> web.Response:
+        if not latest or time.monotonic() - latest[0][0] >= BOARD_MAX_AGE_S:
+            queue = proxy_app[QUEUE_SLOT].queue
+            rows = queue.graded_rows if queue is not None else 0
+            # Reading thousands of series is tens of milliseconds (bench/ui_bench.py): off the
+            # loop, which gets the GIL back every GIL_SWITCH_INTERVAL_S meanwhile.
+            data = await asyncio.to_thread(scoreboard, metrics)
+            data["rows_written"] = rows
+            latest[:] = [(time.monotonic(), data)]
+        data = {**latest[0][1], "inspector": inspector_allowed(request, admin)}
+        return web.json_response(data, headers={"Cache-Control": "no-store"})
+
+    async def failures(request: web.Request) -> web.Response:
+        if not inspector_allowed(request, admin):
+            reason = "the failure inspector shows raw answers: open /ui on the admin port or from"
+            reason += " this machine (loopback)"
+            return web.json_response({"error": reason}, status=403)
+        return web.json_response(
+            proxy_app[FAILURES].snapshot(), headers={"Cache-Control": "no-store"}
+        )
+
+    target.router.add_get("/", index)
+    target.router.add_get("/health", readyz)
+    target.router.add_get("/ui", page)
+    target.router.add_get("/ui/scoreboard.json", board)
+    target.router.add_get("/ui/failures.json", failures)
