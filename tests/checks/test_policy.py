@@ -162,7 +162,12 @@ NOTIFY = call("notify", refund_ref="r-1")
         ),
         pytest.param(wire(NOTIFY), LEAD, (False, "link_broken"), id="link_target_call_absent"),
         pytest.param(wire(call("notify")), LEAD, (False, "link_broken"), id="source_arg_missing"),
-        pytest.param(wire(call("get_payment", payment_id=PID)), LEAD, OK, id="vacuous_no_source"),
+        pytest.param(
+            wire(call("get_payment", payment_id=PID)),
+            LEAD,
+            (False, "link_broken"),
+            id="uncalled_source_breaks_the_link_never_vacuous",
+        ),
         pytest.param(
             wire(REFUND),
             {"role": "support_lead"},
