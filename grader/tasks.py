@@ -8,6 +8,8 @@ A task file is JSONL, one task a line::
 
 ``checks`` is optional (docs/grading.md): without it a task has grading.md's tool-call check and
 must have ``expected``; with it, ``expected`` is needed only by checks that grade against it.
+``episode`` is seed 001's grader record for whole agent runs (docs/episodes.md); a task with
+only an ``episode`` has no per-turn checks at all.
 
 Loading is all-or-nothing: the first problem stops it with ``file:line: message`` and nothing
 half-loaded is returned, so a bad edit can never replace a good task set in a running proxy.
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader._json import JSONError, loads_exact
 from grader.canon import canonical_json
+from grader.episodes.record import EpisodeRecord, RecordError, parse_record
 from grader.extract import Call, call_from_value, extract
 from grader.version import GRADER_RULES_VERSION
 
@@ -57,6 +60,7 @@ class Task:
     raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<memory>"
     checks: tuple[Check, ...] = ()
+    episode: EpisodeRecord | None = None  # seed 001's grader record (docs/episodes.md)
 
     @property
     def expected(self) -> Call:
@@ -106,8 +110,14 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         task_id = obj.get("id")
         if not isinstance(task_id, str) or not task_id:
             raise TaskLoadError("'id' must be a non-empty string")
-        if "expected" not in obj and "checks" not in obj:
+        if "expected" not in obj and "checks" not in obj and "episode" not in obj:
             raise TaskLoadError(f"task {task_id!r} has no 'expected' call")
+        episode = None
+        if "episode" in obj:
+            try:
+                episode = parse_record(obj["episode"])
+            except RecordError as exc:
+                raise TaskLoadError(f"task {task_id!r}: {exc}") from None
         expected = None
         if "expected" in obj:
             expected = _call(obj["expected"], f"task {task_id!r}: 'expected'")
@@ -135,7 +145,8 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         from grader.checks import CheckDefinitionError, build_checks
 
         try:
-            checks = build_checks(obj)
+            episode_only = "expected" not in obj and "checks" not in obj
+            checks = () if episode_only else build_checks(obj)
         except CheckDefinitionError as exc:
             raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     except TaskLoadError as exc:
@@ -149,6 +160,7 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         raw=MappingProxyType(dict(obj)),
         source=source,
         checks=checks,
+        episode=episode,
     )
 
 
