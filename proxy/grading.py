@@ -33,6 +33,7 @@ from grader.version import GRADER_RULES_VERSION
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
 from proxy.checking import grade_answer, grade_answer_judged, has_checks, needs_judge
+from proxy.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
@@ -78,6 +79,7 @@ class GradeJob:
     variant: Literal["primary", "shadow"] = "primary"
     pair_id: str | None = None  # set on both legs of a shadowed request
     api: Api = "chat_completions"  # which wire format ``response`` is in
+    episode: EpisodeTurn | None = None  # a turn of an agent episode (proxy/episodes.py)
 
     @property
     def size(self) -> int:
@@ -93,6 +95,9 @@ class Graded:
     error_kind: str | None = None
     # Rows of a task with judge checks, graded on the event loop: (row index, answer, context).
     pending: list[tuple[int, str, CheckContext]] = field(default_factory=list)
+    # An episode not graded although this response ended it (incomplete history, a limit hit).
+    episode_skip: str | None = None
+    episode_limit: str | None = None
 
 
 def _request_json(body: bytes) -> dict[str, Any] | None:
@@ -154,8 +159,16 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         return Graded([], error_kind="capture")
     if not captured.answers:
         return Graded([], skip_reason="empty_response")
-    request = _request_json(job.request_body) if has_checks(job.task) else None
     model = captured.model or _request_model(job.request_body)
+    episode = _episode(job, captured, model)
+    if episode_only(job.task):  # its turns make no rows; the episode's last one makes one
+        if episode is not None and episode.row is not None:
+            return Graded([episode.row])
+        reason = episode.skip if episode is not None else "episode_turn"
+        return Graded(
+            [], skip_reason=reason, episode_limit=episode.limit if episode is not None else None
+        )
+    request = _request_json(job.request_body) if has_checks(job.task) else None
     context = CheckContext(
         request_tools=_tools(request) if request is not None else None, model=model
     )
@@ -194,7 +207,36 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             row["answer"] = text[:max_answer_chars]
             row["truncated"] = len(text) > max_answer_chars
         rows.append(row)
-    return Graded(rows, pending=pending)
+    if episode is not None and episode.row is not None:
+        rows.append(episode.row)
+    skip = episode.skip if episode is not None and episode.skip != "episode_turn" else None
+    return Graded(
+        rows,
+        pending=pending,
+        episode_skip=skip,
+        episode_limit=episode.limit if episode is not None else None,
+    )
+
+
+def _episode(job: GradeJob, captured: CaptureResult, model: str | None) -> EpisodeOutcome | None:
+    """The episode outcome of a turn (choice 0 is the agent's answer), live fields added."""
+    if job.episode is None:
+        return None
+    live = {
+        "request_id": job.request_id,
+        "time": datetime.fromtimestamp(job.received_at, UTC).isoformat(),
+        "model": model,
+        "upstream": job.upstream,
+        "stream": job.stream,
+        "variant": job.variant,
+        "run": job.run,
+        "meta": job.meta,
+        "timings": job.timings,
+    }
+    answer = captured.answers[min(captured.answers)]
+    return grade_turn(
+        job.task, job.episode, job.request_body, answer, job.api, job.tasks_digest, live
+    )
 
 
 HealthProblem = Literal["workers_gone", "queue_stuck"]
@@ -364,10 +406,14 @@ class GradeQueue:
             self.metrics.grading_errors.labels(graded.error_kind).inc()
             self._report(job, None)
             return
+        if graded.episode_limit is not None:
+            self.metrics.episode_limits.labels(graded.episode_limit).inc()
         if graded.skip_reason is not None:
             self.metrics.skipped.labels(graded.skip_reason).inc()
             self._report(job, None)
             return
+        if graded.episode_skip is not None:  # the turn's rows stand; the episode is skipped
+            self.metrics.skipped.labels(graded.episode_skip).inc()
         for index, text, context in graded.pending:
             try:
                 fields = await grade_answer_judged(job.task, text, context, self.judge)
@@ -385,7 +431,11 @@ class GradeQueue:
             return
         results = None
         if rows is not None:  # an `error` row is ungraded: its pair stays incomplete
-            results = {r["choice"]: r["result"] for r in rows if r["result"] != "error"}
+            results = {
+                r["choice"]: r["result"]
+                for r in rows
+                if r["result"] != "error" and r.get("kind") != "episode"
+            }
         self.pairs.leg(job.pair_id, job.variant, job.task.id, results)
 
     async def record(self, job: GradeJob, rows: list[dict[str, Any]]) -> None:
@@ -403,6 +453,10 @@ class GradeQueue:
     def _count_and_write(self, job: GradeJob, rows: list[dict[str, Any]], latency: float) -> None:
         metrics = self.metrics
         for row in rows:
+            if row.get("kind") == "episode":  # its columns are episode metrics, not checks
+                row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
+                metrics.episode_done(job.task.id, row)
+                continue
             for column in row["checks"]:
                 passed = column["passed"]
                 result = "error" if passed is None else "pass" if passed else "fail"

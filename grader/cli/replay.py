@@ -51,13 +51,17 @@ def episode_log(line: dict[str, Any], where: str) -> EpisodeLog:
     if final is not None and not isinstance(final, str):
         raise InputError(f"{where}: 'final' must be a string")
     if given[0] == "messages":
-        return from_chat(line["messages"])
-    if given[0] == "input":
+        log = from_chat(line["messages"])
+    elif given[0] == "input":
         output = line.get("output", [])
         if not isinstance(output, list):
             raise InputError(f"{where}: 'output' must be a list of Responses output items")
-        return from_responses([*line["input"], *output])
-    return from_events(line["events"], final)
+        log = from_responses([*line["input"], *output])
+    else:
+        log = from_events(line["events"], final)
+    if log.incomplete:  # never graded as if whole (docs/episodes.md)
+        raise InputError(f"{where}: incomplete history: a tool result whose call is not in it")
+    return log
 
 
 def read_episodes(path: Path, tasks: TaskSet) -> list[tuple[Task, EpisodeLog, dict[str, Any]]]:

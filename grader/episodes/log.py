@@ -15,7 +15,7 @@ object become ``arguments=None`` (which fails ``authority_ok`` with a reason dow
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from grader._json import JSONError, loads_exact
@@ -38,8 +38,7 @@ class EpisodeLog:
     events: tuple[Event, ...]
     final_text: str | None  # the answer that ended the episode, when it is text
     turns: int  # model responses in the log
-    incomplete: bool = False  # a history the proxy cannot see whole (previous_response_id …)
-    notes: tuple[str, ...] = field(default=())
+    incomplete: bool = False  # a tool result whose call is not in the log: a trimmed history
 
     @property
     def calls(self) -> int:
@@ -85,6 +84,11 @@ def _text(content: Any) -> str | None:
     return None
 
 
+def _orphans(calls: list[Event], results: dict[str, Any]) -> bool:
+    """A result whose call is not in the log: the history was trimmed or summarised."""
+    return bool(set(results) - {c.call_id for c in calls})
+
+
 def _with_results(calls: list[Event], results: dict[str, Any]) -> tuple[Event, ...]:
     return tuple(
         Event(c.name, c.arguments, results.get(c.call_id, _NO_RESULT), c.call_id)
@@ -127,7 +131,7 @@ def from_chat(messages: Sequence[Any]) -> EpisodeLog:
                 final = _text(message.get("content"))
         elif role == "tool" and isinstance(message.get("tool_call_id"), str):
             results[message["tool_call_id"]] = _result(message.get("content"))
-    return EpisodeLog(_with_results(calls, results), final, turns)
+    return EpisodeLog(_with_results(calls, results), final, turns, _orphans(calls, results))
 
 
 def from_responses(items: Sequence[Any]) -> EpisodeLog:
@@ -166,7 +170,7 @@ def from_responses(items: Sequence[Any]) -> EpisodeLog:
             results[item["call_id"]] = _result(item.get("output"))
         elif kind == "message" and item.get("role") == "assistant":
             final = _text(item.get("content"))
-    return EpisodeLog(_with_results(calls, results), final, turns)
+    return EpisodeLog(_with_results(calls, results), final, turns, _orphans(calls, results))
 
 
 def from_events(events: Sequence[Any], final_text: str | None) -> EpisodeLog:
