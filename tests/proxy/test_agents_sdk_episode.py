@@ -1,0 +1,97 @@
+"""An OpenAI Agents SDK run with local function tools, through the proxy against a fake backend
+speaking chat completions' exact wire format: graded live as one episode, and the same row
+from ``gradeproxy replay`` of the history the SDK itself reports (``to_input_list``).
+
+The SDK runs in its own venv as a subprocess (scripts/agents-venv.sh, cached in .cache/):
+its pins must not move the project's openai and mcp. Without network the venv cannot be built:
+skipped locally, a failure under CI=true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grader.cli import main
+from tests.episodes.episodes_support import GOOD_BILLING, GOOD_BILLING_FINAL, ROOT, chat
+from tests.proxy.conftest import ProxyFactory, rows_of
+from tests.proxy.harness import Reply, ScriptedBackend
+from tests.proxy.test_live_episodes import BILLING, EPISODES, LIVE_FIELDS, completion, tasks_file
+
+__all__ = ["tasks_file"]  # the episode task set, as in test_live_episodes
+
+pytestmark = pytest.mark.e2e
+AGENT = Path(__file__).resolve().parents[1] / "agents" / "billing_agent.py"
+
+
+@pytest.fixture(scope="module")
+def agents_python() -> str:
+    built = subprocess.run(
+        [str(ROOT / "scripts" / "agents-venv.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if built.returncode != 0:
+        message = f"cannot build the Agents SDK venv: {built.stderr[-2000:]}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return built.stdout.strip().splitlines()[-1]
+
+
+async def test_agents_sdk_run_is_graded_live_as_one_episode_equal_to_replay(
+    agents_python: str,
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    tmp_path: Path,
+) -> None:
+    client = await make_proxy()
+    history = chat(GOOD_BILLING, GOOD_BILLING_FINAL)
+    backend.replies = [Reply(body=completion(m)) for m in history if m["role"] == "assistant"]
+    config = {
+        "base_url": str(client.make_url("/v1")),
+        "headers": {"X-Grade-Task": BILLING, "X-Grade-Episode": "sdk-1"},
+    }
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "OPENAI_AGENTS_DISABLE_TRACING": "1",
+        "OPENAI_API_KEY": "sk-test",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        agents_python,
+        str(AGENT),
+        json.dumps(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    run = json.loads(out.decode().strip().splitlines()[-1])
+    assert run["final"] == GOOD_BILLING_FINAL
+    assert len(backend.seen) == 5
+    assert all("x-grade-task" not in seen.headers for seen in backend.seen)
+
+    [row] = await rows_of(client, results_path)
+    assert (row["kind"], row["episode_id"], row["result"], row["calls"]) == (
+        "episode",
+        "sdk-1",
+        "pass",
+        4,
+    )
+    line = {"task_id": BILLING, "episode_id": "sdk-1", "input": run["input"]}
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text(json.dumps(line) + "\n")
+    rows = tmp_path / "rows.jsonl"
+    command = ["replay", "--tasks", str(EPISODES), "--episodes", str(episodes), "--out", str(rows)]
+    assert main(command) == 0
+    offline = json.loads(rows.read_text())
+    assert {k: v for k, v in row.items() if k not in LIVE_FIELDS} == offline
