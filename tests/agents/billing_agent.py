@@ -2,7 +2,8 @@
 
 Runs in the SDK's own virtual environment (scripts/agents-venv.sh), never the project's: the
 SDK pins openai and mcp. Usage: ``python billing_agent.py '<json config>'`` with ``base_url``
-(the proxy's /v1) and ``headers`` (the grade headers every request carries). Prints one JSON
+(the proxy's /v1), ``headers`` (the grade headers every request carries) and ``api``
+(``chat_completions``, or ``responses``: the SDK's default model). Prints one JSON
 object: the final output and the run's history as Responses input items (``to_input_list``).
 Tracing is off: the SDK would post traces to OpenAI otherwise.
 """
@@ -18,6 +19,7 @@ from agents import (
     Agent,
     ModelSettings,
     OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
     Runner,
     function_tool,
     set_tracing_disabled,
@@ -61,7 +63,11 @@ async def main(config: dict[str, Any]) -> None:
     agent = Agent(
         name="billing",
         instructions="Fix duplicate charges. Cite the records you used.",
-        model=OpenAIChatCompletionsModel(model="gpt-4.1-mini", openai_client=client),
+        model=(
+            OpenAIResponsesModel(model="gpt-4.1-mini", openai_client=client)
+            if config["api"] == "responses"
+            else OpenAIChatCompletionsModel(model="gpt-4.1-mini", openai_client=client)
+        ),
         model_settings=ModelSettings(temperature=0),
         tools=[list_payments, get_payment, create_adjustment, cancel_invoice],
     )

@@ -1,6 +1,7 @@
 """An OpenAI Agents SDK run with local function tools, through the proxy against a fake backend
-speaking chat completions' exact wire format: graded live as one episode, and the same row
-from ``gradeproxy replay`` of the history the SDK itself reports (``to_input_list``).
+speaking the exact wire format (chat completions, and the Responses API the SDK defaults to):
+graded live as one episode, and the same row from ``gradeproxy replay`` of the history the SDK
+itself reports (``to_input_list``).
 
 The SDK runs in its own venv as a subprocess (scripts/agents-venv.sh, cached in .cache/):
 its pins must not move the project's openai and mcp. Without network the venv cannot be built:
@@ -22,6 +23,8 @@ from tests.episodes.episodes_support import GOOD_BILLING, GOOD_BILLING_FINAL, RO
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import Reply, ScriptedBackend
 from tests.proxy.test_live_episodes import BILLING, EPISODES, LIVE_FIELDS, completion, tasks_file
+from tests.responses_wire import Call, Case, Text
+from tests.responses_wire import body as responses_body
 
 __all__ = ["tasks_file"]  # the episode task set, as in test_live_episodes
 
@@ -46,7 +49,22 @@ def agents_python() -> str:
     return built.stdout.strip().splitlines()[-1]
 
 
+def replies(api: str) -> list[Reply]:
+    """The backend's answers, turn by turn, in the exact wire format of ``api``."""
+    history = chat(GOOD_BILLING, GOOD_BILLING_FINAL)
+    if api == "chat_completions":
+        return [Reply(body=completion(m)) for m in history if m["role"] == "assistant"]
+    out = []
+    for index, (name, arguments, _) in enumerate(GOOD_BILLING):
+        call = Call(name, json.dumps(arguments), f"call_{index}", f"fc_{index}")
+        out.append(Reply(body=responses_body(Case(f"turn{index}", (call,)))))
+    out.append(Reply(body=responses_body(Case("final", (Text(GOOD_BILLING_FINAL, "msg_f"),)))))
+    return out
+
+
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
 async def test_agents_sdk_run_is_graded_live_as_one_episode_equal_to_replay(
+    api: str,
     agents_python: str,
     make_proxy: ProxyFactory,
     backend: ScriptedBackend,
@@ -54,9 +72,9 @@ async def test_agents_sdk_run_is_graded_live_as_one_episode_equal_to_replay(
     tmp_path: Path,
 ) -> None:
     client = await make_proxy()
-    history = chat(GOOD_BILLING, GOOD_BILLING_FINAL)
-    backend.replies = [Reply(body=completion(m)) for m in history if m["role"] == "assistant"]
+    backend.replies = replies(api)
     config = {
+        "api": api,
         "base_url": str(client.make_url("/v1")),
         "headers": {"X-Grade-Task": BILLING, "X-Grade-Episode": "sdk-1"},
     }
@@ -78,6 +96,8 @@ async def test_agents_sdk_run_is_graded_live_as_one_episode_equal_to_replay(
     run = json.loads(out.decode().strip().splitlines()[-1])
     assert run["final"] == GOOD_BILLING_FINAL
     assert len(backend.seen) == 5
+    path = "/v1/responses" if api == "responses" else "/v1/chat/completions"
+    assert {seen.path_qs for seen in backend.seen} == {path}
     assert all("x-grade-task" not in seen.headers for seen in backend.seen)
 
     [row] = await rows_of(client, results_path)
