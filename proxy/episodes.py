@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 import orjson
 
-from grader.episodes.grade import episode_row
+from grader.checks import Judge, task_item
+from grader.episodes.grade import episode_row, judge_cause, needs_judge
 from grader.episodes.log import EpisodeLog, from_chat, from_responses
 from grader.tasks import Task
 
@@ -53,6 +54,15 @@ class EpisodeOutcome:
     row: dict[str, Any] | None
     skip: EpisodeSkip | None = None
     limit: Limit | None = None
+    log: EpisodeLog | None = None  # kept for a judge-form cause_correct
+
+
+async def judge_episode(outcome: EpisodeOutcome, task: Task, judge: Judge | None) -> None:
+    """Settle a judge-form ``cause_correct`` on the event loop (the row is updated in place)."""
+    if outcome.row is None or outcome.log is None or task.episode is None:
+        return
+    if needs_judge(task.episode, outcome.log):
+        await judge_cause(outcome.row, task.episode, outcome.log, judge, task_item(task))
 
 
 def turn_of(headers: Mapping[str, str], task: Task | None, grading: Any) -> EpisodeTurn | None:
@@ -164,7 +174,7 @@ def grade_turn(
         episode_id=turn.episode_id,
     )
     row.update(live or {})  # the live-traffic fields: request id, time, model, run, meta …
-    return EpisodeOutcome(row)
+    return EpisodeOutcome(row, log=log)
 
 
 def episode_only(task: Task) -> bool:

@@ -33,7 +33,7 @@ from grader.version import GRADER_RULES_VERSION
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
 from proxy.checking import grade_answer, grade_answer_judged, has_checks, needs_judge
-from proxy.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
+from proxy.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn, judge_episode
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker
@@ -98,6 +98,7 @@ class Graded:
     # An episode not graded although this response ended it (incomplete history, a limit hit).
     episode_skip: str | None = None
     episode_limit: str | None = None
+    episode: EpisodeOutcome | None = None  # its row is in ``rows``; a judge may settle it
 
 
 def _request_json(body: bytes) -> dict[str, Any] | None:
@@ -163,7 +164,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     episode = _episode(job, captured, model)
     if episode_only(job.task):  # its turns make no rows; the episode's last one makes one
         if episode is not None and episode.row is not None:
-            return Graded([episode.row])
+            return Graded([episode.row], episode=episode)
         reason = episode.skip if episode is not None else "episode_turn"
         return Graded(
             [], skip_reason=reason, episode_limit=episode.limit if episode is not None else None
@@ -215,6 +216,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         pending=pending,
         episode_skip=skip,
         episode_limit=episode.limit if episode is not None else None,
+        episode=episode,
     )
 
 
@@ -423,6 +425,8 @@ class GradeQueue:
                 self._report(job, None)
                 return
             graded.rows[index].update(fields)
+        if graded.episode is not None:
+            await judge_episode(graded.episode, job.task, self.judge)
         await self.record(job, graded.rows)
 
     def _report(self, job: GradeJob, rows: list[dict[str, Any]] | None) -> None:

@@ -13,13 +13,15 @@ record, with nothing written: every line is validated before the first byte of o
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
 from grader._json import dumps
+from grader.checks import Judge, task_item
 from grader.cli._io import InputError, jsonl_bytes, read_jsonl, write_atomically
-from grader.episodes.grade import episode_row
+from grader.episodes.grade import episode_row, judge_cause, needs_judge
 from grader.episodes.log import EpisodeLog, from_chat, from_events, from_responses
 from grader.episodes.report import EpisodeReport
 from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
@@ -39,6 +41,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--episodes", required=True, type=Path, help="JSONL, one episode a line")
     parser.add_argument("--out", type=Path, help="write one episode row per line (JSONL)")
     parser.add_argument("--report", type=Path, help="write the report (JSON)")
+    parser.add_argument(
+        "--judge", type=Path, help="judge config (YAML/JSON) for a judge-form root_cause"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -90,12 +95,32 @@ def grade_line(task: Task, log: EpisodeLog, line: dict[str, Any], digest: str) -
         task.episode,
         log,
         tasks_digest=digest,
-        item=task.raw.get("item") if isinstance(task.raw.get("item"), dict) else None,
+        item=_item(task),
         role=line.get("role"),
         episode_id=line.get("episode_id"),
     )
     row.update({key: line[key] for key in _META if key in line})
     return row
+
+
+def _item(task: Task) -> dict[str, Any] | None:
+    item = task.raw.get("item")
+    return item if isinstance(item, dict) else None
+
+
+async def judge_rows(
+    episodes: list[tuple[Task, EpisodeLog, dict[str, Any]]],
+    rows: list[dict[str, Any]],
+    judge: Judge,
+) -> None:
+    """Settle judge-form ``cause_correct`` columns, concurrently within the judge's limit."""
+    await asyncio.gather(
+        *(
+            judge_cause(row, task.episode, log, judge, task_item(task))
+            for (task, log, _), row in zip(episodes, rows, strict=True)
+            if task.episode is not None
+        )
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,13 +130,22 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    judge = None
     try:
+        if args.judge is not None:
+            from grader.cli.validate import load_judge  # a urllib judge, as validate-tasks'
+
+            judge = load_judge(args.judge)
         tasks = load_tasks(args.tasks)
         episodes = read_episodes(args.episodes, tasks)
-    except (TaskLoadError, InputError) as exc:
+    except (TaskLoadError, InputError, ValueError) as exc:
         print(f"gradeproxy replay: error: {exc}", file=sys.stderr)
         return 2
     rows = [grade_line(task, log, line, tasks.digest) for task, log, line in episodes]
+    if judge is not None and any(
+        task.episode is not None and needs_judge(task.episode, log) for task, log, _ in episodes
+    ):
+        asyncio.run(judge_rows(episodes, rows, judge))
     report = EpisodeReport(tasks.digest)
     report.extend(rows)
     try:

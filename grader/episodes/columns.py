@@ -144,9 +144,14 @@ def _states(phrase: str, text: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
 
 
+JUDGE_PENDING = "the judge form of root_cause needs a judge (gradeproxy replay --judge)"
+
+
 def _cause(cause: RootCause, final: str | None) -> Verdict:
     if final is None:
         return False, "the episode has no final text answer"
+    if cause.judge is not None:
+        return None, JUDGE_PENDING  # judged by grade.judge_cause when a judge is given
     text = _normal(final)
     missing = [p for p in cause.all_of if not _states(p, text)]
     if missing:
@@ -224,7 +229,9 @@ def columns(
     if outcome is not None:
         out.append(Column("outcome_ok", *outcome, "outcome"))
     if record.root_cause is not None:
-        out.append(Column("cause_correct", *_cause(record.root_cause, log.final_text), "rule"))
+        passed, reason = _cause(record.root_cause, log.final_text)
+        code = "judge_unavailable" if reason == JUDGE_PENDING else "rule"
+        out.append(Column("cause_correct", passed, reason, code))
     if record.evidence_ids is not None:
         known = record.snapshot_ids() | {i for _, i in run.created}
         if not known:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from grader.canon import canonical_json
+from grader.checks import CheckContext, Judge, Sample
 from grader.episodes.columns import columns
 from grader.episodes.log import EpisodeLog
 from grader.episodes.record import EpisodeRecord
@@ -31,6 +32,50 @@ def episode_digest(task_id: str, log: EpisodeLog) -> str:
     except (TypeError, ValueError):
         text = repr((task_id, events, log.final_text))
     return "ep_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _settle(row: dict[str, Any]) -> None:
+    """The row's ``result``/``passed`` and one field per column, from its ``columns``."""
+    states = [c["passed"] for c in row["columns"]]
+    result: Result = "error" if None in states else "pass" if all(states) else "fail"
+    row["result"] = result
+    row["passed"] = None if result == "error" else result == "pass"
+    for column in row["columns"]:
+        name = column["name"]
+        row[name] = column["score"] if name == "evidence_overlap" else column["passed"]
+
+
+def needs_judge(record: EpisodeRecord, log: EpisodeLog) -> bool:
+    """Whether the row's ``cause_correct`` waits for the judge (judge form, a final answer)."""
+    cause = record.root_cause
+    return cause is not None and cause.judge is not None and log.final_text is not None
+
+
+async def judge_cause(
+    row: dict[str, Any],
+    record: EpisodeRecord,
+    log: EpisodeLog,
+    judge: Judge | None,
+    item: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Settle a judge-form ``cause_correct`` with the judge (the label_model check's own
+    retries, timeouts and parse rules); without a judge it stays an error column."""
+    if not needs_judge(record, log) or judge is None:
+        return row
+    assert record.root_cause is not None  # needs_judge checked it
+    result = await record.root_cause.judge.arun(
+        Sample.from_answer(log.final_text or ""), dict(item or {}), CheckContext(), judge
+    )
+    for column in row["columns"]:
+        if column["name"] == "cause_correct":
+            column.update(
+                passed=result.passed,
+                score=result.score,
+                reason=result.reason,
+                reason_code=result.reason_code,
+            )
+    _settle(row)
+    return row
 
 
 def resolve_role(role: str | None, record: EpisodeRecord, item: Mapping[str, Any]) -> str | None:
@@ -57,8 +102,6 @@ def episode_row(
     who = resolve_role(role, record, item)
     run = replay(record, log.events)
     cols, outcome = columns(record, log, run, who, item)
-    states = [c.passed for c in cols]
-    result: Result = "error" if None in states else "pass" if all(states) else "fail"
     row: dict[str, Any] = {
         "kind": "episode",
         "episode_id": episode_id or episode_digest(task_id, log),
@@ -66,12 +109,12 @@ def episode_row(
         "role": who,
         "turns": log.turns,
         "calls": log.calls,
-        "result": result,
-        "passed": None if result == "error" else result == "pass",
+        "result": None,  # settled below, once the columns are in
+        "passed": None,
+        **{column.name: None for column in cols},
+        "columns": [c.to_dict() for c in cols],
     }
-    for column in cols:
-        row[column.name] = column.score if column.name == "evidence_overlap" else column.passed
-    row["columns"] = [c.to_dict() for c in cols]
+    _settle(row)
     row["outcome"] = outcome
     row["replay_problems"] = list(run.problems)
     row["tasks_digest"] = tasks_digest

@@ -139,10 +139,13 @@ class Bundle:
 
 @dataclass(frozen=True, slots=True)
 class RootCause:
-    """The rule form: phrases the final answer states (case-insensitive, spaces collapsed)."""
+    """The rule form: phrases the final answer states (case-insensitive, spaces collapsed);
+    or the judge form: a ``label_model``/``score_model`` check (a rubric of facts) that reads
+    the final answer as ``{{sample.output_text}}`` (grader.checks.judge_checks)."""
 
     any_of: tuple[str, ...]
     all_of: tuple[str, ...]
+    judge: Any = None  # a built JudgeCheck; None in the rule form
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,8 +352,25 @@ class _Parser:
         return tuple(parse(entry, f"{key}[{i}]") for i, entry in enumerate(_list(raw, key)))
 
 
+def _judge_cause(raw: Any) -> RootCause:
+    # Imported here: grader.checks imports grader.tasks, which imports this module.
+    from grader.checks import CheckDefinitionError, build_check
+
+    if not isinstance(raw, dict) or raw.get("type") not in ("label_model", "score_model"):
+        raise _error("root_cause.judge", "must be a label_model or score_model check")
+    try:
+        check = build_check(raw, "episode.root_cause.judge")
+    except CheckDefinitionError as exc:
+        raise RecordError(str(exc)) from None
+    return RootCause((), (), check)
+
+
 def _root_cause(raw: Any) -> RootCause:
-    raw = _only(raw, "root_cause", {"any", "all"})
+    if isinstance(raw, dict) and "judge" in raw:
+        if set(raw) != {"judge"}:
+            raise _error("root_cause", "takes either 'judge' or 'any'/'all' phrases, not both")
+        return _judge_cause(raw["judge"])
+    raw = _only(raw, "root_cause", {"any", "all", "judge"})
     lists = {}
     for key in ("any", "all"):
         phrases = raw.get(key, [])

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
 from grader.cli import main
 from grader.episodes.report import EpisodeReport
@@ -22,6 +24,7 @@ from tests.episodes.episodes_support import (
 )
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import Reply, ScriptedBackend
+from tests.proxy.test_live_checks import judge_app
 from tests.responses_wire import Case, Text
 from tests.responses_wire import body as responses_body
 
@@ -253,3 +256,55 @@ async def test_limits_are_counted(
     assert await rows_of(client, results_path) == []
     limits = await metric(client, "gradeproxy_episode_limits_total")
     assert limits['gradeproxy_episode_limits_total{limit="turns"}'] == 1
+
+
+async def test_judge_form_cause_is_judged_live_and_offline_alike(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    tasks_file: Path,
+    tmp_path: Path,
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+) -> None:
+    rubric = {
+        "type": "label_model",
+        "name": "root_cause",
+        "model": "judge-model-2024-08-06",
+        "criterion": "The explanation says the card had expired.",
+        "pass_examples": ["The card expired."],
+        "fail_examples": ["Try again later."],
+    }
+    task = {
+        "id": "judged.cause",
+        "prompt": "Why did the payment fail?",
+        "episode": {"schema_version": 1, "root_cause": {"judge": rubric}},
+    }
+    text = await asyncio.to_thread(tasks_file.read_text)
+    await asyncio.to_thread(tasks_file.write_text, text + json.dumps(task) + "\n")
+    seen: list[Any] = []
+    judge = await aiohttp_server(judge_app(["PASS", "PASS"], seen))
+    endpoint = str(judge.make_url("/v1"))
+    client = await make_proxy(judge={"endpoint": endpoint})
+    history = [{"role": "user", "content": "Why did the payment fail?"}]
+    final = {"role": "assistant", "content": "Your card had expired on 2026-11."}
+    backend.replies.append(Reply(body=completion(final)))
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": history},
+        headers={"X-Grade-Task": "judged.cause", "X-Grade-Episode": "j"},
+    )
+    await response.read()
+    [row] = await rows_of(client, results_path)
+    assert (row["cause_correct"], row["result"]) == (True, "pass")
+    assert "Your card had expired" in json.dumps(seen[0]["messages"])
+    episodes = tmp_path / "episodes.jsonl"
+    line = {"task_id": "judged.cause", "episode_id": "j", "messages": [*history, final]}
+    episodes.write_text(json.dumps(line) + "\n")
+    judge_config = tmp_path / "judge.yaml"
+    judge_config.write_text(f"endpoint: {endpoint}\n")
+    out = tmp_path / "rows.jsonl"
+    args = ["replay", "--tasks", str(tasks_file), "--episodes", str(episodes), "--out", str(out)]
+    # In a thread: the CLI's urllib judge blocks, and the judge server runs on this loop.
+    assert await asyncio.to_thread(main, [*args, "--judge", str(judge_config)]) == 0
+    offline = json.loads(out.read_text())
+    assert {k: v for k, v in row.items() if k not in LIVE_FIELDS} == offline
