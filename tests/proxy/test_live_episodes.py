@@ -308,3 +308,24 @@ async def test_judge_form_cause_is_judged_live_and_offline_alike(
     assert await asyncio.to_thread(main, [*args, "--judge", str(judge_config)]) == 0
     offline = json.loads(out.read_text())
     assert {k: v for k, v in row.items() if k not in LIVE_FIELDS} == offline
+
+
+async def test_a_task_with_turn_checks_keeps_its_turn_rows_beside_the_episode_row(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path, tasks_file: Path
+) -> None:
+    lines = (await asyncio.to_thread(tasks_file.read_text)).splitlines()
+    billing = json.loads(next(line for line in lines if BILLING in line))
+    mixed = {
+        "id": BILLING,
+        "expected": {"name": "cancel_invoice", "arguments": {"invoice_id": "inv_501"}},
+        "episode": billing["episode"],
+    }
+    await asyncio.to_thread(tasks_file.write_text, json.dumps(mixed) + "\n")
+    client = await make_proxy()
+    await drive(client, backend, GOOD_BILLING, GOOD_BILLING_FINAL, {"X-Grade-Episode": "m"})
+    rows = await rows_of(client, results_path)
+    turn_rows = [r for r in rows if r.get("kind") != "episode"]
+    assert [r["result"] for r in turn_rows] == ["fail", "fail", "fail", "pass", "fail"]
+    assert [r["episode_id"] for r in rows if r.get("kind") == "episode"] == ["m"]
+    skipped = await metric(client, "gradeproxy_grading_skipped_total")
+    assert skipped['gradeproxy_grading_skipped_total{reason="episode_turn"}'] == 0
