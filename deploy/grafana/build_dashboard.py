@@ -507,14 +507,14 @@ def episodes() -> Json:
             timeseries(
                 "Episode column pass rate",
                 "Share of episodes passing each column (end_state_ok, authority_ok, ...),"
-                " error columns left out of the denominator." + note,
+                " error columns left out of the denominator." + note + RULES_NOTE,
                 "percentunit",
                 [
                     target(
-                        "sum by (task, column) (rate(gradeproxy_episode_columns_total"
-                        f'{{{TASK}, result="pass"}}[$__rate_interval]))'
-                        " / sum by (task, column) (rate(gradeproxy_episode_columns_total"
-                        f'{{{TASK}, result!="error"}}[$__rate_interval]))',
+                        "sum by (task, column) (gradeproxy:episode_columns:rate5m"
+                        f'{{{TASK}, result="pass"}})'
+                        " / sum by (task, column) (gradeproxy:episode_columns:rate5m"
+                        f'{{{TASK}, result!="error"}})',
                         "{{task}} {{column}}",
                     )
                 ],
