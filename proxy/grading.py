@@ -80,6 +80,7 @@ class GradeJob:
     pair_id: str | None = None  # set on both legs of a shadowed request
     api: Api = "chat_completions"  # which wire format ``response`` is in
     episode: EpisodeTurn | None = None  # a turn of an agent episode (proxy/episodes.py)
+    role: str | None = None  # the role header: policy authority reads it over item.role
 
     @property
     def size(self) -> int:
@@ -171,7 +172,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         )
     request = _request_json(job.request_body) if has_checks(job.task) else None
     context = CheckContext(
-        request_tools=_tools(request) if request is not None else None, model=model
+        request_tools=_tools(request) if request is not None else None, model=model, role=job.role
     )
     judged = needs_judge(job.task)
     rows: list[dict[str, Any]] = []

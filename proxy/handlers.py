@@ -140,6 +140,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             pair_id=pair_id,
             api=api or "chat_completions",
             episode=turn_of(request.headers, task, grading),
+            role=(request.headers.get(grading.role_header) or "")[:256] or None,
         )
         submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)

@@ -17,8 +17,9 @@ Each configured behaviour is its own pass column, named ``<check name>.<behaviou
 
 * ``authority_ok`` — every call names an allowed action, its arguments meet that action's
   constraints (``enum``, ``const``, ``pattern`` searched as in JSON Schema, ``required``;
-  paths relative to ``arguments``, dotted), and when the action lists ``roles``, ``item.role``
-  is one of them (an item without ``role`` is an infrastructure error);
+  paths relative to ``arguments``, dotted), and when the action lists ``roles``, the role is
+  one of them: the request's ``X-Grade-Role`` (``CheckContext.role``) over ``item.role``; no
+  role at all is an infrastructure error;
 * ``no_forbidden_call`` — no call matches a forbidden entry (a name, or a name plus argument
   values compared canonically);
 * ``links_ok`` — for every call of the ``from`` tool, its argument equals the ``to`` value: the
@@ -105,7 +106,9 @@ class PolicyCheck(BaseCheck):
         calls = sample_calls(sample)
         verdicts: list[tuple[str, Verdict]] = []
         if self.allowed is not None:
-            verdicts.append(("authority_ok", self._authority(self.allowed, calls, item)))
+            verdicts.append(
+                ("authority_ok", self._authority(self.allowed, calls, item, context.role))
+            )
         if self.forbidden is not None:
             verdicts.append(("no_forbidden_call", self._no_forbidden(self.forbidden, calls)))
         if self.links is not None:
@@ -132,9 +135,13 @@ class PolicyCheck(BaseCheck):
 
     @staticmethod
     def _authority(
-        allowed: Mapping[str, Action], calls: list[SampleCall], item: Mapping[str, Any]
+        allowed: Mapping[str, Action],
+        calls: list[SampleCall],
+        item: Mapping[str, Any],
+        header_role: str | None,
     ) -> Verdict:
-        role = item.get("role")
+        """The request's role header wins over ``item.role`` (as for episodes)."""
+        role = header_role or item.get("role")
         return authority(allowed, calls, role if isinstance(role, str) else None)
 
     @staticmethod

@@ -329,3 +329,37 @@ async def test_a_task_with_turn_checks_keeps_its_turn_rows_beside_the_episode_ro
     assert [r["episode_id"] for r in rows if r.get("kind") == "episode"] == ["m"]
     skipped = await metric(client, "gradeproxy_grading_skipped_total")
     assert skipped['gradeproxy_grading_skipped_total{reason="episode_turn"}'] == 0
+
+
+@pytest.mark.parametrize(("role", "authorised"), [(None, True), ("trainee", False)])
+async def test_role_header_reaches_the_per_turn_policy_check(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    tasks_file: Path,
+    role: str | None,
+    authorised: bool,
+) -> None:
+    """The one-response case: the same role rule as episodes, X-Grade-Role over item.role."""
+    examples = ROOT / "config" / "tasks" / "checks-examples.jsonl"
+    lines = (await asyncio.to_thread(examples.read_text)).splitlines()
+    policy = next(line for line in lines if '"payments.new_required_field.policy"' in line)
+    await asyncio.to_thread(tasks_file.write_text, policy + "\n")
+    arguments = {"payment_id": "pay_8QwErTy12AbCdEf", "amount": 40, "currency": "EUR"}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {
+            "name": "create_refund",
+            "arguments": json.dumps({**arguments, "reason": "duplicate"}),
+        },
+    }
+    backend.replies.append(Reply(body=completion({"role": "assistant", "tool_calls": [call]})))
+    client = await make_proxy()
+    headers = {"X-Grade-Task": "payments.new_required_field.policy"}
+    headers |= {"X-Grade-Role": role} if role else {}
+    response = await client.post("/v1/chat/completions", json={"messages": []}, headers=headers)
+    await response.read()
+    [row] = await rows_of(client, results_path)
+    columns = {c["name"]: c["passed"] for c in row["checks"]}
+    assert columns["refunds.authority_ok"] is authorised
