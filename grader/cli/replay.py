@@ -4,7 +4,8 @@ Each line of ``--episodes`` is one episode: ``task_id``, and its history as an O
 ``messages`` array, Responses API ``input`` items (``output`` items of the last response may
 follow in ``output``), or plain ``events`` ``[{"name", "arguments", "result"}]`` with ``final``
 (the answer text). ``episode_id``, ``role``, ``run``, ``model`` and ``meta`` are optional run
-metadata, copied into the row. Rows are the proxy's episode rows (docs/episodes.md).
+metadata, copied into the row. Rows are the proxy's episode rows (docs/episodes.md), as JSONL,
+or Parquet when ``--out`` ends in ``.parquet`` (needs pyarrow: ``gradeproxy[parquet]``).
 
 Exit 0 when grading ran, 2 on unreadable input, an unknown task or a task without a grader
 record, with nothing written: every line is validated before the first byte of output.
@@ -123,13 +124,39 @@ async def judge_rows(
     )
 
 
+def parquet_table(rows: list[dict[str, Any]]) -> Any:
+    """The rows as an Arrow table: scalar fields as typed columns (join them to run metadata),
+    nested ones (``columns``, ``replay_problems``, ``meta``) as their JSON text, so rows whose
+    nested shapes differ still share one schema."""
+    import pyarrow as pa  # optional: gradeproxy[parquet]
+
+    flat = [
+        {k: dumps(v).decode() if isinstance(v, dict | list) else v for k, v in row.items()}
+        for row in rows
+    ]
+    # Every field any row has (from_pylist would take the first row's keys alone).
+    keys = list(dict.fromkeys(key for row in flat for key in row))
+    return pa.Table.from_pydict({key: [row.get(key) for row in flat] for key in keys})
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write beside ``path`` and rename, as the JSONL output: never a half-written file."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImportError(
+            "Parquet output needs pyarrow: pip install 'gradeproxy[parquet]'"
+        ) from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        pq.write_table(parquet_table(rows), tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.out is not None and args.out.suffix == ".parquet":
-        print(
-            "gradeproxy replay: error: Parquet output is not supported yet; use .jsonl",
-            file=sys.stderr,
-        )
-        return 2
     judge = None
     try:
         if args.judge is not None:
@@ -149,11 +176,13 @@ def run(args: argparse.Namespace) -> int:
     report = EpisodeReport(tasks.digest)
     report.extend(rows)
     try:
-        if args.out is not None:
+        if args.out is not None and args.out.suffix == ".parquet":
+            write_parquet(args.out, rows)
+        elif args.out is not None:
             write_atomically(args.out, jsonl_bytes(rows))
         if args.report is not None:
             write_atomically(args.report, [dumps(report.to_dict()) + b"\n"])
-    except OSError as exc:
+    except (OSError, ImportError) as exc:
         print(f"gradeproxy replay: error: cannot write output: {exc}", file=sys.stderr)
         return 2
     print(report.render_table())

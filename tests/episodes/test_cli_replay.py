@@ -140,3 +140,32 @@ def test_a_task_without_a_grader_record_is_refused(
     )
     assert main(["replay", "--tasks", str(tasks), "--episodes", str(episodes)]) == 2
     assert "has no grader record" in capsys.readouterr().err
+
+
+def test_parquet_rows_hold_the_same_values_as_jsonl(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    lines = [
+        {"task_id": BILLING, "messages": chat(GOOD_BILLING, GOOD_BILLING_FINAL), "run": "r1"},
+        {"task_id": "episodes.cause", "events": [], "final": "no idea", "meta": {"seed": 7}},
+    ]
+    episodes = write(tmp_path / "episodes.jsonl", lines)
+    jsonl, parquet = tmp_path / "rows.jsonl", tmp_path / "rows.parquet"
+    for out in (jsonl, parquet):
+        assert (
+            main(["replay", "--tasks", str(TASKS), "--episodes", str(episodes), "--out", str(out)])
+            == 0
+        )
+    expected = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    table = pq.read_table(parquet)
+    assert table.schema.field("end_state_ok").type == "bool"
+    assert table.schema.field("evidence_overlap").type == "double"
+    got = [
+        {
+            k: json.loads(v) if k in ("columns", "replay_problems", "meta") and v is not None else v
+            for k, v in row.items()
+        }
+        for row in table.to_pylist()
+    ]
+    assert [{k: v for k, v in row.items() if v is not None} for row in got] == [
+        {k: v for k, v in row.items() if v is not None} for row in expected
+    ]
