@@ -362,7 +362,36 @@ def parse_record(raw: Any) -> EpisodeRecord:
     )
     if not record.columns:
         raise RecordError("episode: configures no column (give target_state, root_cause, …)")
+    _refuse_vacuous(record)
     return record
+
+
+# The columns a run that does nothing must fail: the state the task asks for is not the reset one.
+_MUST_FAIL_AT_RESET = {
+    "end_state_ok": "target_state",
+    "side_effects_ok": "side_effects",
+    "outcome_ok": "expected_outcome",
+}
+
+
+def _refuse_vacuous(record: EpisodeRecord) -> None:
+    """Refuse a record whose state columns already pass on the reset snapshot: they could not
+    tell an agent that fixed the mismatch from one that did nothing (a column that cannot fail
+    is worse than none)."""
+    # Imported here: the columns read this module's values.
+    from grader.episodes.columns import columns
+    from grader.episodes.log import EpisodeLog
+    from grader.episodes.replay import replay
+
+    idle = EpisodeLog((), None, 0)
+    for column in columns(record, idle, replay(record, ()), None, {})[0]:
+        field = _MUST_FAIL_AT_RESET.get(column.name)
+        if field is not None and column.passed:
+            raise _error(
+                field,
+                f"already holds in the snapshot: {column.name} could not fail (a run "
+                "that does nothing would pass it)",
+            )
 
 
 def _frozen(

@@ -121,6 +121,25 @@ def rec(**over: Any) -> dict[str, Any]:
             id="empty_root_cause",
         ),
         pytest.param(
+            rec(target_state=[{"table": "tickets", "id": "t_1", "fields": {"status": "open"}}]),
+            "episode.target_state: already holds in the snapshot",
+            id="target_that_holds_at_reset",
+        ),
+        pytest.param(
+            rec(side_effects=[{"table": "tickets", "id": "t_1", "effect": "unchanged"}]),
+            "episode.side_effects: already holds in the snapshot",
+            id="side_effects_that_hold_at_reset",
+        ),
+        pytest.param(
+            rec(
+                expected_outcome={
+                    "target_state": [{"table": "tickets", "match": {"status": "open"}}]
+                }
+            ),
+            "episode.expected_outcome: already holds in the snapshot",
+            id="outcome_that_holds_at_reset",
+        ),
+        pytest.param(
             rec(side_effects=[{"table": "tickets", "id": "t_1", "effect": "created"}]),
             "'created' takes a 'match' object",
             id="created_with_id",
