@@ -141,6 +141,9 @@ OFF_LOOP_CHECKS = frozenset({"json_schema", "text_similarity", "multi", "policy"
 
 
 def runs_off_loop(task: Task) -> bool:
+    """Tasks whose grading cost grows with the input; an episode's grows with its history."""
+    if task.episode is not None:
+        return True
     return has_checks(task) and any(check.type in OFF_LOOP_CHECKS for check in task.checks)
 
 
