@@ -28,7 +28,8 @@ from tests.responses_wire import body as responses_body
 
 __all__ = ["tasks_file"]  # the episode task set, as in test_live_episodes
 
-pytestmark = pytest.mark.e2e
+# The first run builds the SDK's venv (about a minute from PyPI): the timeout covers it.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 AGENT = Path(__file__).resolve().parents[1] / "agents" / "billing_agent.py"
 
 
