@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from tests.episodes.episodes_support import (
     chat,
 )
 from tests.proxy.conftest import ProxyFactory, rows_of
-from tests.proxy.harness import Reply, ScriptedBackend
+from tests.proxy.harness import SSE, Reply, ScriptedBackend
 from tests.proxy.test_live_checks import judge_app
 from tests.responses_wire import Case, Text
 from tests.responses_wire import body as responses_body
@@ -363,3 +364,34 @@ async def test_role_header_reaches_the_per_turn_policy_check(
     [row] = await rows_of(client, results_path)
     columns = {c["name"]: c["passed"] for c in row["checks"]}
     assert columns["refunds.authority_ok"] is authorised
+
+
+def text_stream(text: str) -> bytes:
+    """A chat.completion.chunk SSE stream of ``text``, as OpenAI streams it."""
+    base = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1746900990}
+    pieces = re.findall(r"\S+\s*", text)
+    assert "".join(pieces) == text
+    deltas = [{"role": "assistant", "content": ""}] + [{"content": p} for p in pieces]
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas
+    ]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (
+        b"data: [DONE]\n\n"
+    )
+
+
+async def test_a_streamed_final_turn_ends_the_episode(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
+) -> None:
+    client = await make_proxy()
+    history = chat(GOOD_BILLING, GOOD_BILLING_FINAL)
+    backend.replies.append(Reply(body=text_stream(GOOD_BILLING_FINAL), content_type=SSE))
+    response = await client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "stream": True, "messages": history[:-1]},
+        headers={"X-Grade-Task": BILLING, "X-Grade-Episode": "s"},
+    )
+    await response.read()
+    [row] = await rows_of(client, results_path)
+    assert (row["stream"], row["result"], row["cause_correct"]) == (True, "pass", True)
