@@ -17,6 +17,7 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     │   └── JSONTooDeepError               grader._json      nested past the parser's bound
     ├── TooDeepError(ValueError)           grader.canon      a value past MAX_DEPTH
     ├── PatternError(ValueError)           grader.patterns   a pattern RE2 cannot bound
+    ├── RecordError(ValueError)            grader.episodes   a grader record (seed 001) is unusable
     ├── CheckDefinitionError(ValueError)   grader.checks     a check definition is unusable
     ├── TemplateError(LookupError)         grader.checks     a template did not resolve
     ├── FormulaError(ValueError)           grader.checks     a multi formula is not safe arithmetic

@@ -8,11 +8,13 @@ A task file is JSONL, one task a line::
 
 ``checks`` is optional (docs/grading.md): without it a task has grading.md's tool-call check and
 must have ``expected``; with it, ``expected`` is needed only by checks that grade against it.
+``episode`` is seed 001's grader record for whole agent runs (docs/episodes.md); a task with
+only an ``episode`` has no per-turn checks at all.
 
 The top-level keys a task may have are named once, in :data:`TASK_KEYS`; any other key fails
 loading with ``file:line``, the key and a "did you mean" suggestion, and the keys of seed 001's
-grader record that the product will know but does not grade yet (:data:`NOT_YET_GRADED`) are
-refused with a message saying so: a key that is read by nobody must never look enforced.
+grader record (:data:`RECORD_KEYS`) at the top level are refused with a message pointing into
+``episode``, where they are graded: a key that is read by nobody must never look enforced.
 ``metadata`` stays open for users' own annotations.
 
 A :class:`Task` pickles as its definition (``raw`` and ``source``) and is rebuilt, validated
@@ -35,6 +37,7 @@ from typing import Any
 from grader._json import JSONError, loads_exact
 from grader.canon import canonical_json
 from grader.checks import Check, CheckDefinitionError, build_checks
+from grader.episodes.record import EpisodeRecord, RecordError, parse_record
 from grader.errors import GraderError
 from grader.extract import Call, call_from_value, extract
 from grader.version import GRADER_RULES_VERSION
@@ -50,9 +53,11 @@ TASK_KEYS: tuple[str, ...] = (
     "pass_rule",
     "prompt",
     "tools",
+    "episode",
 )
-# Seed 001's grader-record keys: the product will grade them (episode grading), not yet.
-NOT_YET_GRADED: tuple[str, ...] = (
+# Seed 001's grader-record keys: they belong inside the task's ``episode`` record, where they
+# are graded (docs/episodes.md); at the top level they would be silently ignored, so refused.
+RECORD_KEYS: tuple[str, ...] = (
     "schema_version",
     "target_state",
     "snapshot",
@@ -101,6 +106,7 @@ class Task:
     raw: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
     checks: tuple[Check, ...] = ()
+    episode: EpisodeRecord | None = None  # seed 001's grader record (docs/episodes.md)
 
     @property
     def expected(self) -> Call:
@@ -175,11 +181,12 @@ def _call(value: Any, what: str) -> Call:
 
 
 def _unknown_key(key: str, label: str) -> TaskLoadError:
-    if key in NOT_YET_GRADED:
+    if key in RECORD_KEYS:
         return TaskLoadError(
-            f"{label}'{key}' is a grader-record key (seed 001) that gradeproxy does not grade "
-            "yet; it is refused rather than ignored so it is never mistaken for an enforced "
-            "check (move it under 'metadata' to keep it as an annotation)"
+            f"{label}'{key}' is a grader-record key (seed 001): it is graded inside the task's "
+            "'episode' record (docs/episodes.md), never at the top level, where it would be "
+            "mistaken for an enforced check; move it under 'episode' (or 'metadata' to keep it "
+            "as an annotation)"
         )
     close = [_ALIASES[key]] if key in _ALIASES else []
     close = close or difflib.get_close_matches(key, TASK_KEYS, n=1, cutoff=0.6)
@@ -205,8 +212,14 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         task_id = obj.get("id")
         if not isinstance(task_id, str) or not task_id:
             raise TaskLoadError("'id' must be a non-empty string")
-        if "expected" not in obj and "checks" not in obj:
+        if "expected" not in obj and "checks" not in obj and "episode" not in obj:
             raise TaskLoadError(f"task {task_id!r} has no 'expected' call")
+        episode = None
+        if "episode" in obj:
+            try:
+                episode = parse_record(obj["episode"])
+            except RecordError as exc:
+                raise TaskLoadError(f"task {task_id!r}: {exc}") from None
         expected = None
         if "expected" in obj:
             expected = _call(obj["expected"], f"task {task_id!r}: 'expected'")
@@ -231,7 +244,8 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         if kind is not None and not isinstance(kind, str):
             raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
         try:
-            checks = build_checks(obj)
+            episode_only = "expected" not in obj and "checks" not in obj
+            checks = () if episode_only else build_checks(obj)
         except CheckDefinitionError as exc:
             raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     except TaskLoadError as exc:
@@ -245,6 +259,7 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         raw=dict(obj),
         source=source,
         checks=checks,
+        episode=episode,
     )
 
 

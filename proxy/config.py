@@ -108,6 +108,14 @@ class Grading:
     pair_ttl_s: float = 900.0  # how long a pair waits for its second leg
     # Jobs waiting while none was taken off the queue for this long: grading is stuck.
     stuck_after_s: float = 30.0
+    # Agent episodes (docs/episodes.md): the header that ties turns into one episode (its
+    # value is the episode id), the role, and the header that marks the last turn.
+    episode_header: str = "X-Grade-Episode"
+    role_header: str = "X-Grade-Role"
+    episode_end_header: str = "X-Grade-Episode-End"
+    episode_max_turns: int = 200
+    episode_max_calls: int = 1000
+    episode_max_bytes: int = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +305,9 @@ def _validate(config: Config) -> Config:
         (config.grading.pair_max_pending >= 1, "grading.pair_max_pending: must be >= 1"),
         (config.grading.pair_ttl_s > 0, "grading.pair_ttl_s: must be > 0"),
         (config.grading.stuck_after_s > 0, "grading.stuck_after_s: must be > 0"),
+        (config.grading.episode_max_turns >= 1, "grading.episode_max_turns: must be >= 1"),
+        (config.grading.episode_max_calls >= 1, "grading.episode_max_calls: must be >= 1"),
+        (config.grading.episode_max_bytes >= 1024, "grading.episode_max_bytes: must be >= 1024"),
         (config.results.max_answer_chars >= 0, "results.max_answer_chars: must be >= 0"),
         (
             0 <= config.ui.failure_ring_size <= 10000,

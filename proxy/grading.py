@@ -33,6 +33,7 @@ from grader.rows import Live, live_row
 from grader.tasks import Task
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
+from proxy.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn, judge_episode
 from proxy.failures import FailureRing
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
@@ -79,6 +80,8 @@ class GradeJob:
     variant: Literal["primary", "shadow"] = "primary"
     pair_id: str | None = None  # set on both legs of a shadowed request
     api: Api = "chat_completions"  # which wire format ``response`` is in
+    episode: EpisodeTurn | None = None  # a turn of an agent episode (proxy/episodes.py)
+    role: str | None = None  # the role header: policy authority reads it over item.role
 
     @property
     def size(self) -> int:
@@ -95,6 +98,10 @@ class Graded:
     # Rows of a task with judge checks, graded on the event loop: (row index, answer, context,
     # live fields); the row at that index is built once the judge has answered.
     pending: list[tuple[int, str, CheckContext, Live]] = field(default_factory=list)
+    # An episode not graded although this response ended it (incomplete history, a limit hit).
+    episode_skip: str | None = None
+    episode_limit: str | None = None
+    episode: EpisodeOutcome | None = None  # its row is in ``rows``; a judge may settle it
 
 
 def _request_json(body: bytes) -> dict[str, Any] | None:
@@ -136,6 +143,9 @@ OFF_LOOP_CHECKS = frozenset({"json_schema", "text_similarity", "multi", "policy"
 
 
 def runs_off_loop(task: Task) -> bool:
+    """Tasks whose grading cost grows with the input; an episode's grows with its history."""
+    if task.episode is not None:
+        return True
     return task.has_checks and any(check.type in OFF_LOOP_CHECKS for check in task.checks)
 
 
@@ -156,10 +166,18 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         return Graded([], error_kind="capture")
     if not captured.answers:
         return Graded([], skip_reason="empty_response")
-    request = _request_json(job.request_body) if job.task.has_checks else None
     model = captured.model or _request_model(job.request_body)
+    episode = _episode(job, captured, model)
+    if episode_only(job.task):  # its turns make no rows; the episode's last one makes one
+        if episode is not None and episode.row is not None:
+            return Graded([episode.row], episode=episode)
+        reason = episode.skip if episode is not None else "episode_turn"
+        return Graded(
+            [], skip_reason=reason, episode_limit=episode.limit if episode is not None else None
+        )
+    request = _request_json(job.request_body) if job.task.has_checks else None
     context = CheckContext(
-        request_tools=_tools(request) if request is not None else None, model=model
+        request_tools=_tools(request) if request is not None else None, model=model, role=job.role
     )
     judged = needs_judge(job.task)
     rows: list[dict[str, Any]] = []
@@ -188,7 +206,37 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             rows.append({})
         else:
             rows.append(live_row(job.task, grade(job.task, text, context), job.tasks_digest, live))
-    return Graded(rows, pending=pending)
+    if episode is not None and episode.row is not None:
+        rows.append(episode.row)
+    skip = episode.skip if episode is not None and episode.skip != "episode_turn" else None
+    return Graded(
+        rows,
+        pending=pending,
+        episode_skip=skip,
+        episode_limit=episode.limit if episode is not None else None,
+        episode=episode,
+    )
+
+
+def _episode(job: GradeJob, captured: CaptureResult, model: str | None) -> EpisodeOutcome | None:
+    """The episode outcome of a turn (choice 0 is the agent's answer), live fields added."""
+    if job.episode is None:
+        return None
+    live = {
+        "request_id": job.request_id,
+        "time": datetime.fromtimestamp(job.received_at, UTC).isoformat(),
+        "model": model,
+        "upstream": job.upstream,
+        "stream": job.stream,
+        "variant": job.variant,
+        "run": job.run,
+        "meta": job.meta,
+        "timings": job.timings,
+    }
+    answer = captured.answers[min(captured.answers)]
+    return grade_turn(
+        job.task, job.episode, job.request_body, answer, job.api, job.tasks_digest, live
+    )
 
 
 HealthProblem = Literal["workers_gone", "queue_stuck"]
@@ -360,10 +408,14 @@ class GradeQueue:
             self.metrics.grading_errors.labels(graded.error_kind).inc()
             self._report(job, None)
             return
+        if graded.episode_limit is not None:
+            self.metrics.episode_limits.labels(graded.episode_limit).inc()
         if graded.skip_reason is not None:
             self.metrics.skipped.labels(graded.skip_reason).inc()
             self._report(job, None)
             return
+        if graded.episode_skip is not None:  # the turn's rows stand; the episode is skipped
+            self.metrics.skipped.labels(graded.episode_skip).inc()
         for index, text, context, live in graded.pending:
             try:
                 outcome = await grade_async(job.task, text, context, judge=self.judge)
@@ -373,6 +425,8 @@ class GradeQueue:
                 self._report(job, None)
                 return
             graded.rows[index] = live_row(job.task, outcome, job.tasks_digest, live)
+        if graded.episode is not None:
+            await judge_episode(graded.episode, job.task, self.judge)
         await self.record(job, graded.rows)
 
     def _report(self, job: GradeJob, rows: list[dict[str, Any]] | None) -> None:
@@ -381,7 +435,11 @@ class GradeQueue:
             return
         results = None
         if rows is not None:  # an `error` row is ungraded: its pair stays incomplete
-            results = {r["choice"]: r["result"] for r in rows if r["result"] != "error"}
+            results = {
+                r["choice"]: r["result"]
+                for r in rows
+                if r["result"] != "error" and r.get("kind") != "episode"
+            }
         self.pairs.leg(job.pair_id, job.variant, job.task.id, results)
 
     async def record(self, job: GradeJob, rows: list[dict[str, Any]]) -> None:
@@ -401,6 +459,10 @@ class GradeQueue:
         for row in rows:
             if self.failures is not None:  # the live page's inspector (proxy/failures.py)
                 self.failures.add(job.task, row)
+            if row.get("kind") == "episode":  # its columns are episode metrics, not checks
+                row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
+                metrics.episode_done(job.task.id, row)
+                continue
             for column in row["checks"]:
                 passed = column["passed"]
                 result = "error" if passed is None else "pass" if passed else "fail"

@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 from grader.tasks import Task, TaskSet
 from proxy.capture import stream_answered
 from proxy.capture_responses import responses_stream_answered
+from proxy.episodes import turn_of
 from proxy.errors import DrainingError, ProxyError
 from proxy.forward import Relay, relay, request_headers, upstream_url
 from proxy.grading import Api, GradeJob, sampled
@@ -140,6 +141,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             },
             pair_id=pair_id,
             api=api or "chat_completions",
+            episode=turn_of(request.headers, task, grading),
+            role=(request.headers.get(grading.role_header) or "")[:256] or None,
         )
         submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)

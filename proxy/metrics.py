@@ -45,6 +45,11 @@ SKIP_REASONS = (
     "empty_response",
     "unsupported_route",
     "shutdown",
+    # agent episodes (proxy/episodes.py): a turn that is not the last of an episode-only task,
+    # an episode whose history the request does not carry whole, an episode over a limit
+    "episode_turn",
+    "episode_incomplete",
+    "episode_limit",
 )
 GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker")
 CHECK_RESULTS = ("pass", "fail", "error")
@@ -53,6 +58,8 @@ SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out"
 UNPAIRED_REASONS = ("ungraded", "expired", "overflow")
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol")
 CLIENT_TIMEOUT_PHASES = ("header", "body", "idle")
+EPISODE_RESULTS = ("pass", "fail", "error")
+EPISODE_LIMITS = ("turns", "calls", "bytes")
 OTHER_MODEL = "other"
 UNKNOWN_MODEL = "unknown"
 
@@ -272,6 +279,25 @@ class ProxyMetrics:
             ["result"],
             registry=reg,
         )
+        self.episodes = Counter(
+            "gradeproxy_episodes_total",
+            "Graded agent episodes by task and result (pass, fail, error).",
+            ["task", "result"],
+            registry=reg,
+        )
+        self.episode_columns = Counter(
+            "gradeproxy_episode_columns_total",
+            "Episode columns (end_state_ok, authority_ok, ...) by task, column and result; "
+            "evidence_overlap passes at the record's evidence_pass_at.",
+            ["task", "column", "result"],
+            registry=reg,
+        )
+        self.episode_limits = Counter(
+            "gradeproxy_episode_limits_total",
+            "Episodes not graded because they went over a limit (turns, calls, bytes).",
+            ["limit"],
+            registry=reg,
+        )
         # Known label combinations exist at 0 from the start, so rates and alerts see them.
         self._requests_by: dict[tuple[str, int], Any] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -292,6 +318,8 @@ class ProxyMetrics:
             self.shadow_requests.labels(result)
         for reason in UNPAIRED_REASONS:
             self.shadow_unpaired.labels(reason)
+        for limit in EPISODE_LIMITS:
+            self.episode_limits.labels(limit)
         for variant in VARIANTS:
             self.variant_duration.labels(variant)
             self.variant_ttfb.labels(variant)
@@ -319,6 +347,14 @@ class ProxyMetrics:
         if found is None:
             found = self._children[key] = metric.labels(*(printable(v) for v in labels))
         return found
+
+    def episode_done(self, task: str, row: Any) -> None:
+        """Count one episode row: its result, and each configured column's verdict."""
+        self.child(self.episodes, task, row["result"]).inc()
+        for column in row["columns"]:
+            passed = column["passed"]
+            result = "error" if passed is None else "pass" if passed else "fail"
+            self.child(self.episode_columns, task, column["name"], result).inc()
 
     def set_task_set(self, tasks: TaskSet | None) -> None:
         """Point the task-scoped series at a newly loaded task set."""

@@ -483,6 +483,71 @@ def checks() -> Json:
     )
 
 
+def episodes() -> Json:
+    note = (
+        " Agent episodes graded as a whole against their task's grader record"
+        " (docs/episodes.md); empty unless tasks carry an `episode` record."
+    )
+    return row(
+        "Episodes",
+        "One result per ended agent episode, one per configured column." + note,
+        [
+            timeseries(
+                "Episodes per second by result",
+                "Graded episodes per second by task and result (pass, fail, error)." + note,
+                "cps",
+                [
+                    target(
+                        "sum by (task, result) (rate(gradeproxy_episodes_total"
+                        f"{{{TASK}}}[$__rate_interval]))",
+                        "{{task}} {{result}}",
+                    )
+                ],
+                width=THIRD,
+            ),
+            timeseries(
+                "Episode column pass rate",
+                "Share of episodes passing each column (end_state_ok, authority_ok, ...),"
+                " error columns left out of the denominator." + note + RULES_NOTE,
+                "percentunit",
+                [
+                    target(
+                        "sum by (task, column) (gradeproxy:episode_columns:rate5m"
+                        f'{{{TASK}, result="pass"}})'
+                        " / sum by (task, column) (gradeproxy:episode_columns:rate5m"
+                        f'{{{TASK}, result!="error"}})',
+                        "{{task}} {{column}}",
+                    )
+                ],
+                width=THIRD,
+                max_value=1,
+            ),
+            timeseries(
+                "Episodes not graded",
+                "Episodes whose history the request did not carry whole (episode_incomplete)"
+                " or that went over a limit, by limit (turns, calls, bytes)." + note,
+                "cps",
+                [
+                    target(
+                        "sum by (reason) (rate(gradeproxy_grading_skipped_total"
+                        f'{{{BASE}, reason=~"episode_incomplete|episode_limit"}}'
+                        "[$__rate_interval]))",
+                        "{{reason}}",
+                    ),
+                    target(
+                        "sum by (limit) (rate(gradeproxy_episode_limits_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "limit {{limit}}",
+                        "B",
+                    ),
+                ],
+                width=THIRD,
+            ),
+        ],
+        collapsed=True,
+    )
+
+
 def shadow() -> Json:
     both = f'{GRADE}, variant=~"primary|shadow"'
     return row(
@@ -770,7 +835,9 @@ def dashboard() -> Json:
         },
         "templating": templating(),
         "links": [],
-        "panels": layout([traffic(), latency(), quality(), pipeline(), checks(), shadow()]),
+        "panels": layout(
+            [traffic(), latency(), quality(), pipeline(), checks(), episodes(), shadow()]
+        ),
     }
 
 

@@ -205,6 +205,9 @@ class CheckContext:
     request_tools: list[dict[str, Any]] | None = None
     model: str | None = None
     missing_tools: str | None = None
+    # The request's role header (X-Grade-Role): the policy check's authority reads it over
+    # ``item.role``, so one task serves agents of different roles (docs/episodes.md).
+    role: str | None = None
 
     def __post_init__(self) -> None:
         if self.request_tools is not None:

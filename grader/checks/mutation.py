@@ -220,6 +220,14 @@ def _verdict(result: CheckResult | None) -> str:
 
 async def analyse_task(task: Task, judge: Judge | None = None) -> list[Finding]:
     """Findings for every column of every check of ``task`` (see the module docstring)."""
+    episode: list[Finding] = []
+    if task.episode is not None:  # the record's columns, proved by its episode fixtures
+        from grader.episodes.fixtures import findings as episode_findings
+
+        found = episode_findings(task.id, task.episode, task.metadata, task.item)
+        episode = [Finding(task.id, column, level, message) for column, level, message in found]
+        if not task.checks:
+            return episode
     try:
         fixtures = fixtures_of(task)
     except ValueError as exc:
@@ -246,7 +254,7 @@ async def analyse_task(task: Task, judge: Judge | None = None) -> list[Finding]:
         findings += await _analyse_check(
             task.id, check, ref_sample, ref_item, fixtures, item, ctx, judge
         )
-    return findings
+    return episode + findings
 
 
 async def _analyse_check(

@@ -17,27 +17,27 @@ Each configured behaviour is its own pass column, named ``<check name>.<behaviou
 
 * ``authority_ok`` — every call names an allowed action, its arguments meet that action's
   constraints (``enum``, ``const``, ``pattern`` searched as in JSON Schema, ``required``;
-  paths relative to ``arguments``, dotted), and when the action lists ``roles``, ``item.role``
-  is one of them (an item without ``role`` is an infrastructure error);
+  paths relative to ``arguments``, dotted), and when the action lists ``roles``, the role is
+  one of them: the request's ``X-Grade-Role`` (``CheckContext.role``) over ``item.role``; no
+  role at all is an infrastructure error;
 * ``no_forbidden_call`` — no call matches a forbidden entry (a name, or a name plus argument
   values compared canonically);
 * ``links_ok`` — for every call of the ``from`` tool, its argument equals the ``to`` value: the
   same argument of *some* call of the ``to`` tool, or an item field. A link whose ``from`` tool
-  was not called holds vacuously; a ``from`` call without the argument breaks it.
+  was not called is broken (never vacuously true); a ``from`` call without the argument breaks
+  it.
 
 Calls are all the calls in the answer (``tool_calls``, or the one call a text answer carries).
+This check is the one-response case of an episode: authority and links are judged by
+``grader.episodes.rules``, the same code the episode replay uses (docs/episodes.md).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-import re2
-
-from grader.canon import TooDeepError, canon
 from grader.checks._base import (
     BaseCheck,
     CheckContext,
@@ -48,67 +48,23 @@ from grader.checks._base import (
     Spec,
     sample_calls,
 )
-from grader.patterns import PatternError, compile_pattern
+from grader.episodes.rules import (
+    Action,
+    Constraint,
+    Link,
+    authority,
+    call_links,
+    lookup,
+    parse_actions,
+    parse_call_link,
+    same,
+)
+
+__all__ = ["BEHAVIOURS", "Action", "Constraint", "Link", "PolicyCheck"]
 
 BEHAVIOURS = ("authority_ok", "no_forbidden_call", "links_ok")
-_TOOL_REF = re.compile(r"([A-Za-z0-9_\-]{1,64})\.arguments\.([^.\s][^\s]*)")
-_ITEM_REF = re.compile(r"item\.([^.\s][^\s]*)")
-_MISSING = object()
 
 Verdict = tuple[bool | None, str, CheckReasonCode]
-
-
-def _lookup(value: Any, dotted: str) -> Any:
-    for key in dotted.split("."):
-        if not isinstance(value, Mapping) or key not in value:
-            return _MISSING
-        value = value[key]
-    return value
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return canon(a) == canon(b)
-    except (TooDeepError, TypeError):
-        return False
-
-
-@dataclass(frozen=True, slots=True)
-class Constraint:
-    path: str
-    enum: tuple[Any, ...] | None
-    const: Any
-    pattern: re2._Regexp[str] | None
-    required: bool
-
-    def violation(self, arguments: Mapping[str, Any]) -> str | None:
-        value = _lookup(arguments, self.path)
-        if value is _MISSING:
-            return f"{self.path} is required" if self.required else None
-        if self.enum is not None and not any(_same(value, e) for e in self.enum):
-            return f"{self.path} is not one of the allowed values"
-        if self.const is not _MISSING and not _same(value, self.const):
-            return f"{self.path} is not the required value"
-        if self.pattern is not None and (
-            not isinstance(value, str) or self.pattern.search(value) is None
-        ):
-            return f"{self.path} does not match {self.pattern.pattern!r}"
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    roles: tuple[str, ...] | None
-    constraints: tuple[Constraint, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    source_tool: str
-    source_path: str
-    target_tool: str | None  # None: the target is an item field
-    target_path: str
-    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +83,7 @@ class PolicyCheck(BaseCheck):
                 "allowed_actions", "or 'forbidden_calls' or 'required_links' must be given"
             )
         allowed = (
-            _actions(spec, definition["allowed_actions"])
+            parse_actions(spec.error, definition["allowed_actions"])
             if ("allowed_actions" in definition)
             else None
         )
@@ -150,7 +106,9 @@ class PolicyCheck(BaseCheck):
         calls = sample_calls(sample)
         verdicts: list[tuple[str, Verdict]] = []
         if self.allowed is not None:
-            verdicts.append(("authority_ok", self._authority(self.allowed, calls, item)))
+            verdicts.append(
+                ("authority_ok", self._authority(self.allowed, calls, item, context.role))
+            )
         if self.forbidden is not None:
             verdicts.append(("no_forbidden_call", self._no_forbidden(self.forbidden, calls)))
         if self.links is not None:
@@ -177,27 +135,14 @@ class PolicyCheck(BaseCheck):
 
     @staticmethod
     def _authority(
-        allowed: Mapping[str, Action], calls: list[SampleCall], item: Mapping[str, Any]
+        allowed: Mapping[str, Action],
+        calls: list[SampleCall],
+        item: Mapping[str, Any],
+        header_role: str | None,
     ) -> Verdict:
-        for call in calls:
-            action = allowed.get(call.name) if call.name is not None else None
-            if action is None:
-                return False, f"{call.name!r} is not an allowed action", "unauthorised_action"
-            if action.roles is not None:
-                role = item.get("role")
-                if role is None:
-                    return None, "item has no 'role' to check authority", "missing_item_field"
-                if role not in action.roles:
-                    return False, f"role {role!r} may not {call.name}", "role_not_authorised"
-            for constraint in action.constraints:
-                problem = (
-                    "arguments are not a JSON object"
-                    if call.arguments is None
-                    else constraint.violation(call.arguments)
-                )
-                if problem is not None:
-                    return False, f"{call.name}: {problem}", "argument_constraint"
-        return True, f"{len(calls)} call(s) within authority", "policy_ok"
+        """The request's role header wins over ``item.role`` (as for episodes)."""
+        role = header_role or item.get("role")
+        return authority(allowed, calls, role if isinstance(role, str) else None)
 
     @staticmethod
     def _no_forbidden(
@@ -208,7 +153,7 @@ class PolicyCheck(BaseCheck):
                 if call.name != name:
                     continue
                 if all(
-                    call.arguments is not None and _same(_lookup(call.arguments, path), value)
+                    call.arguments is not None and same(lookup(call.arguments, path), value)
                     for path, value in arguments
                 ):
                     return False, f"forbidden call {name!r}", "forbidden_call"
@@ -218,76 +163,7 @@ class PolicyCheck(BaseCheck):
     def _links(
         links: tuple[Link, ...], calls: list[SampleCall], item: Mapping[str, Any]
     ) -> Verdict:
-        for link in links:
-            for call in calls:
-                if call.name != link.source_tool:
-                    continue
-                value = _lookup(call.arguments or {}, link.source_path)
-                if value is _MISSING:
-                    return False, f"{link.text}: the argument is missing", "link_broken"
-                if link.target_tool is None:
-                    target = _lookup(item, link.target_path)
-                    if target is _MISSING or target is None:
-                        reason = f"{link.text}: item has no {link.target_path!r}"
-                        return None, reason, "missing_item_field"
-                    linked = _same(value, target)
-                else:
-                    linked = any(
-                        other.name == link.target_tool
-                        and _same(value, _lookup(other.arguments or {}, link.target_path))
-                        for other in calls
-                    )
-                if not linked:
-                    return False, f"{link.text}: values differ", "link_broken"
-        return True, "all links hold", "policy_ok"
-
-
-def _constraint(spec: Spec, action: str, path: str, raw: Any) -> Constraint:
-    key = f"allowed_actions.{action}.arguments.{path}"
-    if not isinstance(raw, dict) or set(raw) - {"enum", "const", "pattern", "required"}:
-        raise spec.error(key, "must be an object of enum / const / pattern / required")
-    enum = raw.get("enum")
-    if enum is not None and (not isinstance(enum, list) or not enum):
-        raise spec.error(key + ".enum", "must be a non-empty list")
-    pattern = raw.get("pattern")
-    compiled = None
-    if pattern is not None:
-        try:
-            compiled = compile_pattern(pattern) if isinstance(pattern, str) else None
-        except PatternError as exc:
-            raise spec.error(key + ".pattern", str(exc)) from None
-        if compiled is None:
-            raise spec.error(key + ".pattern", "must be a string")
-    required = raw.get("required", False)
-    if not isinstance(required, bool):
-        raise spec.error(key + ".required", "must be true or false")
-    return Constraint(
-        path,
-        tuple(enum) if enum is not None else None,
-        raw.get("const", _MISSING),
-        compiled,
-        required,
-    )
-
-
-def _actions(spec: Spec, raw: Any) -> Mapping[str, Action]:
-    if not isinstance(raw, dict) or not raw:
-        raise spec.error("allowed_actions", "must map action names to their constraints")
-    actions: dict[str, Action] = {}
-    for name, body in raw.items():
-        if not isinstance(body, dict) or set(body) - {"arguments", "roles"}:
-            raise spec.error(f"allowed_actions.{name}", "takes only 'arguments' and 'roles'")
-        roles = body.get("roles")
-        if roles is not None and (
-            not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles)
-        ):
-            raise spec.error(f"allowed_actions.{name}.roles", "must be a list of role names")
-        arguments = body.get("arguments", {})
-        if not isinstance(arguments, dict):
-            raise spec.error(f"allowed_actions.{name}.arguments", "must be an object")
-        constraints = tuple(_constraint(spec, name, p, c) for p, c in arguments.items())
-        actions[name] = Action(tuple(roles) if roles is not None else None, constraints)
-    return actions
+        return call_links(links, calls, item)
 
 
 def _forbidden(spec: Spec, raw: Any) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
@@ -313,22 +189,12 @@ def _links(spec: Spec, raw: Any) -> tuple[Link, ...]:
         raise spec.error("required_links", "must be a non-empty list")
     links = []
     for index, entry in enumerate(raw):
-        source = entry.get("from") if isinstance(entry, dict) else None
-        target = entry.get("to") if isinstance(entry, dict) else None
-        src = _TOOL_REF.fullmatch(source) if isinstance(source, str) else None
-        tool_target = _TOOL_REF.fullmatch(target) if isinstance(target, str) else None
-        item_target = _ITEM_REF.fullmatch(target) if isinstance(target, str) else None
-        if src is None or (tool_target is None and item_target is None):
+        link = parse_call_link(entry)
+        if link is None:
             raise spec.error(
                 f"required_links[{index}]",
                 "must be {from: '<tool>.arguments.<path>', "
                 "to: '<tool>.arguments.<path>' | 'item.<field>'}",
             )
-        text = f"{source} = {target}"
-        if item_target is not None:
-            links.append(Link(src.group(1), src.group(2), None, item_target.group(1), text))
-        elif tool_target is not None:
-            links.append(
-                Link(src.group(1), src.group(2), tool_target.group(1), tool_target.group(2), text)
-            )
+        links.append(link)
     return tuple(links)

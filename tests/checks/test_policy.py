@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from grader.checks import CheckDefinitionError, build_check
+from grader.checks import CheckContext, CheckDefinitionError, build_check
 from tests.checks.util import call, run, wire
 
 PID = "pay_123"
@@ -162,7 +162,12 @@ NOTIFY = call("notify", refund_ref="r-1")
         ),
         pytest.param(wire(NOTIFY), LEAD, (False, "link_broken"), id="link_target_call_absent"),
         pytest.param(wire(call("notify")), LEAD, (False, "link_broken"), id="source_arg_missing"),
-        pytest.param(wire(call("get_payment", payment_id=PID)), LEAD, OK, id="vacuous_no_source"),
+        pytest.param(
+            wire(call("get_payment", payment_id=PID)),
+            LEAD,
+            (False, "link_broken"),
+            id="uncalled_source_breaks_the_link_never_vacuous",
+        ),
         pytest.param(
             wire(REFUND),
             {"role": "support_lead"},
@@ -235,3 +240,21 @@ def test_one_column_per_configured_behaviour() -> None:
 def test_refused_definitions(definition: dict[str, Any], message: str) -> None:
     with pytest.raises(CheckDefinitionError, match=message):
         build_check({"type": "policy", "name": "p", **definition})
+
+
+@pytest.mark.parametrize(
+    ("item_role", "header_role", "verdict"),
+    [
+        pytest.param("support_lead", None, OK, id="item_role_alone"),
+        pytest.param("trainee", "support_lead", OK, id="header_role_wins"),
+        pytest.param("support_lead", "trainee", (False, "role_not_authorised"), id="header_denies"),
+        pytest.param(None, "support_lead", OK, id="header_without_item_role"),
+    ],
+)
+def test_the_role_header_wins_over_item_role(
+    item_role: str | None, header_role: str | None, verdict: tuple[bool | None, str]
+) -> None:
+    item = {"payment_id": PID} | ({"role": item_role} if item_role else {})
+    result = run(POLICY, wire(REFUND), item, CheckContext(role=header_role))
+    parts = {part.name: (part.passed, part.reason_code) for part in result.parts}
+    assert parts["refunds.authority_ok"] == verdict

@@ -224,7 +224,7 @@ def test_judge_examples_are_skipped_without_judge(capsys: pytest.CaptureFixture[
             [],
             1,
             "out",
-            "'target_state' is a grader-record key (seed 001) that gradeproxy does not grade yet",
+            "'target_state' is a grader-record key (seed 001): it is graded inside the task's",
             id="key_not_graded_yet",
         ),
         pytest.param(

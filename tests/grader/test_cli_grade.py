@@ -162,7 +162,7 @@ def test_unparseable_answers_line_names_file_and_line(
         ),
         pytest.param(
             {**TASKS[0], "target_state": {"table": "refunds"}},
-            "'target_state' is a grader-record key (seed 001) that gradeproxy does not grade yet",
+            "'target_state' is a grader-record key (seed 001): it is graded inside the task's",
             id="known_but_not_graded_yet",
         ),
     ],

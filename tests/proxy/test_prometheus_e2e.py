@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestServer
 
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import Reply, ScriptedBackend, free_port, task_line, wire
+from tests.proxy.test_live_episodes import completion
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(240)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +30,12 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "gradeproxy.json"
 RULES = sorted((ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
 PASS_BODY = wire("openai_single_tool.json")
 STALE_BODY = PASS_BODY.replace(b'\\"unit\\":\\"celsius\\"', b'\\"units\\":\\"C\\"')
+EPISODE_TASK = next(
+    line
+    for line in (ROOT / "config" / "tasks" / "episodes.jsonl").read_bytes().splitlines()
+    if b'"id": "episodes.cause"' in line
+)
+EPISODE_BODY = completion({"role": "assistant", "content": "The card had expired."})
 VARIABLES = {
     "$job": "gradeproxy",
     "$instance": ".*",
@@ -162,6 +169,7 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
                     stale={"city": "Zürich", "units": "C"},
                     kind="unit_changed",
                 ),
+                EPISODE_TASK,
             ]
         )
         + b"\n",
@@ -181,6 +189,14 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
                 break
             await asyncio.sleep(0.1)
         for _ in range(6):  # traffic over several scrapes: a counter's first sample has no rate
+            # One agent episode that ends in its first turn (episodes.cause: the cause stated).
+            candidate.replies.append(Reply(body=EPISODE_BODY))
+            backend.replies.append(Reply(body=EPISODE_BODY))
+            await proxy.post(
+                "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "Why did it fail?"}]},
+                headers={"X-Grade-Task": "episodes.cause", "X-Grade-Episode": "e"},
+            )
             candidate.replies.extend([Reply(body=STALE_BODY), *[Reply(body=PASS_BODY)] * 5])
             for task, body in (("healthy.task", PASS_BODY), ("stale.task", STALE_BODY)):
                 for _ in range(3):
@@ -194,6 +210,7 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
         rows = await rows_of(proxy, results_path)
         assert sum(r["result"] == "stale" and r["variant"] == "primary" for r in rows) == 18
         assert sum(r["variant"] == "shadow" for r in rows) == 36
+        assert sum(r.get("kind") == "episode" and r["result"] == "pass" for r in rows) == 6
         assert await empty_among(session, base, recording_rules()) == []
         panels = dashboard_expressions()
         empty = await empty_among(session, base, [expr for _, expr in panels])

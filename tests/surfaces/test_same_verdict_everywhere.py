@@ -48,7 +48,8 @@ pytestmark = pytest.mark.timeout(600)
 
 REPO = Path(__file__).resolve().parents[2]
 TASK_FILES = [
-    *sorted((REPO / "config" / "tasks").glob("*.jsonl")),
+    # Episode tasks grade whole runs (tests/episodes, tests/proxy/test_live_episodes.py).
+    *sorted(p for p in (REPO / "config" / "tasks").glob("*.jsonl") if p.name != "episodes.jsonl"),
     REPO / "config" / "tasks-judge" / "examples.jsonl",
 ]
 PROSE = "I'm sorry, I can't help with that request."
@@ -196,7 +197,11 @@ def task_cases(task: Task) -> list[Case]:
     return [Case(f"{task.id}/{c.id}", c.task_id, c.answer, c.message, c.tools) for c in cases]
 
 
-TASK_SET = load_tasks(TASK_FILES[0].parent)  # for building the table; the surfaces load a copy
+_FOLDER = load_tasks(TASK_FILES[0].parent)  # for building the table; the surfaces load a copy
+TASK_SET = TaskSet(
+    {t.id: t for t in _FOLDER if Path(t.source.split(":")[0]).name != "episodes.jsonl"},
+    _FOLDER.digest,
+)
 JUDGE_SET = load_tasks(TASK_FILES[-1])
 ALL_TASKS = [*TASK_SET, *JUDGE_SET]
 CASES = [case for task in ALL_TASKS for case in task_cases(task)]

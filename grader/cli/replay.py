@@ -1,0 +1,189 @@
+"""``gradeproxy replay``: grade recorded agent episodes against their tasks' grader records.
+
+Each line of ``--episodes`` is one episode: ``task_id``, and its history as an OpenAI chat
+``messages`` array, Responses API ``input`` items (``output`` items of the last response may
+follow in ``output``), or plain ``events`` ``[{"name", "arguments", "result"}]`` with ``final``
+(the answer text). ``episode_id``, ``role``, ``run``, ``model`` and ``meta`` are optional run
+metadata, copied into the row. Rows are the proxy's episode rows (docs/episodes.md), as JSONL,
+or Parquet when ``--out`` ends in ``.parquet`` (needs pyarrow: ``gradeproxy[parquet]``).
+
+Exit 0 when grading ran, 2 on unreadable input, an unknown task or a task without a grader
+record, with nothing written: every line is validated before the first byte of output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from grader._json import dumps
+from grader.checks import Judge
+from grader.cli._io import InputError, jsonl_bytes, read_jsonl, write_atomically
+from grader.episodes.grade import episode_row, judge_cause, needs_judge
+from grader.episodes.log import EpisodeLog, from_chat, from_events, from_responses
+from grader.episodes.report import EpisodeReport
+from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
+
+_HISTORY = ("messages", "input", "events")
+_META = ("run", "model", "meta")
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "replay",
+        help="grade recorded agent episodes against their grader records",
+        description="Replay each episode's tool calls against its task's snapshot and print "
+        "per-column pass rates.",
+    )
+    parser.add_argument("--tasks", required=True, type=Path, help="task file or folder")
+    parser.add_argument("--episodes", required=True, type=Path, help="JSONL, one episode a line")
+    parser.add_argument("--out", type=Path, help="write one episode row per line (JSONL)")
+    parser.add_argument("--report", type=Path, help="write the report (JSON)")
+    parser.add_argument(
+        "--judge", type=Path, help="judge config (YAML/JSON) for a judge-form root_cause"
+    )
+    parser.set_defaults(handler=run)
+
+
+def episode_log(line: dict[str, Any], where: str) -> EpisodeLog:
+    """The line's history as a log; :class:`InputError` unless exactly one shape is given."""
+    given = [key for key in _HISTORY if key in line]
+    if len(given) != 1 or not isinstance(line[given[0]], list):
+        raise InputError(f"{where}: give exactly one of 'messages', 'input', 'events' (a list)")
+    final = line.get("final")
+    if final is not None and not isinstance(final, str):
+        raise InputError(f"{where}: 'final' must be a string")
+    if given[0] == "messages":
+        log = from_chat(line["messages"])
+    elif given[0] == "input":
+        output = line.get("output", [])
+        if not isinstance(output, list):
+            raise InputError(f"{where}: 'output' must be a list of Responses output items")
+        log = from_responses([*line["input"], *output])
+    else:
+        log = from_events(line["events"], final)
+    if log.incomplete:  # never graded as if whole (docs/episodes.md)
+        raise InputError(f"{where}: incomplete history: a tool result whose call is not in it")
+    return log
+
+
+def read_episodes(path: Path, tasks: TaskSet) -> list[tuple[Task, EpisodeLog, dict[str, Any]]]:
+    out: list[tuple[Task, EpisodeLog, dict[str, Any]]] = []
+    for lineno, line in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        if not isinstance(line, dict):
+            raise InputError(f"{where}: expected an object with 'task_id' and a history")
+        task_id = line.get("task_id")
+        task = tasks.get(task_id) if isinstance(task_id, str) else None
+        if task is None:
+            raise InputError(f"{where}: unknown task id {task_id!r}")
+        if task.episode is None:
+            raise InputError(f"{where}: task {task_id!r} has no grader record ('episode')")
+        for key in ("episode_id", "role"):
+            if line.get(key) is not None and not isinstance(line[key], str):
+                raise InputError(f"{where}: {key!r} must be a string")
+        out.append((task, episode_log(line, where), line))
+    return out
+
+
+def grade_line(task: Task, log: EpisodeLog, line: dict[str, Any], digest: str) -> dict[str, Any]:
+    assert task.episode is not None  # read_episodes refused tasks without a record
+    row = episode_row(
+        task.id,
+        task.episode,
+        log,
+        tasks_digest=digest,
+        item=_item(task),
+        role=line.get("role"),
+        episode_id=line.get("episode_id"),
+    )
+    row.update({key: line[key] for key in _META if key in line})
+    return row
+
+
+def _item(task: Task) -> dict[str, Any] | None:
+    item = task.raw.get("item")
+    return item if isinstance(item, dict) else None
+
+
+async def judge_rows(
+    episodes: list[tuple[Task, EpisodeLog, dict[str, Any]]],
+    rows: list[dict[str, Any]],
+    judge: Judge,
+) -> None:
+    """Settle judge-form ``cause_correct`` columns, concurrently within the judge's limit."""
+    await asyncio.gather(
+        *(
+            judge_cause(row, task.episode, log, judge, task.item)
+            for (task, log, _), row in zip(episodes, rows, strict=True)
+            if task.episode is not None
+        )
+    )
+
+
+def parquet_table(rows: list[dict[str, Any]]) -> Any:
+    """The rows as an Arrow table: scalar fields as typed columns (join them to run metadata),
+    nested ones (``columns``, ``replay_problems``, ``meta``) as their JSON text, so rows whose
+    nested shapes differ still share one schema."""
+    import pyarrow as pa  # optional: gradeproxy[parquet]
+
+    flat = [
+        {k: dumps(v).decode() if isinstance(v, dict | list) else v for k, v in row.items()}
+        for row in rows
+    ]
+    # Every field any row has (from_pylist would take the first row's keys alone).
+    keys = list(dict.fromkeys(key for row in flat for key in row))
+    return pa.Table.from_pydict({key: [row.get(key) for row in flat] for key in keys})
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write beside ``path`` and rename, as the JSONL output: never a half-written file."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImportError(
+            "Parquet output needs pyarrow: pip install 'gradeproxy[parquet]'"
+        ) from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        pq.write_table(parquet_table(rows), tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    judge = None
+    try:
+        if args.judge is not None:
+            from grader.cli.validate import load_judge  # a urllib judge, as validate-tasks'
+
+            judge = load_judge(args.judge)
+        tasks = load_tasks(args.tasks)
+        episodes = read_episodes(args.episodes, tasks)
+    except (TaskLoadError, InputError, ValueError) as exc:
+        print(f"gradeproxy replay: error: {exc}", file=sys.stderr)
+        return 2
+    rows = [grade_line(task, log, line, tasks.digest) for task, log, line in episodes]
+    if judge is not None and any(
+        task.episode is not None and needs_judge(task.episode, log) for task, log, _ in episodes
+    ):
+        asyncio.run(judge_rows(episodes, rows, judge))
+    report = EpisodeReport(tasks.digest)
+    report.extend(rows)
+    try:
+        if args.out is not None and args.out.suffix == ".parquet":
+            write_parquet(args.out, rows)
+        elif args.out is not None:
+            write_atomically(args.out, jsonl_bytes(rows))
+        if args.report is not None:
+            write_atomically(args.report, [dumps(report.to_dict()) + b"\n"])
+    except (OSError, ImportError) as exc:
+        print(f"gradeproxy replay: error: cannot write output: {exc}", file=sys.stderr)
+        return 2
+    print(report.render_table())
+    return 0
