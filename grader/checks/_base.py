@@ -37,6 +37,9 @@ CheckReasonCode = Literal[
     "unexpected_call",
     "parallel_count_mismatch",
     "parallel_unmatched",
+    "duplicate_call",
+    "extra_call",
+    "numeric_type_mismatch",
     # json_schema
     "schema_valid",
     "schema_invalid",

@@ -1,0 +1,261 @@
+"""Matching one answer call against one expected call, with per-path rules (BFCL parity).
+
+``tool_call`` compiles each expected call once into an :class:`ExpectedCall` (its arguments,
+``acceptable`` values, ``optional`` paths, string modes and strict numeric types) and parses each
+answer call once into an :class:`AnswerCall`, whose canonical forms are computed on first use
+and cached per string mode. Matching then compares canonical values only: nothing is
+re-serialised or re-extracted per (expected, answer) pair, so grading ``n`` parallel calls costs
+``n²`` cheap comparisons, not ``n²`` parses.
+
+Paths are written as the grader reports them: ``arguments.items[0].qty``.
+
+String modes (per check, or per path and everything below it):
+
+* ``exact`` — grading.md's rules (comma lists trimmed, durations by length), code points kept;
+* ``casefold`` — the same, then Unicode case folding (``"Paris" == "PARIS"``);
+* ``bfcl`` — BFCL's ``standardize_string``: spaces and ``,./-_*^`` removed, lower-cased, ``'``
+  read as ``"``. It over-accepts by design: ``"3x**2+2x1"`` equals ``"3x**2 + 2x - 1"``
+  (the minus sign is dropped), ``"1/2"`` equals ``"12"``, ``"a.b"`` equals ``"ab"``.
+
+Numeric types (opt-in, per path): ``integer`` accepts only a JSON number written without a
+fraction or exponent (``5``; ``5.0`` and ``5e0`` fail with ``numeric_type_mismatch``);
+``number`` accepts any JSON number. Without a type, grading.md's ``4550 == 4550.0`` holds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from grader.canon import Canon, CArray, CObject, TooDeepError, canon, kind_of
+from grader.checks._base import CheckReasonCode
+
+StringMode = Literal["exact", "casefold", "bfcl"]
+STRING_MODES: tuple[StringMode, ...] = ("exact", "casefold", "bfcl")
+NumberType = Literal["integer", "number"]
+NUMBER_TYPES: tuple[NumberType, ...] = ("integer", "number")
+Path = tuple[str | int, ...]
+
+_SEGMENT = re.compile(r"([^.\[\]]+)((?:\[[0-9]+\])*)")
+_INDEX = re.compile(r"\[([0-9]+)\]")
+_BFCL_DROP = re.compile(r"[ ,./\-_*^]")
+
+
+class PathError(ValueError):
+    """A path that is not ``arguments.<key>[<index>]...``."""
+
+
+def parse_path(text: Any) -> Path:
+    """``"arguments.items[0].qty"`` -> ``("items", 0, "qty")``; raise :class:`PathError`."""
+    if not isinstance(text, str) or not text.startswith("arguments."):
+        raise PathError(f"path {text!r} must look like 'arguments.<key>[<index>][.<key>...]'")
+    path: list[str | int] = []
+    for part in text[len("arguments.") :].split("."):
+        match = _SEGMENT.fullmatch(part)
+        if match is None:
+            raise PathError(f"path {text!r} must look like 'arguments.<key>[<index>][.<key>...]'")
+        path.append(match.group(1))
+        path.extend(int(i) for i in _INDEX.findall(match.group(2)))
+    return tuple(path)
+
+
+def path_text(path: Path) -> str:
+    """The reported form of a path: ``arguments.items[0].qty``."""
+    out = "arguments"
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else f".{step}"
+    return out
+
+
+def bfcl_standardize(text: str) -> str:
+    """BFCL's ``standardize_string`` (bfcl-eval 2026.3.23), character for character."""
+    return _BFCL_DROP.sub("", text).lower().replace("'", '"')
+
+
+def _fold_strings(value: Canon, mode: StringMode) -> Canon:
+    if mode == "exact":
+        return value
+    if isinstance(value, str):
+        return value.casefold() if mode == "casefold" else bfcl_standardize(value)
+    if isinstance(value, CObject):
+        return CObject(tuple((k, _fold_strings(v, mode)) for k, v in value.items))
+    if isinstance(value, CArray):
+        return CArray(tuple(_fold_strings(v, mode) for v in value.items))
+    return value
+
+
+def canon_in(value: Any, mode: StringMode) -> Canon:
+    """The canonical value under a string mode; raise ``TooDeepError``/``TypeError``."""
+    return _fold_strings(canon(value), mode)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """Why a call did not match: a check reason code, the path, a human reason."""
+
+    code: CheckReasonCode
+    path: str | None
+    reason: str
+
+
+@dataclass(slots=True)
+class AnswerCall:
+    """One call from the answer, parsed once; canonical forms cached per string mode."""
+
+    name: str | None
+    arguments: dict[str, Any] | None
+    _canon: dict[StringMode, Canon | None] = field(default_factory=dict)
+
+    def canonical(self, mode: StringMode) -> Canon | None:
+        """The arguments' canonical value under ``mode``; None when they cannot be compared."""
+        if mode not in self._canon:
+            try:
+                self._canon[mode] = canon_in(self.arguments, mode)
+            except (TooDeepError, TypeError):
+                self._canon[mode] = None
+        return self._canon[mode]
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """Per-path options of one expected call (plain values; compiled by ExpectedCall)."""
+
+    acceptable: Mapping[Path, tuple[Any, ...]] = field(default_factory=dict)
+    optional: frozenset[Path] = frozenset()
+    strings: StringMode = "exact"
+    string_paths: Mapping[Path, StringMode] = field(default_factory=dict)
+    numbers: Mapping[Path, NumberType] = field(default_factory=dict)
+
+
+class ExpectedCall:
+    """An expected call compiled with its rules; :meth:`mismatch` grades one answer call."""
+
+    __slots__ = ("_accept", "_canon", "_ruled", "arguments", "name", "rules")
+
+    def __init__(self, name: str, arguments: dict[str, Any], rules: Rules) -> None:
+        self.name = name
+        self.arguments = arguments
+        self.rules = rules
+        self._accept: dict[Path, frozenset[Canon]] = {}
+        for path, values in rules.acceptable.items():
+            mode = self.mode_at(path)
+            self._accept[path] = frozenset(canon_in(v, mode) for v in values)
+        ruled: set[Path] = set()
+        for path in (*rules.acceptable, *rules.optional, *rules.string_paths, *rules.numbers):
+            ruled.update(path[:i] for i in range(len(path) + 1))
+        self._ruled = frozenset(ruled)
+        self._canon = canon_in(arguments, rules.strings)
+
+    @property
+    def has_path_rules(self) -> bool:
+        return bool(self._ruled)
+
+    def mode_at(self, path: Path) -> StringMode:
+        """The string mode of the longest ``string_paths`` prefix of ``path``, else the default."""
+        for end in range(len(path), 0, -1):
+            found = self.rules.string_paths.get(path[:end])
+            if found is not None:
+                return found
+        return self.rules.strings
+
+    def mismatch(self, got: AnswerCall) -> Mismatch | None:
+        """None when ``got`` matches; else the first difference (name first)."""
+        if got.name != self.name:
+            return Mismatch(
+                "name_mismatch", "name", f"name: expected {self.name!r}, got {got.name!r}"
+            )
+        if got.arguments is None:
+            return Mismatch("invalid_arguments", "arguments", "arguments are not a JSON object")
+        if not self._ruled:
+            mine = got.canonical(self.rules.strings)
+            if mine is not None and mine == self._canon:
+                return None
+        try:
+            return self._walk(self.arguments, got.arguments, (), self.rules.strings)
+        except (TooDeepError, TypeError):
+            return Mismatch("too_deep", "arguments", "arguments nest deeper than the grader follows")
+
+    def _walk(self, want: Any, got: Any, path: Path, mode: StringMode) -> Mismatch | None:
+        mode = self.rules.string_paths.get(path, mode) if path else mode
+        wanted_type = self.rules.numbers.get(path)
+        if wanted_type is not None:
+            bad = not _is_number(got) or (wanted_type == "integer" and not isinstance(got, int))
+            if bad:
+                where = path_text(path)
+                return Mismatch(
+                    "numeric_type_mismatch",
+                    where,
+                    f"{where}: expected an {wanted_type}, got {got!r}",
+                )
+        accepted = self._accept.get(path)
+        if accepted is not None and canon_in(got, mode) in accepted:
+            return None
+        if path not in self._ruled:
+            return self._plain(want, got, path, mode, accepted is not None)
+        if isinstance(want, dict) and isinstance(got, dict):
+            for key in sorted(set(want) | set(got)):
+                sub = (*path, key)
+                if key not in got:
+                    if sub in self.rules.optional:
+                        continue
+                    return Mismatch("missing", path_text(sub), f"{path_text(sub)} missing")
+                if key not in want:
+                    listed = self._accept.get(sub)
+                    if listed is not None and canon_in(got[key], self.mode_at(sub)) in listed:
+                        continue
+                    return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
+                found = self._walk(want[key], got[key], sub, mode)
+                if found is not None:
+                    return found
+            return None
+        if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+            for index, (w, g) in enumerate(zip(want, got, strict=True)):
+                found = self._walk(w, g, (*path, index), mode)
+                if found is not None:
+                    return found
+            return None
+        return self._plain(want, got, path, mode, accepted is not None)
+
+    @staticmethod
+    def _plain(want: Any, got: Any, path: Path, mode: StringMode, listed: bool) -> Mismatch | None:
+        a, b = canon_in(want, mode), canon_in(got, mode)
+        if a == b:
+            return None
+        where = path_text(path) if path else "arguments"
+        if kind_of(a) != kind_of(b):
+            return Mismatch(
+                "type_mismatch", where, f"{where}: expected {kind_of(a)}, got {kind_of(b)}"
+            )
+        extra = " or an acceptable value" if listed else ""
+        return Mismatch("value_mismatch", where, f"{where}: value differs from expected{extra}")
+
+
+def max_matching(fits: list[list[bool]]) -> list[int | None]:
+    """Maximum one-to-one matching (Kuhn's augmenting paths); partner of each row or None.
+
+    BFCL's checker matches first-fit, which fails a correct answer whose first call fits two
+    expected calls; a maximum matching never does.
+    """
+    owner: dict[int, int] = {}
+
+    def augment(row: int, seen: set[int]) -> bool:
+        for col, ok in enumerate(fits[row]):
+            if ok and col not in seen:
+                seen.add(col)
+                if col not in owner or augment(owner[col], seen):
+                    owner[col] = row
+                    return True
+        return False
+
+    for row in range(len(fits)):
+        augment(row, set())
+    partner: list[int | None] = [None] * len(fits)
+    for col, row in owner.items():
+        partner[row] = col
+    return partner
