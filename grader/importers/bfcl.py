@@ -117,6 +117,26 @@ def _expand(value: Any) -> list[Any]:
 _ABSENT = object()
 
 
+_PYTHON_TYPE = {
+    "string": str,
+    "integer": int,
+    "float": float,
+    "boolean": bool,
+    "array": list,
+    "tuple": list,
+    "dict": dict,
+    "any": str,
+}
+
+
+def _is_variable(declared: Any, first: Any) -> bool:
+    """BFCL's ``is_variable``: a possible value of another type than the declared one (a
+    variable name such as ``"data['sales']"`` for an array). BFCL then compares it exactly,
+    without ``standardize_string``, so the importer marks that path ``exact``."""
+    python = _PYTHON_TYPE.get(declared) if isinstance(declared, str) else None
+    return python is not None and type(first) is not python
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -130,24 +150,35 @@ def call_entry(name: str, possible: Mapping[str, list[Any]], doc: Mapping[str, A
     acceptable: dict[str, list[Any]] = {}
     optional: list[str] = []
     numbers: dict[str, str] = {}
+    strings: dict[str, str] = {}
     for param, values in possible.items():
         path = f"arguments.{param}"
         present = [v for v in values if v != ""]
         if "" in values and param not in required:
             optional.append(path)
+            if param not in properties:
+                continue  # BFCL refuses a parameter its doc lacks: absent is the only pass
         if not present:
             continue
+        declared = properties.get(param, {}).get("type")
+        if _is_variable(declared, present[0]):
+            strings[path] = "exact"
         expanded = [e for v in present for e in _expand(v)]
         arguments[param] = expanded[0]
         if len(expanded) > 1:
             acceptable[path] = expanded
-        declared = properties.get(param, {}).get("type")
         if declared == "integer" and all(_is_int(v) for v in present):
             numbers[path] = "integer"
         elif declared == "float" and all(isinstance(v, int | float) for v in present):
             numbers[path] = "number"
     entry: dict[str, Any] = {"name": tool_name(name), "arguments": arguments}
-    for key, rule in (("acceptable", acceptable), ("optional", optional), ("numbers", numbers)):
+    rules = (
+        ("acceptable", acceptable),
+        ("optional", optional),
+        ("numbers", numbers),
+        ("strings", strings),
+    )
+    for key, rule in rules:
         if rule:
             entry[key] = rule
     return entry
@@ -195,6 +226,7 @@ def convert(question: Mapping[str, Any], answer: Mapping[str, Any] | None) -> di
     (call,) = calls
     check = {"type": "tool_call", "name": "call", "strings": "bfcl", "count": "exactly_one"}
     check.update({k: v for k, v in call.items() if k not in ("name", "arguments")})
+    check["strings"] = {"default": "bfcl", **call.get("strings", {})}
     task = {"id": entry_id, "expected": reference[0], "checks": [check], "metadata": metadata}
     return task
 

@@ -129,10 +129,11 @@ def _reference(item: Item) -> list[tuple[str, dict[str, Any], dict[str, list[Any
     assert item.answer is not None
     for expected in item.answer["ground_truth"]:
         ((name, possible),) = expected.items()
+        props = _doc(item, name)["parameters"]["properties"]
         args = {}
         for param, values in possible.items():
             present = [v for v in values if v != ""]
-            if present:
+            if present and (param in props or "" not in values):
                 args[param] = _first(present[0])
         out.append((tool_name(name), args, possible, name))
     return out
