@@ -179,7 +179,9 @@ class ExpectedCall:
         try:
             return self._walk(self.arguments, got.arguments, (), self.rules.strings)
         except (TooDeepError, TypeError):
-            return Mismatch("too_deep", "arguments", "arguments nest deeper than the grader follows")
+            return Mismatch(
+                "too_deep", "arguments", "arguments nest deeper than the grader follows"
+            )
 
     def _walk(self, want: Any, got: Any, path: Path, mode: StringMode) -> Mismatch | None:
         mode = self.rules.string_paths.get(path, mode) if path else mode

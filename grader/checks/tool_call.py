@@ -37,6 +37,7 @@ from grader.checks._base import (
     BaseCheck,
     CheckContext,
     CheckDefinitionError,
+    CheckReasonCode,
     CheckResult,
     Sample,
     SampleCall,
@@ -176,7 +177,15 @@ class ToolCallCheck(BaseCheck):
         if expected is not None and not parallel and (has_rules or count != "last"):
             matcher = _compile(spec, "acceptable", expected, rules)
         return cls(
-            spec.name, "tool_call", spec.digest(), expected, stale, matcher, parallel, no_call, count
+            spec.name,
+            "tool_call",
+            spec.digest(),
+            expected,
+            stale,
+            matcher,
+            parallel,
+            no_call,
+            count,
         )
 
     @staticmethod
@@ -226,7 +235,8 @@ class ToolCallCheck(BaseCheck):
             if len(calls) > 1:
                 first = AnswerCall(calls[0].name, calls[0].arguments)
                 rest = [AnswerCall(c.name, c.arguments) for c in calls[1:]]
-                code = "duplicate_call" if any(_same(first, c) for c in rest) else "extra_call"
+                dup = any(_same(first, c) for c in rest)
+                code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
                 return self.result(False, f"expected exactly one call, got {len(calls)}", code)
         found = extract(sample.answer).call
         if found is None:
@@ -290,7 +300,7 @@ class ToolCallCheck(BaseCheck):
             used = {p for p in partner if p is not None}
             extra = [i for i in range(len(answers)) if i not in used]
             dup = any(_same(answers[i], answers[j]) for i in extra for j in used)
-            code = "duplicate_call" if dup else "extra_call"
+            code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             what = "a repeated call" if dup else "an extra call"
             return self.result(
                 False, f"expected {want} parallel calls, got {len(answers)}: {what}", code

@@ -141,7 +141,9 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def call_entry(name: str, possible: Mapping[str, list[Any]], doc: Mapping[str, Any]) -> dict[str, Any]:
+def call_entry(
+    name: str, possible: Mapping[str, list[Any]], doc: Mapping[str, Any]
+) -> dict[str, Any]:
     """One expected call with its ``acceptable``/``optional``/``numbers`` rules."""
     parameters = doc.get("parameters", {})
     properties = parameters.get("properties", {})
@@ -193,7 +195,10 @@ def _doc(functions: list[Mapping[str, Any]], name: str) -> Mapping[str, Any]:
 
 def _wire(calls: list[dict[str, Any]]) -> str:
     wire = [
-        {"type": "function", "function": {"name": c["name"], "arguments": dumps(c["arguments"]).decode()}}
+        {
+            "type": "function",
+            "function": {"name": c["name"], "arguments": dumps(c["arguments"]).decode()},
+        }
         for c in calls
     ]
     return dumps({"tool_calls": wire}).decode()
@@ -227,8 +232,7 @@ def convert(question: Mapping[str, Any], answer: Mapping[str, Any] | None) -> di
     check = {"type": "tool_call", "name": "call", "strings": "bfcl", "count": "exactly_one"}
     check.update({k: v for k, v in call.items() if k not in ("name", "arguments")})
     check["strings"] = {"default": "bfcl", **call.get("strings", {})}
-    task = {"id": entry_id, "expected": reference[0], "checks": [check], "metadata": metadata}
-    return task
+    return {"id": entry_id, "expected": reference[0], "checks": [check], "metadata": metadata}
 
 
 def convert_all(

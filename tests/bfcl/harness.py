@@ -62,7 +62,7 @@ class Case:
         return json.dumps({"tool_calls": tool_calls})
 
 
-class BfclMissing(RuntimeError):
+class BfclMissingError(RuntimeError):
     """bfcl-eval is not installed at the pinned version."""
 
 
@@ -71,9 +71,11 @@ def load_bfcl() -> tuple[Callable[..., dict[str, Any]], Any, Callable[[Any], boo
     try:
         version = importlib.metadata.version("bfcl-eval")
     except importlib.metadata.PackageNotFoundError:
-        raise BfclMissing("bfcl-eval is not installed (scripts/install-bfcl.sh)") from None
+        raise BfclMissingError("bfcl-eval is not installed (scripts/install-bfcl.sh)") from None
     if version != BFCL_VERSION:
-        raise BfclMissing(f"bfcl-eval {version} is installed; the harness is pinned to {BFCL_VERSION}")
+        raise BfclMissingError(
+            f"bfcl-eval {version} is installed; the harness is pinned to {BFCL_VERSION}"
+        )
     name = "bfcl_eval.constants.model_config"
     if name not in sys.modules:
         stub = types.ModuleType(name)
@@ -88,7 +90,7 @@ def load_bfcl() -> tuple[Callable[..., dict[str, Any]], Any, Callable[[Any], boo
     checker = importlib.import_module("bfcl_eval.eval_checker.ast_eval.ast_checker")
     enums = importlib.import_module("bfcl_eval.constants.enums")
     package = importlib.import_module("bfcl_eval")
-    data = Path(package.__file__).parent / "data"
+    data = Path(str(package.__file__)).parent / "data"
     return checker.ast_checker, enums.Language, _is_empty_output, data
 
 
@@ -103,7 +105,7 @@ def _is_empty_output(decoded: Any) -> bool:
 
 
 def load_items(data: Path) -> list[Item]:
-    items = []
+    items: list[Item] = []
     for category in CATEGORIES:
         questions = _jsonl(data / f"BFCL_v4_{category}.json")
         answers_path = data / "possible_answer" / f"BFCL_v4_{category}.json"
@@ -182,10 +184,9 @@ def mutations(item: Item) -> Iterator[Case]:
         return [(n, args if i == index else a) for i, (n, a) in enumerate(calls)]
 
     yield Case(item, "canonical", "reference", calls)
-    for index, (name, args, possible, bfcl_name) in enumerate(ref[:2]):
+    for index, (_name, args, possible, bfcl_name) in enumerate(ref[:2]):
         doc = _doc(item, bfcl_name)
         required = set(doc["parameters"].get("required", []))
-        props = doc["parameters"]["properties"]
         for param, values in possible.items():
             present = [v for v in values if v != ""]
             at = f"call {index} {param}"
@@ -198,18 +199,24 @@ def mutations(item: Item) -> Iterator[Case]:
                 kind = "required_omitted" if param in required else "optional_omitted"
                 if "" in values or param in required:
                     yield Case(item, kind, at, with_args(index, dropped))
-                yield Case(item, "wrong_value", at, with_args(index, {**args, param: _wrong(args[param])}))
                 value = args[param]
+
+                def changed(
+                    new: Any, i: int = index, a: dict[str, Any] = args, p: str = param
+                ) -> list[tuple[str, dict[str, Any]]]:
+                    return with_args(i, {**a, p: new})
+
+                yield Case(item, "wrong_value", at, changed(_wrong(value)))
                 if isinstance(value, int) and not isinstance(value, bool):
-                    yield Case(item, "int_float", at, with_args(index, {**args, param: float(value)}))
+                    yield Case(item, "int_float", at, changed(float(value)))
                 elif isinstance(value, float) and value.is_integer():
-                    yield Case(item, "int_float", at, with_args(index, {**args, param: int(value)}))
+                    yield Case(item, "int_float", at, changed(int(value)))
                 if _case_changed(value) != value:
-                    yield Case(item, "case_change", at, with_args(index, {**args, param: _case_changed(value)}))
-            elif param in props and "" in values:
-                pass
-        yield Case(item, "wrong_name", f"call {index}", [(n + "_x" if i == index else n, a) for i, (n, a) in enumerate(calls)])
-        yield Case(item, "extra_param", f"call {index}", with_args(index, {**args, "unexpected_param": 1}))
+                    yield Case(item, "case_change", at, changed(_case_changed(value)))
+        renamed = [(n + "_x" if i == index else n, a) for i, (n, a) in enumerate(calls)]
+        yield Case(item, "wrong_name", f"call {index}", renamed)
+        extra = {**args, "unexpected_param": 1}
+        yield Case(item, "extra_param", f"call {index}", with_args(index, extra))
     yield Case(item, "calls", "duplicated first", [calls[0], *calls])
     yield Case(item, "calls", "first dropped", calls[1:])
     if len(calls) > 1:
@@ -221,7 +228,8 @@ def mutations(item: Item) -> Iterator[Case]:
                 for param in possible:
                     if param not in other_args and param in args:
                         swapped = {**other_args, param: args[param]}
-                        yield Case(item, "extra_param", f"call {j} gets {param}", with_args(j, swapped))
+                        label = f"call {j} gets {param}"
+                        yield Case(item, "extra_param", label, with_args(j, swapped))
                         break
 
 
@@ -287,7 +295,12 @@ def disagreements(conf: Conformance) -> tuple[int, list[dict[str, Any]], dict[st
             tally[0] += 1
         else:
             found.append(
-                {"id": case.item.question["id"], "kind": case.kind, "case": case.label,
-                 "bfcl": theirs, "ours": ours}
+                {
+                    "id": case.item.question["id"],
+                    "kind": case.kind,
+                    "case": case.label,
+                    "bfcl": theirs,
+                    "ours": ours,
+                }
             )
     return total, found, per_kind

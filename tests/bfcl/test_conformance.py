@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.bfcl.harness import BfclMissing, Conformance, disagreements
+from tests.bfcl.harness import BfclMissingError, Conformance, disagreements
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTED = ROOT / "tests" / "bfcl" / "disagreements.json"
@@ -28,7 +28,7 @@ KEY = ("id", "kind", "case", "bfcl", "ours")
 def measured() -> tuple[int, list[dict[str, Any]], dict[str, list[int]]]:
     try:
         conformance = Conformance()
-    except BfclMissing as exc:
+    except BfclMissingError as exc:
         if os.environ.get("CI"):
             pytest.fail(f"CI needs the BFCL checker: {exc}")
         pytest.skip(str(exc))
