@@ -261,3 +261,34 @@ def max_matching(fits: list[list[bool]]) -> list[int | None]:
     for col, row in owner.items():
         partner[row] = col
     return partner
+
+
+def schema_numeric_mismatch(arguments: Any, schema: Any, path: Path = ()) -> Mismatch | None:
+    """The first value the schema types ``integer`` that is not written as one (``5.0``).
+
+    Walks ``properties`` and ``items`` only: the strictness ``numbers: "from_request"`` adds
+    on top of matching. Everything else about the schema is ``json_schema``'s job.
+    """
+    if not isinstance(schema, Mapping):
+        return None
+    declared = schema.get("type")
+    if declared == "integer" or declared == ["integer"]:
+        if isinstance(arguments, float):
+            where = path_text(path) if path else "arguments"
+            return Mismatch(
+                "numeric_type_mismatch", where, f"{where}: expected an integer, got {arguments!r}"
+            )
+        return None
+    properties = schema.get("properties")
+    if isinstance(arguments, dict) and isinstance(properties, Mapping):
+        for key in sorted(arguments):
+            found = schema_numeric_mismatch(arguments[key], properties.get(key), (*path, key))
+            if found is not None:
+                return found
+    items = schema.get("items")
+    if isinstance(arguments, list) and isinstance(items, Mapping):
+        for index, value in enumerate(arguments):
+            found = schema_numeric_mismatch(value, items, (*path, index))
+            if found is not None:
+                return found
+    return None

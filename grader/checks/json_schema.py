@@ -75,7 +75,7 @@ class _ValidatorCache:
 _REQUEST_VALIDATORS = _ValidatorCache()
 
 
-def _request_schema(tools: list[Any], name: str) -> Any | None:
+def request_schema(tools: list[Any], name: str) -> Any | None:
     """The ``parameters`` schema of the named tool in a request's ``tools``; None if absent."""
     for tool in tools:
         if not isinstance(tool, dict):
@@ -125,7 +125,7 @@ class JsonSchemaCheck(BaseCheck):
                 )
             validator = self.validator
             if validator is None:
-                schema = _request_schema(tools or [], call.name)
+                schema = request_schema(tools or [], call.name)
                 if schema is None:
                     return self.result(
                         False, f"{label}: the request declared no such tool", "undeclared_tool"

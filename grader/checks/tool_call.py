@@ -57,7 +57,9 @@ from grader.checks.call_match import (
     StringMode,
     max_matching,
     parse_path,
+    schema_numeric_mismatch,
 )
+from grader.checks.json_schema import FROM_REQUEST, request_schema
 from grader.extract import Call, call_from_value, extract
 from grader.score import score
 from grader.tasks import Task
@@ -113,6 +115,8 @@ def _rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | None = 
                 string_paths[_path(spec, f"{where}strings", text)] = mode
     numbers: dict[Path, NumberType] = dict(base.numbers) if base else {}
     num_raw = raw.get("numbers", {})
+    if num_raw == FROM_REQUEST and not where:
+        num_raw = {}  # the check's numbers_from_request flag; read by build()
     if not isinstance(num_raw, dict):
         raise spec.error(f"{where}numbers", "must map argument paths to 'integer' or 'number'")
     for text, kind in num_raw.items():
@@ -137,6 +141,7 @@ class ToolCallCheck(BaseCheck):
     parallel: tuple[ExpectedCall, ...] = ()
     expect_no_call: bool = False
     count: str = "last"
+    numbers_from_request: bool = False
 
     @classmethod
     def build(
@@ -186,6 +191,7 @@ class ToolCallCheck(BaseCheck):
             parallel,
             no_call,
             count,
+            definition.get("numbers") == FROM_REQUEST,
         )
 
     @staticmethod
@@ -216,19 +222,25 @@ class ToolCallCheck(BaseCheck):
                 name = calls[0].name or "<unnamed>"
                 return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
             return self.result(True, "no call, as expected", "match")
+        if self.numbers_from_request and not context.request_tools:
+            reason = "numbers is 'from_request' but the request declared no tools"
+            return self.result(None, reason, "no_request_tools", error=reason)
+        tools = (context.request_tools or []) if self.numbers_from_request else None
         if self.parallel:
-            return self._run_parallel(sample_calls(sample))
+            return self._run_parallel(sample_calls(sample), tools)
         if self.expected is None:  # build() refuses this; kept total for the type checker
             return self.result(None, "no expected call", "check_error", error="no expected call")
         if self.matcher is not None:
-            return self._run_rules(self.matcher, sample)
+            return self._run_rules(self.matcher, sample, tools)
         return self._from_verdict(self._grade(self.expected, self.stale, sample.answer))
 
     def _grade(self, expected: Call, stale: Call | None, answer: str) -> Verdict:
         """``grader.score.score`` against ``expected``: grading.md's grader, unchanged."""
         return score(Task(id=self.name, expected_call=expected, stale=stale), answer)
 
-    def _run_rules(self, matcher: ExpectedCall, sample: Sample) -> CheckResult:
+    def _run_rules(
+        self, matcher: ExpectedCall, sample: Sample, tools: list[Any] | None
+    ) -> CheckResult:
         """The single-call form with options: the last call (or the only one) against rules."""
         if self.count == "exactly_one":
             calls = sample_calls(sample)
@@ -242,7 +254,7 @@ class ToolCallCheck(BaseCheck):
         if found is None:
             return self._from_verdict(self._grade(matcher_call(matcher), None, sample.answer))
         got = AnswerCall(found.name, found.arguments)
-        miss = matcher.mismatch(got)
+        miss = matcher.mismatch(got) or _typed(got, tools)
         if miss is None:
             return self._rules_result(None)
         if self.stale is not None and found.canonical == self.stale.canonical:
@@ -277,7 +289,7 @@ class ToolCallCheck(BaseCheck):
             details={"path": verdict.path, "staleSchemaUsed": verdict.stale_schema_used},
         )
 
-    def _run_parallel(self, calls: list[SampleCall]) -> CheckResult:
+    def _run_parallel(self, calls: list[SampleCall], tools: list[Any] | None) -> CheckResult:
         want = len(self.parallel)
         if len(calls) < want:
             return self.result(
@@ -286,7 +298,11 @@ class ToolCallCheck(BaseCheck):
                 "parallel_count_mismatch",
             )
         answers = [AnswerCall(c.name, c.arguments) for c in calls]
-        fits = [[exp.mismatch(a) is None for a in answers] for exp in self.parallel]
+        typed = [_typed(a, tools) is None for a in answers]
+        fits = [
+            [ok and exp.mismatch(a) is None for a, ok in zip(answers, typed, strict=True)]
+            for exp in self.parallel
+        ]
         partner = max_matching(fits)
         for index, got in enumerate(partner):
             if got is None:
@@ -306,6 +322,15 @@ class ToolCallCheck(BaseCheck):
                 False, f"expected {want} parallel calls, got {len(answers)}: {what}", code
             )
         return self.result(True, f"all {want} parallel calls matched", "match")
+
+
+def _typed(call: AnswerCall, tools: list[Any] | None) -> Mismatch | None:
+    """With ``numbers: "from_request"``: an ``integer`` of the request's tool schema written
+    as ``5.0`` (a tool the request lacks adds nothing: matching decides that call)."""
+    if tools is None or call.name is None:
+        return None
+    schema = request_schema(tools, call.name)
+    return None if schema is None else schema_numeric_mismatch(call.arguments, schema)
 
 
 def _same(a: AnswerCall, b: AnswerCall) -> bool:
