@@ -104,13 +104,32 @@ class Mismatch:
     reason: str
 
 
+_UNCOMPARABLE = object()
+
+
 @dataclass(slots=True)
 class AnswerCall:
-    """One call from the answer, parsed once; canonical forms cached per string mode."""
+    """One call from the answer, parsed once; canonical forms cached per string mode (the whole
+    arguments, and each top-level argument), so matching it against many expected calls
+    canonicalises each value once."""
 
     name: str | None
     arguments: dict[str, Any] | None
     _canon: dict[StringMode, Canon | None] = field(default_factory=dict)
+    _leaf: dict[tuple[str, StringMode], Any] = field(default_factory=dict)
+
+    def leaf(self, key: str, mode: StringMode) -> Any:
+        """The canonical value of top-level argument ``key`` under ``mode`` (cached);
+        :data:`_UNCOMPARABLE` when it cannot be compared."""
+        found = self._leaf.get((key, mode))
+        if found is None:
+            assert self.arguments is not None
+            try:
+                found = canon_in(self.arguments[key], mode)
+            except (TooDeepError, TypeError):
+                found = _UNCOMPARABLE
+            self._leaf[(key, mode)] = found
+        return found
 
     def canonical(self, mode: StringMode) -> Canon | None:
         """The arguments' canonical value under ``mode``; None when they cannot be compared."""
@@ -133,10 +152,28 @@ class Rules:
     numbers: Mapping[Path, NumberType] = field(default_factory=dict)
 
 
-class ExpectedCall:
-    """An expected call compiled with its rules; :meth:`mismatch` grades one answer call."""
+@dataclass(frozen=True, slots=True)
+class _Key:
+    """One top-level argument's compiled rules (the fast path of :meth:`ExpectedCall.matches`)."""
 
-    __slots__ = ("_accept", "_canon", "_ruled", "arguments", "name", "rules")
+    key: str
+    in_expected: bool
+    optional: bool
+    number: NumberType | None
+    mode: StringMode
+    accept: frozenset[Canon] | None
+    want: Canon
+
+
+class ExpectedCall:
+    """An expected call compiled with its rules.
+
+    :meth:`matches` is the fast yes/no used for every (expected, answer) pair; :meth:`mismatch`
+    walks the values to name the first difference, for the one verdict that reports it. The two
+    agree by construction (tests/bfcl checks it on the whole conformance corpus).
+    """
+
+    __slots__ = ("_accept", "_canon", "_keys", "_known", "_ruled", "arguments", "name", "rules")
 
     def __init__(self, name: str, arguments: dict[str, Any], rules: Rules) -> None:
         self.name = name
@@ -151,6 +188,64 @@ class ExpectedCall:
             ruled.update(path[:i] for i in range(len(path) + 1))
         self._ruled = frozenset(ruled)
         self._canon = canon_in(arguments, rules.strings)
+        self._keys = self._compile_keys()
+        self._known = frozenset(entry.key for entry in self._keys or ())
+
+    def _compile_keys(self) -> tuple[_Key, ...] | None:
+        """The per-key table, or None when a rule reaches below a top-level argument."""
+        if any(len(path) > 1 for path in self._ruled):
+            return None
+        keys = set(self.arguments) | {p[0] for p in self.rules.acceptable if isinstance(p[0], str)}
+        table = []
+        for key in sorted(keys):
+            path: Path = (key,)
+            mode = self.rules.string_paths.get(path, self.rules.strings)
+            in_expected = key in self.arguments
+            want = canon_in(self.arguments[key], mode) if in_expected else None
+            table.append(
+                _Key(
+                    key,
+                    in_expected,
+                    path in self.rules.optional,
+                    self.rules.numbers.get(path),
+                    mode,
+                    self._accept.get(path),
+                    want,
+                )
+            )
+        return tuple(table)
+
+    def matches(self, got: AnswerCall) -> bool:
+        """Whether ``got`` matches: the same verdict as ``mismatch(got) is None``, faster."""
+        if got.name != self.name or got.arguments is None:
+            return False
+        if not self._ruled:
+            mine = got.canonical(self.rules.strings)
+            return mine is not None and mine == self._canon
+        if self._keys is None:
+            return self.mismatch(got) is None
+        args = got.arguments
+        if not self._known.issuperset(args):
+            return False
+        for entry in self._keys:
+            if entry.key not in args:
+                if entry.in_expected and not entry.optional:
+                    return False
+                continue
+            if entry.number is not None:
+                value = args[entry.key]
+                if not _is_number(value) or (
+                    entry.number == "integer" and isinstance(value, float)
+                ):
+                    return False
+            mine = got.leaf(entry.key, entry.mode)
+            if mine is _UNCOMPARABLE:
+                return False
+            if entry.accept is not None and mine in entry.accept:
+                continue
+            if not entry.in_expected or mine != entry.want:
+                return False
+        return True
 
     @property
     def has_path_rules(self) -> bool:

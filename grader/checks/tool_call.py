@@ -241,29 +241,35 @@ class ToolCallCheck(BaseCheck):
     def _run_rules(
         self, matcher: ExpectedCall, sample: Sample, tools: list[Any] | None
     ) -> CheckResult:
-        """The single-call form with options: the last call (or the only one) against rules."""
-        if self.count == "exactly_one":
-            calls = sample_calls(sample)
-            if len(calls) > 1:
-                first = AnswerCall(calls[0].name, calls[0].arguments)
-                rest = [AnswerCall(c.name, c.arguments) for c in calls[1:]]
-                dup = any(_same(first, c) for c in rest)
-                code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
-                return self.result(False, f"expected exactly one call, got {len(calls)}", code)
-        found = extract(sample.answer).call
-        if found is None:
+        """The single-call form with options: the last usable call (or the only call).
+
+        Calls are read once (``sample_calls``): a ``tool_calls`` answer is not re-serialised
+        and re-extracted, and pre-parsed ``output_tools`` arguments are not parsed at all.
+        """
+        calls = sample_calls(sample)
+        if self.count == "exactly_one" and len(calls) > 1:
+            first = AnswerCall(calls[0].name, calls[0].arguments)
+            rest = [AnswerCall(c.name, c.arguments) for c in calls[1:]]
+            dup = any(_same(first, c) for c in rest)
+            code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
+            return self.result(False, f"expected exactly one call, got {len(calls)}", code)
+        usable = [c for c in calls if c.name is not None and c.arguments is not None]
+        if not usable:
             return self._from_verdict(self._grade(matcher_call(matcher), None, sample.answer))
-        got = AnswerCall(found.name, found.arguments)
-        miss = matcher.mismatch(got) or _typed(got, tools)
+        got = AnswerCall(usable[-1].name, usable[-1].arguments)
+        miss = None if matcher.matches(got) else matcher.mismatch(got)
+        miss = miss or _typed(got, tools)
         if miss is None:
             return self._rules_result(None)
-        if self.stale is not None and found.canonical == self.stale.canonical:
-            return self.result(
-                False,
-                "staleSchemaUsed: the call matches the pre-migration schema",
-                "stale_schema",
-                details={"path": None, "staleSchemaUsed": True},
-            )
+        if self.stale is not None:
+            found = call_from_value({"name": got.name, "arguments": got.arguments})
+            if found is not None and found.canonical == self.stale.canonical:
+                return self.result(
+                    False,
+                    "staleSchemaUsed: the call matches the pre-migration schema",
+                    "stale_schema",
+                    details={"path": None, "staleSchemaUsed": True},
+                )
         return self._rules_result(miss)
 
     def _rules_result(self, miss: Mismatch | None) -> CheckResult:
@@ -300,7 +306,7 @@ class ToolCallCheck(BaseCheck):
         answers = [AnswerCall(c.name, c.arguments) for c in calls]
         typed = [_typed(a, tools) is None for a in answers]
         fits = [
-            [ok and exp.mismatch(a) is None for a, ok in zip(answers, typed, strict=True)]
+            [ok and exp.matches(a) for a, ok in zip(answers, typed, strict=True)]
             for exp in self.parallel
         ]
         partner = max_matching(fits)
