@@ -29,8 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from grader.canon import Canon, CArray, CObject, TooDeepError, canon, kind_of
-from grader.checks._base import CheckReasonCode
+from grader._json import MAX_DEPTH, JSONError, loads_exact, value_depth
+from grader.canon import Canon, CArray, CObject, TooDeepError, canon, kind_of, normalise_string
+from grader.checks._base import CheckReasonCode, Sample
+from grader.extract import extract
 
 StringMode = Literal["exact", "casefold", "bfcl"]
 STRING_MODES: tuple[StringMode, ...] = ("exact", "casefold", "bfcl")
@@ -88,6 +90,13 @@ def _fold_strings(value: Canon, mode: StringMode) -> Canon:
 
 def canon_in(value: Any, mode: StringMode) -> Canon:
     """The canonical value under a string mode; raise ``TooDeepError``/``TypeError``."""
+    if type(value) is str:  # the common leaf, without the generic walk
+        plain = normalise_string(value)
+        if mode == "exact" or not isinstance(plain, str):
+            return plain
+        return plain.casefold() if mode == "casefold" else bfcl_standardize(plain)
+    if type(value) is int:
+        return value
     return _fold_strings(canon(value), mode)
 
 
@@ -139,6 +148,43 @@ class AnswerCall:
             except (TooDeepError, TypeError):
                 self._canon[mode] = None
         return self._canon[mode]
+
+
+def _arguments(function: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """A ``tool_calls`` function's name and arguments under grading.md's usability rules
+    (``null``/``""``/absent mean ``{}``, a string must hold a JSON object), without the
+    canonicalisation ``extract.usable_call`` adds: matching canonicalises what it compares."""
+    if not isinstance(function, dict):
+        return None, None
+    name = function.get("name")
+    if not isinstance(name, str):
+        return None, None
+    arguments = function.get("arguments")
+    if arguments is None or arguments == "":
+        return name, {}
+    if isinstance(arguments, str):
+        try:
+            arguments = loads_exact(arguments)
+        except JSONError:  # JSONTooDeepError included
+            return name, None
+    return (name, arguments) if isinstance(arguments, dict) else (name, None)
+
+
+def usable_depth(call: AnswerCall) -> bool:
+    """Whether the call's arguments nest shallowly enough to be usable (``extract``'s bound);
+    a deeper one never matches anyway (its values cannot be canonicalised), so only the
+    single-call form's "last usable call" rule needs to ask."""
+    return call.arguments is not None and value_depth(call.arguments) <= MAX_DEPTH - 2
+
+
+def answer_calls(sample: Sample) -> list[AnswerCall]:
+    """Every call of the answer, parsed once: each ``output_tools`` element (``arguments`` None
+    when unusable), else the one call extracted from the text. The same calls, in the same
+    order, as ``grader.checks._base.sample_calls``."""
+    if sample.output_tools:
+        return [AnswerCall(*_arguments(tool.get("function"))) for tool in sample.output_tools]
+    found = extract(sample.answer).call
+    return [] if found is None else [AnswerCall(found.name, found.arguments)]
 
 
 @dataclass(frozen=True, slots=True)

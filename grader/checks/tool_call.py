@@ -40,7 +40,6 @@ from grader.checks._base import (
     CheckReasonCode,
     CheckResult,
     Sample,
-    SampleCall,
     Spec,
     sample_calls,
 )
@@ -55,9 +54,11 @@ from grader.checks.call_match import (
     PathError,
     Rules,
     StringMode,
+    answer_calls,
     max_matching,
     parse_path,
     schema_numeric_mismatch,
+    usable_depth,
 )
 from grader.checks.json_schema import FROM_REQUEST, request_schema
 from grader.extract import Call, call_from_value, extract
@@ -227,7 +228,7 @@ class ToolCallCheck(BaseCheck):
             return self.result(None, reason, "no_request_tools", error=reason)
         tools = (context.request_tools or []) if self.numbers_from_request else None
         if self.parallel:
-            return self._run_parallel(sample_calls(sample), tools)
+            return self._run_parallel(answer_calls(sample), tools)
         if self.expected is None:  # build() refuses this; kept total for the type checker
             return self.result(None, "no expected call", "check_error", error="no expected call")
         if self.matcher is not None:
@@ -243,20 +244,17 @@ class ToolCallCheck(BaseCheck):
     ) -> CheckResult:
         """The single-call form with options: the last usable call (or the only call).
 
-        Calls are read once (``sample_calls``): a ``tool_calls`` answer is not re-serialised
+        Calls are read once (``answer_calls``): a ``tool_calls`` answer is not re-serialised
         and re-extracted, and pre-parsed ``output_tools`` arguments are not parsed at all.
         """
-        calls = sample_calls(sample)
+        calls = answer_calls(sample)
         if self.count == "exactly_one" and len(calls) > 1:
-            first = AnswerCall(calls[0].name, calls[0].arguments)
-            rest = [AnswerCall(c.name, c.arguments) for c in calls[1:]]
-            dup = any(_same(first, c) for c in rest)
+            dup = any(_same(calls[0], c) for c in calls[1:])
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             return self.result(False, f"expected exactly one call, got {len(calls)}", code)
-        usable = [c for c in calls if c.name is not None and c.arguments is not None]
-        if not usable:
+        got = next((c for c in reversed(calls) if c.name is not None and usable_depth(c)), None)
+        if got is None:
             return self._from_verdict(self._grade(matcher_call(matcher), None, sample.answer))
-        got = AnswerCall(usable[-1].name, usable[-1].arguments)
         miss = None if matcher.matches(got) else matcher.mismatch(got)
         miss = miss or _typed(got, tools)
         if miss is None:
@@ -295,15 +293,14 @@ class ToolCallCheck(BaseCheck):
             details={"path": verdict.path, "staleSchemaUsed": verdict.stale_schema_used},
         )
 
-    def _run_parallel(self, calls: list[SampleCall], tools: list[Any] | None) -> CheckResult:
+    def _run_parallel(self, answers: list[AnswerCall], tools: list[Any] | None) -> CheckResult:
         want = len(self.parallel)
-        if len(calls) < want:
+        if len(answers) < want:
             return self.result(
                 False,
-                f"expected {want} parallel calls, got {len(calls)}",
+                f"expected {want} parallel calls, got {len(answers)}",
                 "parallel_count_mismatch",
             )
-        answers = [AnswerCall(c.name, c.arguments) for c in calls]
         typed = [_typed(a, tools) is None for a in answers]
         fits = [
             [ok and exp.matches(a) for a, ok in zip(answers, typed, strict=True)]
