@@ -25,7 +25,7 @@ fraction or exponent (``5``; ``5.0`` and ``5e0`` fail with ``numeric_type_mismat
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -379,28 +379,47 @@ class ExpectedCall:
         return Mismatch("value_mismatch", where, f"{where}: value differs from expected{extra}")
 
 
-def max_matching(fits: list[list[bool]]) -> list[int | None]:
-    """Maximum one-to-one matching (Kuhn's augmenting paths); partner of each row or None.
+def max_matching(
+    rows: int, cols: int, fit: Callable[[int, int], bool], perfect: bool = False
+) -> list[int | None]:
+    """Maximum one-to-one matching; the partner column of each row, or None.
 
-    BFCL's checker matches first-fit, which fails a correct answer whose first call fits two
-    expected calls; a maximum matching never does.
+    A first-fit pass over free columns comes first (what BFCL's checker does, and all a correct
+    answer in any order usually needs), then Kuhn's augmenting paths for the rows it left
+    unmatched: BFCL's first-fit alone fails a correct answer whose first call fits two
+    expected calls; a maximum matching never does. ``fit`` is asked at most once per pair.
+
+    With ``perfect``, stop at the first row no augmenting path reaches (Kuhn: such a row stays
+    unmatched in every maximum matching grown from this one), leaving later rows None.
     """
+    memo: dict[tuple[int, int], bool] = {}
+
+    def fits(row: int, col: int) -> bool:
+        found = memo.get((row, col))
+        if found is None:
+            found = memo[(row, col)] = fit(row, col)
+        return found
+
     owner: dict[int, int] = {}
+    partner: list[int | None] = [None] * rows
+    for row in range(rows):
+        for col in range(cols):
+            if col not in owner and fits(row, col):
+                owner[col], partner[row] = row, col
+                break
 
     def augment(row: int, seen: set[int]) -> bool:
-        for col, ok in enumerate(fits[row]):
-            if ok and col not in seen:
+        for col in range(cols):
+            if col not in seen and fits(row, col):
                 seen.add(col)
                 if col not in owner or augment(owner[col], seen):
-                    owner[col] = row
+                    owner[col], partner[row] = row, col
                     return True
         return False
 
-    for row in range(len(fits)):
-        augment(row, set())
-    partner: list[int | None] = [None] * len(fits)
-    for col, row in owner.items():
-        partner[row] = col
+    for row in range(rows):
+        if partner[row] is None and not augment(row, set()) and perfect:
+            break
     return partner
 
 

@@ -302,11 +302,12 @@ class ToolCallCheck(BaseCheck):
                 "parallel_count_mismatch",
             )
         typed = [_typed(a, tools) is None for a in answers]
-        fits = [
-            [ok and exp.matches(a) for a, ok in zip(answers, typed, strict=True)]
-            for exp in self.parallel
-        ]
-        partner = max_matching(fits)
+        expected = self.parallel
+
+        def fit(row: int, col: int) -> bool:
+            return typed[col] and expected[row].matches(answers[col])
+
+        partner = max_matching(want, len(answers), fit, perfect=True)
         for index, got in enumerate(partner):
             if got is None:
                 exp = self.parallel[index]
