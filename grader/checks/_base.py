@@ -43,6 +43,7 @@ CheckReasonCode = Literal[
     # json_schema
     "schema_valid",
     "schema_invalid",
+    "not_json",
     "invalid_arguments",
     "undeclared_tool",
     "no_request_tools",
