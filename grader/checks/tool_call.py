@@ -54,9 +54,11 @@ from grader.checks.call_match import (
     PathError,
     Rules,
     StringMode,
+    parse_path,
+)
+from grader.checks.call_sets import (
     answer_calls,
     max_matching,
-    parse_path,
     schema_numeric_mismatch,
     usable_depth,
 )

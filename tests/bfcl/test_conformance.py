@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from grader.checks import Sample
+from grader.checks.call_sets import answer_calls
 from tests.bfcl.harness import BfclMissingError, Conformance, disagreements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,3 +71,23 @@ def test_every_listed_disagreement_says_who_is_right_and_is_in_the_docs() -> Non
         assert entry["right"] in ("ours", "bfcl"), entry
         assert len(entry["why"]) > 40, entry
         assert f"| {entry['id']} | {entry['kind']} | {entry['case']} |" in doc, entry
+
+
+def test_fast_and_explained_matching_agree_on_the_corpus() -> None:
+    """ExpectedCall.matches (the yes/no used per pair) and mismatch (the walk that names the
+    first difference) must give the same verdict for every (expected, answer call) pair."""
+    try:
+        conformance = Conformance()
+    except BfclMissingError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the BFCL checker: {exc}")
+        pytest.skip(str(exc))
+    pairs = 0
+    for case in conformance.cases():
+        (check,) = conformance.task(case.item).checks
+        expected = check.parallel or ((check.matcher,) if check.matcher is not None else ())
+        for answer in answer_calls(Sample.from_answer(case.wire)):
+            for exp in expected:
+                pairs += 1
+                assert exp.matches(answer) == (exp.mismatch(answer) is None), (case, exp.name)
+    assert pairs > 20_000
