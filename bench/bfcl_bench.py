@@ -16,6 +16,7 @@ Reported for parallel items (parallel, parallel_multiple) and the whole corpus. 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from collections.abc import Callable
@@ -74,15 +75,19 @@ def _ours(decode: bool) -> Callable[[dict[str, Any]], object]:
 def _rates(
     fns: tuple[Callable[[dict[str, Any]], object], ...], rows: list[dict[str, Any]], repeat: int
 ) -> list[float]:
-    """Answers/s of each function, best of ``repeat`` runs, the runs interleaved so that load
-    from other processes on a shared machine falls on both sides alike."""
+    """Answers/s of each function, best of ``repeat`` runs of this process's CPU time, the runs
+    interleaved and the collector paused, so that load from other processes on a shared
+    machine and collections triggered by the other side fall on neither."""
     best = [float("inf")] * len(fns)
     for _ in range(repeat):
         for index, fn in enumerate(fns):
-            start = time.perf_counter()
+            gc.collect()
+            gc.disable()
+            start = time.process_time()
             for row in rows:
                 fn(row)
-            best[index] = min(best[index], time.perf_counter() - start)
+            best[index] = min(best[index], time.process_time() - start)
+            gc.enable()
     return [len(rows) / b for b in best]
 
 

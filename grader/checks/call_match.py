@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from grader.canon import Canon, CArray, CObject, TooDeepError, canon, kind_of, normalise_string
 from grader.checks._base import CheckReasonCode
+from grader.compare import first_difference
 
 StringMode = Literal["exact", "casefold", "bfcl"]
 STRING_MODES: tuple[StringMode, ...] = ("exact", "casefold", "bfcl")
@@ -274,14 +275,40 @@ class ExpectedCall:
             return Mismatch("invalid_arguments", "arguments", "arguments are not a JSON object")
         if not self._ruled:
             mine = got.canonical(self.rules.strings)
-            if mine is not None and mine == self._canon:
-                return None
+            if mine is None:
+                return Mismatch(
+                    "too_deep", "arguments", "arguments nest deeper than the grader follows"
+                )
+            return _differ(self._canon, mine, (), False)
         try:
+            if self._keys is not None:
+                return self._keyed_mismatch(got, got.arguments)
             return self._walk(self.arguments, got.arguments, (), self.rules.strings)
         except (TooDeepError, TypeError):
             return Mismatch(
                 "too_deep", "arguments", "arguments nest deeper than the grader follows"
             )
+
+    def _keyed_mismatch(self, got: AnswerCall, args: dict[str, Any]) -> Mismatch | None:
+        """:meth:`mismatch` through the per-key table (rules on top-level arguments only),
+        reusing the answer's cached canonical values."""
+        table = {entry.key: entry for entry in self._keys or ()}
+        for key in sorted(self._known | set(args)):
+            entry, sub = table.get(key), (key,)
+            if entry is None:
+                return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
+            if key not in args:
+                if entry.in_expected and not entry.optional:
+                    return Mismatch("missing", path_text(sub), f"{path_text(sub)} missing")
+                continue
+            if not entry.in_expected:
+                if entry.accept is not None and got.leaf(key, entry.mode) in entry.accept:
+                    continue
+                return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
+            found = self._walk(self.arguments[key], args[key], sub, entry.mode)
+            if found is not None:
+                return found
+        return None
 
     def _walk(self, want: Any, got: Any, path: Path, mode: StringMode) -> Mismatch | None:
         mode = self.rules.string_paths.get(path, mode) if path else mode
@@ -326,13 +353,19 @@ class ExpectedCall:
 
     @staticmethod
     def _plain(want: Any, got: Any, path: Path, mode: StringMode, listed: bool) -> Mismatch | None:
-        a, b = canon_in(want, mode), canon_in(got, mode)
-        if a == b:
-            return None
-        where = path_text(path) if path else "arguments"
-        if kind_of(a) != kind_of(b):
-            return Mismatch(
-                "type_mismatch", where, f"{where}: expected {kind_of(a)}, got {kind_of(b)}"
-            )
-        extra = " or an acceptable value" if listed else ""
-        return Mismatch("value_mismatch", where, f"{where}: value differs from expected{extra}")
+        return _differ(canon_in(want, mode), canon_in(got, mode), path, listed)
+
+
+def _differ(a: Canon, b: Canon, path: Path, listed: bool) -> Mismatch | None:
+    """The first difference of two canonical values below ``path`` (grading.md's order)."""
+    if a == b:
+        return None
+    where = path_text(path) if path else "arguments"
+    if isinstance(a, CObject | CArray) and isinstance(b, CObject | CArray):
+        diff = first_difference(a, b, where)
+        if diff is not None:
+            return Mismatch(diff.code, diff.path, diff.reason)
+    if kind_of(a) != kind_of(b):
+        return Mismatch("type_mismatch", where, f"{where}: expected {kind_of(a)}, got {kind_of(b)}")
+    extra = " or an acceptable value" if listed else ""
+    return Mismatch("value_mismatch", where, f"{where}: value differs from expected{extra}")

@@ -41,7 +41,6 @@ from grader.checks._base import (
     CheckResult,
     Sample,
     Spec,
-    sample_calls,
 )
 from grader.checks.call_match import (
     NUMBER_TYPES,
@@ -220,7 +219,7 @@ class ToolCallCheck(BaseCheck):
 
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
         if self.expect_no_call:
-            calls = sample_calls(sample)
+            calls = answer_calls(sample)
             if calls:
                 name = calls[0].name or "<unnamed>"
                 return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
