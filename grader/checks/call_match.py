@@ -125,6 +125,7 @@ class AnswerCall:
     arguments: dict[str, Any] | None
     _canon: dict[StringMode, Canon | None] = field(default_factory=dict)
     _leaf: dict[tuple[str, StringMode], Any] = field(default_factory=dict)
+    shallow: bool | None = None  # nesting within extract's bound; None: not yet known
 
     def leaf(self, key: str, mode: StringMode) -> Any:
         """The canonical value of top-level argument ``key`` under ``mode`` (cached);
@@ -181,7 +182,17 @@ class ExpectedCall:
     agree by construction (tests/bfcl checks it on the whole conformance corpus).
     """
 
-    __slots__ = ("_accept", "_canon", "_keys", "_known", "_ruled", "arguments", "name", "rules")
+    __slots__ = (
+        "_accept",
+        "_canon",
+        "_keys",
+        "_known",
+        "_ruled",
+        "_table",
+        "arguments",
+        "name",
+        "rules",
+    )
 
     def __init__(self, name: str, arguments: dict[str, Any], rules: Rules) -> None:
         self.name = name
@@ -198,6 +209,7 @@ class ExpectedCall:
         self._canon = canon_in(arguments, rules.strings)
         self._keys = self._compile_keys()
         self._known = frozenset(entry.key for entry in self._keys or ())
+        self._table = {entry.key: entry for entry in self._keys or ()}
 
     def _compile_keys(self) -> tuple[_Key, ...] | None:
         """The per-key table, or None when a rule reaches below a top-level argument."""
@@ -292,7 +304,7 @@ class ExpectedCall:
     def _keyed_mismatch(self, got: AnswerCall, args: dict[str, Any]) -> Mismatch | None:
         """:meth:`mismatch` through the per-key table (rules on top-level arguments only),
         reusing the answer's cached canonical values."""
-        table = {entry.key: entry for entry in self._keys or ()}
+        table = self._table
         for key in sorted(self._known | set(args)):
             entry, sub = table.get(key), (key,)
             if entry is None:
@@ -301,11 +313,25 @@ class ExpectedCall:
                 if entry.in_expected and not entry.optional:
                     return Mismatch("missing", path_text(sub), f"{path_text(sub)} missing")
                 continue
+            value = args[key]
+            if entry.number is not None and (
+                not is_number(value) or (entry.number == "integer" and isinstance(value, float))
+            ):
+                where = path_text(sub)
+                return Mismatch(
+                    "numeric_type_mismatch",
+                    where,
+                    f"{where}: expected an {entry.number}, got {value!r}",
+                )
+            mine = got.leaf(key, entry.mode)
+            if mine is _UNCOMPARABLE:
+                where = path_text(sub)
+                return Mismatch("too_deep", where, f"{where} nests deeper than the grader follows")
+            if entry.accept is not None and mine in entry.accept:
+                continue
             if not entry.in_expected:
-                if entry.accept is not None and got.leaf(key, entry.mode) in entry.accept:
-                    continue
                 return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
-            found = self._walk(self.arguments[key], args[key], sub, entry.mode)
+            found = _differ(entry.want, mine, sub, entry.accept is not None)
             if found is not None:
                 return found
         return None

@@ -16,6 +16,20 @@ from grader.checks._base import Sample
 from grader.checks.call_match import AnswerCall, Mismatch, Path, path_text
 from grader.extract import extract
 
+_DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
+
+
+def _parsed(function: Any) -> AnswerCall:
+    """An ``output_tools`` function as an :class:`AnswerCall`; ``shallow`` is settled from the
+    JSON text when it holds too few brackets to nest past the bound (``str.count`` is cheap;
+    walking the parsed value is not)."""
+    name, arguments = _arguments(function)
+    call = AnswerCall(name, arguments)
+    raw = function.get("arguments") if isinstance(function, dict) else None
+    if isinstance(raw, str) and raw.count("{") + raw.count("[") <= _DEPTH_OK:
+        call.shallow = True
+    return call
+
 
 def _arguments(function: Any) -> tuple[str | None, dict[str, Any] | None]:
     """A ``tool_calls`` function's name and arguments under grading.md's usability rules
@@ -41,7 +55,11 @@ def usable_depth(call: AnswerCall) -> bool:
     """Whether the call's arguments nest shallowly enough to be usable (``extract``'s bound);
     a deeper one never matches anyway (its values cannot be canonicalised), so only the
     single-call form's "last usable call" rule needs to ask."""
-    return call.arguments is not None and value_depth(call.arguments) <= MAX_DEPTH - 2
+    if call.arguments is None:
+        return False
+    if call.shallow is None:
+        call.shallow = value_depth(call.arguments) <= _DEPTH_OK
+    return call.shallow
 
 
 def answer_calls(sample: Sample) -> list[AnswerCall]:
@@ -49,7 +67,7 @@ def answer_calls(sample: Sample) -> list[AnswerCall]:
     when unusable), else the one call extracted from the text. The same calls, in the same
     order, as ``grader.checks._base.sample_calls``."""
     if sample.output_tools:
-        return [AnswerCall(*_arguments(tool.get("function"))) for tool in sample.output_tools]
+        return [_parsed(tool.get("function")) for tool in sample.output_tools]
     found = extract(sample.answer).call
     return [] if found is None else [AnswerCall(found.name, found.arguments)]
 

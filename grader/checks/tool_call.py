@@ -256,8 +256,7 @@ class ToolCallCheck(BaseCheck):
         got = next((c for c in reversed(calls) if c.name is not None and usable_depth(c)), None)
         if got is None:
             return self._from_verdict(self._grade(matcher_call(matcher), None, sample.answer))
-        miss = None if matcher.matches(got) else matcher.mismatch(got)
-        miss = miss or _typed(got, tools)
+        miss = matcher.mismatch(got) or _typed(got, tools)
         if miss is None:
             return self._rules_result(None)
         if self.stale is not None:
