@@ -265,10 +265,6 @@ class ExpectedCall:
                 return False
         return True
 
-    @property
-    def has_path_rules(self) -> bool:
-        return bool(self._ruled)
-
     def mode_at(self, path: Path) -> StringMode:
         """The string mode of the longest ``string_paths`` prefix of ``path``, else the default."""
         for end in range(len(path), 0, -1):
@@ -305,7 +301,8 @@ class ExpectedCall:
         """:meth:`mismatch` through the per-key table (rules on top-level arguments only),
         reusing the answer's cached canonical values."""
         table = self._table
-        for key in sorted(self._known | set(args)):
+        known = self._known.issuperset(args)
+        for key in table if known else sorted(self._known | set(args)):
             entry, sub = table.get(key), (key,)
             if entry is None:
                 return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
