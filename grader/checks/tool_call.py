@@ -71,6 +71,7 @@ MAX_PARALLEL = 64
 DEFAULT_DEFINITION: Mapping[str, Any] = {"name": "tool_call", "type": "tool_call"}
 COUNTS = ("last", "exactly_one")
 _RULE_KEYS = ("acceptable", "optional", "strings", "numbers")
+_ENTRY_KEYS = frozenset({"name", "arguments", "function", "type", "id", *_RULE_KEYS})
 
 
 def call_of(value: Any) -> Call | None:
@@ -205,6 +206,12 @@ class ToolCallCheck(BaseCheck):
         calls = []
         for index, value in enumerate(raw):
             own: Mapping[str, Any] = {}
+            unknown = sorted(set(value) - _ENTRY_KEYS) if isinstance(value, dict) else []
+            if unknown:
+                known = ", ".join(sorted(_ENTRY_KEYS))
+                raise spec.error(
+                    f"parallel[{index}]", f"has unknown field {unknown[0]!r} ({known})"
+                )
             if isinstance(value, dict) and any(key in value for key in _RULE_KEYS):
                 own = value
                 value = {k: v for k, v in value.items() if k not in _RULE_KEYS}
@@ -219,9 +226,8 @@ class ToolCallCheck(BaseCheck):
 
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
         if self.expect_no_call:
-            calls = answer_calls(sample)
-            if calls:
-                name = calls[0].name or "<unnamed>"
+            name = _first_call_name(sample)
+            if name is not None:
                 return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
             return self.result(True, "no call, as expected", "match")
         if self.numbers_from_request and not context.request_tools:
@@ -326,6 +332,18 @@ class ToolCallCheck(BaseCheck):
                 False, f"expected {want} parallel calls, got {len(answers)}: {what}", code
             )
         return self.result(True, f"all {want} parallel calls matched", "match")
+
+
+def _first_call_name(sample: Sample) -> str | None:
+    """The name of the answer's first call (``"<unnamed>"`` if it has none), or None when it
+    carries no call: any ``tool_calls`` element is a call, usable or not, so no arguments are
+    parsed to decide."""
+    if sample.output_tools:
+        function = sample.output_tools[0].get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        return name if isinstance(name, str) and name else "<unnamed>"
+    found = extract(sample.answer).call
+    return None if found is None else found.name or "<unnamed>"
 
 
 def _typed(call: AnswerCall, tools: list[Any] | None) -> Mismatch | None:

@@ -299,6 +299,11 @@ def test_numbers_from_request(
             "parallel\\[0\\].optional",
             id="per_call_rule_named",
         ),
+        pytest.param(
+            check(parallel=[{**PLAY_A, "optionals": ["arguments.minutes"]}]),
+            "unknown field 'optionals'",
+            id="per_call_typo_refused",
+        ),
     ],
 )
 def test_invalid_definitions(definition: dict[str, Any], message: str) -> None:
