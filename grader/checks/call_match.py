@@ -35,12 +35,14 @@ from grader.compare import first_difference
 
 StringMode = Literal["exact", "casefold", "bfcl"]
 STRING_MODES: tuple[StringMode, ...] = ("exact", "casefold", "bfcl")
-NumberType = Literal["integer", "number"]
-NUMBER_TYPES: tuple[NumberType, ...] = ("integer", "number")
+NumberType = Literal["integer", "number", "float"]
+NUMBER_TYPES: tuple[NumberType, ...] = ("integer", "number", "float")
 Path = tuple[str | int, ...]
+_ARTICLE = {"integer": "an", "number": "a", "float": "a"}
+EVERY = -1  # the index step of ``[*]``: every element of an array (numbers only)
 
-_SEGMENT = re.compile(r"([^.\[\]]+)((?:\[[0-9]+\])*)")
-_INDEX = re.compile(r"\[([0-9]+)\]")
+_SEGMENT = re.compile(r"([^.\[\]]+)((?:\[(?:[0-9]+|\*)\])*)")
+_INDEX = re.compile(r"\[([0-9]+|\*)\]")
 _BFCL_DROP = re.compile(r"[ ,./\-_*^]")
 
 
@@ -58,7 +60,7 @@ def parse_path(text: Any) -> Path:
         if match is None:
             raise PathError(f"path {text!r} must look like 'arguments.<key>[<index>][.<key>...]'")
         path.append(match.group(1))
-        path.extend(int(i) for i in _INDEX.findall(match.group(2)))
+        path.extend(EVERY if i == "*" else int(i) for i in _INDEX.findall(match.group(2)))
     return tuple(path)
 
 
@@ -66,7 +68,10 @@ def path_text(path: Path) -> str:
     """The reported form of a path: ``arguments.items[0].qty``."""
     out = "arguments"
     for step in path:
-        out += f"[{step}]" if isinstance(step, int) else f".{step}"
+        if isinstance(step, int):
+            out += "[*]" if step == EVERY else f"[{step}]"
+        else:
+            out += f".{step}"
     return out
 
 
@@ -101,6 +106,16 @@ def canon_in(value: Any, mode: StringMode) -> Canon:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def number_fails(kind: NumberType, value: Any) -> bool:
+    """Whether ``value`` breaks a strict numeric type: ``integer`` is a number written without
+    fraction or exponent, ``float`` one written with them (``5.0``), ``number`` either."""
+    if not is_number(value):
+        return True
+    if kind == "integer":
+        return isinstance(value, float)
+    return kind == "float" and not isinstance(value, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +200,7 @@ class ExpectedCall:
     __slots__ = (
         "_accept",
         "_canon",
+        "_every",
         "_keys",
         "_known",
         "_ruled",
@@ -206,6 +222,7 @@ class ExpectedCall:
         for path in (*rules.acceptable, *rules.optional, *rules.string_paths, *rules.numbers):
             ruled.update(path[:i] for i in range(len(path) + 1))
         self._ruled = frozenset(ruled)
+        self._every = any(EVERY in path for path in rules.numbers)
         self._canon = canon_in(arguments, rules.strings)
         self._keys = self._compile_keys()
         self._known = frozenset(entry.key for entry in self._keys or ())
@@ -252,10 +269,8 @@ class ExpectedCall:
                 if entry.in_expected and not entry.optional:
                     return False
                 continue
-            if entry.number is not None:
-                value = args[entry.key]
-                if not is_number(value) or (entry.number == "integer" and isinstance(value, float)):
-                    return False
+            if entry.number is not None and number_fails(entry.number, args[entry.key]):
+                return False
             mine = got.leaf(entry.key, entry.mode)
             if mine is _UNCOMPARABLE:
                 return False
@@ -311,14 +326,12 @@ class ExpectedCall:
                     return Mismatch("missing", path_text(sub), f"{path_text(sub)} missing")
                 continue
             value = args[key]
-            if entry.number is not None and (
-                not is_number(value) or (entry.number == "integer" and isinstance(value, float))
-            ):
+            if entry.number is not None and number_fails(entry.number, value):
                 where = path_text(sub)
                 return Mismatch(
                     "numeric_type_mismatch",
                     where,
-                    f"{where}: expected an {entry.number}, got {value!r}",
+                    f"{where}: expected {_ARTICLE[entry.number]} {entry.number}, got {value!r}",
                 )
             mine = got.leaf(key, entry.mode)
             if mine is _UNCOMPARABLE:
@@ -336,15 +349,26 @@ class ExpectedCall:
     def _walk(self, want: Any, got: Any, path: Path, mode: StringMode) -> Mismatch | None:
         mode = self.rules.string_paths.get(path, mode) if path else mode
         wanted_type = self.rules.numbers.get(path)
-        if wanted_type is not None:
-            bad = not is_number(got) or (wanted_type == "integer" and not isinstance(got, int))
-            if bad:
-                where = path_text(path)
-                return Mismatch(
-                    "numeric_type_mismatch",
-                    where,
-                    f"{where}: expected an {wanted_type}, got {got!r}",
-                )
+        if wanted_type is None and self._every and path and isinstance(path[-1], int):
+            wanted_type = self.rules.numbers.get((*path[:-1], EVERY))
+        if wanted_type is not None and number_fails(wanted_type, got):
+            where = path_text(path)
+            return Mismatch(
+                "numeric_type_mismatch",
+                where,
+                f"{where}: expected {_ARTICLE[wanted_type]} {wanted_type}, got {got!r}",
+            )
+        element = self.rules.numbers.get((*path, EVERY)) if self._every else None
+        if element is not None and isinstance(got, list):
+            for index, value in enumerate(got):
+                if number_fails(element, value):
+                    where = path_text((*path, index))
+                    article = _ARTICLE[element]
+                    return Mismatch(
+                        "numeric_type_mismatch",
+                        where,
+                        f"{where}: expected {article} {element}, got {value!r}",
+                    )
         accepted = self._accept.get(path)
         if accepted is not None and canon_in(got, mode) in accepted:
             return None

@@ -43,6 +43,7 @@ from grader.checks._base import (
     Spec,
 )
 from grader.checks.call_match import (
+    EVERY,
     NUMBER_TYPES,
     STRING_MODES,
     AnswerCall,
@@ -81,9 +82,13 @@ def call_of(value: Any) -> Call | None:
 
 def _path(spec: Spec, key: str, text: Any) -> Path:
     try:
-        return parse_path(text)
+        path = parse_path(text)
     except PathError as exc:
         raise spec.error(key, str(exc)) from None
+    every = [i for i, step in enumerate(path) if step == EVERY]
+    if every and (not key.endswith("numbers") or every != [len(path) - 1]):
+        raise spec.error(key, f"path {text!r}: '[*]' is allowed only at the end of a numbers path")
+    return path
 
 
 def _rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | None = None) -> Rules:

@@ -11,7 +11,9 @@ exactly as BFCL's AST checker (bfcl-eval 2026.3.23) reads it:
   values, ``""`` meaning absent) and listed whole under ``acceptable``;
 * strings compare in ``bfcl`` mode (BFCL's ``standardize_string``); an ``integer`` parameter
   whose possible values are integers is strict (``5.0`` fails, as in BFCL), a ``float`` one
-  accepts any number (BFCL converts ``5`` to ``5.0``);
+  accepts any number (BFCL converts ``5`` to ``5.0``); inside an array of ``integer`` or
+  ``float`` items each element is strict both ways (``numbers: {"arguments.xs[*]": ...}``), as
+  BFCL's nested type check does not convert;
 * simple and multiple entries grade one call with ``count: exactly_one``; parallel entries use
   ``parallel`` (exact count, any order); irrelevance entries ``expect_no_call``.
 
@@ -172,7 +174,17 @@ def call_entry(
         if declared == "integer" and all(_is_int(v) for v in present):
             numbers[path] = "integer"
         elif declared == "float" and all(isinstance(v, int | float) for v in present):
-            numbers[path] = "number"
+            numbers[path] = "number"  # BFCL converts a top-level int to float
+        elif declared in ("array", "tuple"):
+            item = properties.get(param, {}).get("items", {}).get("type")
+            lists = [v for v in present if isinstance(v, list)]
+            if lists and len(lists) == len(present):
+                elements = [e for v in lists for e in v]
+                # BFCL's nested type check: no int-to-float conversion inside arrays.
+                if item == "integer" and all(_is_int(e) for e in elements):
+                    numbers[f"{path}[*]"] = "integer"
+                elif item == "float" and all(isinstance(e, float) for e in elements):
+                    numbers[f"{path}[*]"] = "float"
     entry: dict[str, Any] = {"name": tool_name(name), "arguments": arguments}
     rules = (
         ("acceptable", acceptable),

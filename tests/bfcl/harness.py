@@ -161,6 +161,15 @@ def _wrong(value: Any) -> Any:
     return {**value, WRONG: 1} if isinstance(value, dict) else WRONG
 
 
+def _numbers(value: Any) -> bool:
+    """A non-empty array of numbers (booleans excluded)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    )
+
+
 def _case_changed(value: Any) -> Any:
     if isinstance(value, str):
         return value.swapcase()
@@ -211,6 +220,10 @@ def mutations(item: Item) -> Iterator[Case]:
                     yield Case(item, "int_float", at, changed(float(value)))
                 elif isinstance(value, float) and value.is_integer():
                     yield Case(item, "int_float", at, changed(int(value)))
+                elif _numbers(value):
+                    flipped = [float(v) if isinstance(v, int) else int(v) for v in value]
+                    if all(isinstance(v, int) or v.is_integer() for v in value):
+                        yield Case(item, "int_float", f"{at} elements", changed(flipped))
                 if _case_changed(value) != value:
                     yield Case(item, "case_change", at, changed(_case_changed(value)))
         renamed = [(n + "_x" if i == index else n, a) for i, (n, a) in enumerate(calls)]

@@ -218,6 +218,38 @@ def check(**options: Any) -> dict[str, Any]:
             id="index_path_strict_number",
         ),
         pytest.param(
+            check(expected=call("f", xs=[1, 2]), numbers={"arguments.xs[*]": "integer"}),
+            wire(call("f", xs=[1, 2.0])),
+            False,
+            "numeric_type_mismatch",
+            id="every_element_integer",
+        ),
+        pytest.param(
+            check(expected=call("f", xs=[1.5, 2.0]), numbers={"arguments.xs[*]": "float"}),
+            wire(call("f", xs=[1.5, 2])),
+            False,
+            "numeric_type_mismatch",
+            id="every_element_float_rejects_an_int",
+        ),
+        pytest.param(
+            check(
+                expected=call("f", xs=[1.5, 2.0]),
+                numbers={"arguments.xs[*]": "float"},
+                acceptable={"arguments.xs": [[1.5, 2.0], [3.0]]},
+            ),
+            wire(call("f", xs=[1.5, 2])),
+            False,
+            "numeric_type_mismatch",
+            id="element_types_checked_before_acceptable",
+        ),
+        pytest.param(
+            check(expected=call("f", xs=[1.5, 2.0]), numbers={"arguments.xs[*]": "float"}),
+            wire(call("f", xs=[1.5, 2.0])),
+            True,
+            "match",
+            id="every_element_float_accepts_floats",
+        ),
+        pytest.param(
             check(
                 expected=call("order", items=[{"sku": "a", "qty": 1}]),
                 optional=["arguments.items[0].qty"],
@@ -298,6 +330,16 @@ def test_numbers_from_request(
             check(parallel=[{**PLAY_A, "optional": "arguments.a"}]),
             "parallel\\[0\\].optional",
             id="per_call_rule_named",
+        ),
+        pytest.param(
+            check(expected=PLAY_A, optional=["arguments.xs[*]"]),
+            "numbers path",
+            id="every_in_optional",
+        ),
+        pytest.param(
+            check(expected=PLAY_A, numbers={"arguments.xs[*].n": "integer"}),
+            "numbers path",
+            id="every_not_last",
         ),
         pytest.param(
             check(parallel=[{**PLAY_A, "optionals": ["arguments.minutes"]}]),
