@@ -187,6 +187,14 @@ class _Key:
     mode: StringMode
     accept: frozenset[Canon] | None
     want: Canon
+    element: NumberType | None = None  # numbers "arguments.<key>[*]"
+
+
+def _element_fails(kind: NumberType | None, value: Any) -> int | None:
+    """The index of the first element of array ``value`` that breaks ``kind``, if any."""
+    if kind is None or not isinstance(value, list):
+        return None
+    return next((i for i, v in enumerate(value) if number_fails(kind, v)), None)
 
 
 class ExpectedCall:
@@ -230,7 +238,8 @@ class ExpectedCall:
 
     def _compile_keys(self) -> tuple[_Key, ...] | None:
         """The per-key table, or None when a rule reaches below a top-level argument."""
-        if any(len(path) > 1 for path in self._ruled):
+        every = {path for path in self.rules.numbers if len(path) == 2 and path[1] == EVERY}
+        if any(len(path) > 1 and path not in every for path in self._ruled):
             return None
         keys = set(self.arguments) | {p[0] for p in self.rules.acceptable if isinstance(p[0], str)}
         table = []
@@ -248,6 +257,7 @@ class ExpectedCall:
                     mode,
                     self._accept.get(path),
                     want,
+                    self.rules.numbers.get((key, EVERY)),
                 )
             )
         return tuple(table)
@@ -270,6 +280,11 @@ class ExpectedCall:
                     return False
                 continue
             if entry.number is not None and number_fails(entry.number, args[entry.key]):
+                return False
+            if (
+                entry.element is not None
+                and _element_fails(entry.element, args[entry.key]) is not None
+            ):
                 return False
             mine = got.leaf(entry.key, entry.mode)
             if mine is _UNCOMPARABLE:
@@ -332,6 +347,15 @@ class ExpectedCall:
                     "numeric_type_mismatch",
                     where,
                     f"{where}: expected {_ARTICLE[entry.number]} {entry.number}, got {value!r}",
+                )
+            bad = _element_fails(entry.element, value)
+            if bad is not None:
+                where = path_text((*sub, bad))
+                kind = entry.element
+                return Mismatch(
+                    "numeric_type_mismatch",
+                    where,
+                    f"{where}: expected {_ARTICLE[kind or 'number']} {kind}, got {value[bad]!r}",
                 )
             mine = got.leaf(key, entry.mode)
             if mine is _UNCOMPARABLE:
