@@ -1,7 +1,7 @@
 """BFCL's AST checker vs our tool_call check, timed from the same input.
 
 Input: every answer of the conformance corpus (tests/bfcl/harness.py: BFCL_v4 python and
-irrelevance items, ten mutation kinds, about 18,000 answers), as the tool-call JSON a client
+irrelevance items, ten mutation kinds, about 18,400 answers), as the tool-call JSON a client
 receives. Two figures per checker, answers per second, best of ``--repeat`` runs:
 
 * end to end — BFCL: its OpenAI FC decode step (``json.loads`` of the answer and of each
