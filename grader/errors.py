@@ -18,7 +18,9 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── TooDeepError(ValueError)           grader.canon      a value past MAX_DEPTH
     ├── PatternError(ValueError)           grader.patterns   a pattern RE2 cannot bound
     ├── RecordError(ValueError)            grader.episodes   a grader record (seed 001) is unusable
+    ├── BfclImportError(ValueError)        grader.importers  a BFCL file the importer cannot read
     ├── CheckDefinitionError(ValueError)   grader.checks     a check definition is unusable
+    ├── PathError(ValueError)              grader.checks     a tool_call option path is malformed
     ├── TemplateError(LookupError)         grader.checks     a template did not resolve
     ├── FormulaError(ValueError)           grader.checks     a multi formula is not safe arithmetic
     ├── UnresolvableRefError(ValueError)   grader.checks     a $ref leaving the schema

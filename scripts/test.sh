@@ -16,6 +16,8 @@ fi
 
 # Prometheus (promtool + server) and the manifest validators.
 scripts/install-ci-tools.sh
+# BFCL's own checker for the conformance test (tests/bfcl): pinned, --no-deps.
+PYTHON="$VENV/bin/python" scripts/install-bfcl.sh
 # The real backend for the `realbackend` tests: llama.cpp's server with a tiny model. The first
 # run compiles llama.cpp (4-8 minutes on 2 cores); later runs reuse the cached build (seconds).
 # Locally, GRADEPROXY_SKIP_REAL_BACKEND=1 skips both the install and those tests.

@@ -9,6 +9,8 @@ Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
     string_check.py  OpenAI string_check (eq, ne, like, ilike)
     similarity.py    OpenAI text_similarity (fuzzy_match, bleu, rouge_l)
     tool_call.py     grading.md's tool-call grader, plus acceptable/optional/parallel/no-call
+    call_match.py    one expected call vs one answer call: paths, string modes, strict numbers
+    call_sets.py     answer calls parsed once, paired one to one (maximum matching)
     json_schema.py   arguments against a schema, or the request's own tool schema
     policy.py        seed 001's action record: authority, forbidden calls, links
     multi.py         OpenAI multi: sub-checks and a safe arithmetic formula

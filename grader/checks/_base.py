@@ -38,9 +38,13 @@ CheckReasonCode = Literal[
     "unexpected_call",
     "parallel_count_mismatch",
     "parallel_unmatched",
+    "duplicate_call",
+    "extra_call",
+    "numeric_type_mismatch",
     # json_schema
     "schema_valid",
     "schema_invalid",
+    "not_json",
     "invalid_arguments",
     "undeclared_tool",
     "no_request_tools",

@@ -13,6 +13,13 @@ An answer without a call fails (``no_call``); arguments that are not a JSON obje
 (``invalid_arguments``). ``format`` keywords are annotations, not assertions (the JSON Schema
 2020-12 default), so a verdict never depends on which optional format libraries are installed.
 
+``"target": "answer"`` validates the answer's *text* instead (seed 002's schema compliance of
+a structured reply such as ``{"action", "arguments"}``): the whole completion (``output_text``)
+is parsed as JSON, as the seed's ``json.loads(completion)`` does, so a fenced or prose-wrapped
+JSON fails (``not_json``); with ``"extract": true`` the last top-level ``{...}`` in the text that
+parses is validated instead. ``from_request`` does not apply there (request tools describe
+calls, not replies).
+
 Validators come from ``grader.checks._schema``: a ``$ref`` resolves only inside the schema
 (nothing is fetched: ``schema_ref_unresolvable``) and patterns run on RE2 in linear time (a
 pattern it refuses is ``pattern_refused``); both are ``error`` columns for a request's schema,
@@ -30,9 +37,11 @@ from typing import Any
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
+from grader._json import JSONError, loads_exact
 from grader.canon import TooDeepError, canonical_json
 from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec, sample_calls
 from grader.checks._schema import PatternError, UnresolvableRefError, safe_validator, schema_errors
+from grader.extract import top_level_object_spans
 
 FROM_REQUEST = "from_request"
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object"}
@@ -75,7 +84,7 @@ class _ValidatorCache:
 _REQUEST_VALIDATORS = _ValidatorCache()
 
 
-def _request_schema(tools: list[Any], name: str) -> Any | None:
+def request_schema(tools: list[Any], name: str) -> Any | None:
     """The ``parameters`` schema of the named tool in a request's ``tools``; None if absent."""
     for tool in tools:
         if not isinstance(tool, dict):
@@ -88,16 +97,48 @@ def _request_schema(tools: list[Any], name: str) -> Any | None:
     return None
 
 
+TARGETS = ("calls", "answer")
+
+
+def answer_json(text: str, extract: bool) -> tuple[bool, Any]:
+    """(parsed, value): the whole text as JSON, or with ``extract`` the last top-level object
+    in it that parses."""
+    try:
+        return True, loads_exact(text)
+    except JSONError:
+        if not extract:
+            return False, None
+    spans, _too_deep = top_level_object_spans(text)
+    for start, end in reversed(spans):
+        try:
+            return True, loads_exact(text[start:end])
+        except JSONError:
+            continue
+    return False, None
+
+
 @dataclass(frozen=True, slots=True)
 class JsonSchemaCheck(BaseCheck):
     schema: Any  # the literal schema, or None for "from_request"
     validator: Validator | None
+    target: str = "calls"
+    extract: bool = False
 
     @classmethod
     def build(cls, definition: Mapping[str, Any], where: str) -> JsonSchemaCheck:
-        spec = Spec(definition, where, frozenset({"schema"}))
+        spec = Spec(definition, where, frozenset({"schema", "target", "extract"}))
         schema = definition.get("schema")
+        target = definition.get("target", "calls")
+        if target not in TARGETS:
+            raise spec.error("target", f"must be one of {', '.join(TARGETS)}")
+        extract = definition.get("extract", False)
+        if not isinstance(extract, bool):
+            raise spec.error("extract", "must be true or false")
+        if extract and target != "answer":
+            raise spec.error("extract", "applies to 'target': 'answer' only")
         if schema == FROM_REQUEST:
+            if target == "answer":
+                raise spec.error("schema", "'from_request' describes calls: give a literal schema")
             return cls(spec.name, "json_schema", spec.digest(), None, None)
         if not isinstance(schema, dict | bool):
             raise spec.error("schema", f"must be a JSON Schema object or {FROM_REQUEST!r}")
@@ -107,9 +148,27 @@ class JsonSchemaCheck(BaseCheck):
             raise spec.error("schema", f"is not a valid JSON Schema: {exc.message}") from None
         except PatternError as exc:
             raise spec.error("schema", str(exc)) from None
-        return cls(spec.name, "json_schema", spec.digest(), schema, validator)
+        return cls(spec.name, "json_schema", spec.digest(), schema, validator, target, extract)
+
+    def _run_answer(self, validator: Validator, sample: Sample) -> CheckResult:
+        parsed, value = answer_json(sample.output_text, self.extract)
+        if not parsed:
+            how = "holds no JSON object" if self.extract else "is not JSON as a whole"
+            return self.result(False, f"the answer {how}", "not_json")
+        try:
+            error = schema_errors(validator, value)
+        except UnresolvableRefError as exc:
+            reason = f"{exc} (references are never fetched)"
+            return self.result(None, reason, "schema_ref_unresolvable", error=str(exc))
+        if error is not None:
+            where = error.json_path.replace("$", "answer", 1)
+            message = error.message[:_SHOWN] + ("…" if len(error.message) > _SHOWN else "")
+            return self.result(False, f"{where}: {message}", "schema_invalid")
+        return self.result(True, "the answer is valid", "schema_valid")
 
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
+        if self.target == "answer" and self.validator is not None:
+            return self._run_answer(self.validator, sample)
         calls = sample_calls(sample)
         if not calls:
             return self.result(False, "answer has no call to validate", "no_call")
@@ -125,7 +184,7 @@ class JsonSchemaCheck(BaseCheck):
                 )
             validator = self.validator
             if validator is None:
-                schema = _request_schema(tools or [], call.name)
+                schema = request_schema(tools or [], call.name)
                 if schema is None:
                     return self.result(
                         False, f"{label}: the request declared no such tool", "undeclared_tool"

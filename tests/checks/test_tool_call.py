@@ -153,7 +153,8 @@ C = call("get_time", city="Lisbon")
         pytest.param([A, B], wire(A, B), True, "match", id="in_order"),
         pytest.param([A, B], wire(B, A), True, "match", id="any_order"),
         pytest.param([A, B], wire(A), False, "parallel_count_mismatch", id="one_missing"),
-        pytest.param([A, B], wire(A, B, C), False, "parallel_count_mismatch", id="one_extra"),
+        pytest.param([A, B], wire(A, B, C), False, "extra_call", id="one_extra"),
+        pytest.param([A, B], wire(A, B, A), False, "duplicate_call", id="one_repeated"),
         pytest.param([A, A], wire(A, B), False, "parallel_unmatched", id="duplicate_needs_two"),
         pytest.param([A, B], wire(A, A), False, "parallel_unmatched", id="one_answer_used_once"),
         pytest.param(

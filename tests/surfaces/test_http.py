@@ -14,6 +14,7 @@ from grader import load_tasks
 from grader._json import dumps, loads_exact
 from grader.api import digest_of
 from grader.tasks import parse_task
+from grader.version import GRADER_RULES_VERSION
 from proxy.metrics import ProxyMetrics
 from proxy.scoring_api import PREFIX, BadRequestError, add_scoring_routes
 from proxy.state import TASKS
@@ -102,7 +103,7 @@ async def test_single_answer_by_task_id_returns_its_verdict_row(
             ],
             "warnings": [],
             "tasks_digest": tasks.digest,
-            "grader_rules_version": "1",
+            "grader_rules_version": GRADER_RULES_VERSION,
         }
     }
 

@@ -1,0 +1,147 @@
+"""The answer's calls as a set: parsed once, paired with the expected calls one to one.
+
+:func:`answer_calls` reads every call of an answer exactly once (no canonicalisation: matching
+canonicalises the values it compares, cached on the :class:`AnswerCall`); :func:`max_matching`
+pairs expected calls with answer calls; :func:`schema_numeric_mismatch` is the strictness
+``numbers: "from_request"`` adds from the request's tool schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from grader._json import MAX_DEPTH, JSONError, loads_exact, value_depth
+from grader.checks._base import Sample
+from grader.checks.call_match import AnswerCall, Mismatch, Path, path_text
+from grader.extract import extract
+
+_DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
+
+
+def _parsed(function: Any) -> AnswerCall:
+    """An ``output_tools`` function as an :class:`AnswerCall`; ``shallow`` is settled from the
+    JSON text when it holds too few brackets to nest past the bound (``str.count`` is cheap;
+    walking the parsed value is not)."""
+    name, arguments = _arguments(function)
+    call = AnswerCall(name, arguments)
+    raw = function.get("arguments") if isinstance(function, dict) else None
+    if isinstance(raw, str) and raw.count("{") + raw.count("[") <= _DEPTH_OK:
+        call.shallow = True
+    return call
+
+
+def _arguments(function: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """A ``tool_calls`` function's name and arguments under grading.md's usability rules
+    (``null``/``""``/absent mean ``{}``, a string must hold a JSON object), without the
+    canonicalisation ``extract.usable_call`` adds: matching canonicalises what it compares."""
+    if not isinstance(function, dict):
+        return None, None
+    name = function.get("name")
+    if not isinstance(name, str):
+        return None, None
+    arguments = function.get("arguments")
+    if arguments is None or arguments == "":
+        return name, {}
+    if isinstance(arguments, str):
+        try:
+            arguments = loads_exact(arguments)
+        except JSONError:  # JSONTooDeepError included
+            return name, None
+    return (name, arguments) if isinstance(arguments, dict) else (name, None)
+
+
+def usable_depth(call: AnswerCall) -> bool:
+    """Whether the call's arguments nest shallowly enough to be usable (``extract``'s bound);
+    a deeper one never matches anyway (its values cannot be canonicalised), so only the
+    single-call form's "last usable call" rule needs to ask."""
+    if call.arguments is None:
+        return False
+    if call.shallow is None:
+        call.shallow = value_depth(call.arguments) <= _DEPTH_OK
+    return call.shallow
+
+
+def answer_calls(sample: Sample) -> list[AnswerCall]:
+    """Every call of the answer, parsed once: each ``output_tools`` element (``arguments`` None
+    when unusable), else the one call extracted from the text. The same calls, in the same
+    order, as ``grader.checks._base.sample_calls``."""
+    if sample.output_tools:
+        return [_parsed(tool.get("function")) for tool in sample.output_tools]
+    found = extract(sample.answer).call
+    return [] if found is None else [AnswerCall(found.name, found.arguments)]
+
+
+def max_matching(
+    rows: int, cols: int, fit: Callable[[int, int], bool], perfect: bool = False
+) -> list[int | None]:
+    """Maximum one-to-one matching; the partner column of each row, or None.
+
+    A first-fit pass over free columns comes first (what BFCL's checker does, and all a correct
+    answer in any order usually needs), then Kuhn's augmenting paths for the rows it left
+    unmatched: BFCL's first-fit alone fails a correct answer whose first call fits two
+    expected calls; a maximum matching never does. ``fit`` is asked at most once per pair.
+
+    With ``perfect``, stop at the first row no augmenting path reaches (Kuhn: such a row stays
+    unmatched in every maximum matching grown from this one), leaving later rows None.
+    """
+    memo: dict[tuple[int, int], bool] = {}
+
+    def fits(row: int, col: int) -> bool:
+        found = memo.get((row, col))
+        if found is None:
+            found = memo[(row, col)] = fit(row, col)
+        return found
+
+    owner: dict[int, int] = {}
+    partner: list[int | None] = [None] * rows
+    for row in range(rows):
+        for col in range(cols):
+            if col not in owner and fits(row, col):
+                owner[col], partner[row] = row, col
+                break
+
+    def augment(row: int, seen: set[int]) -> bool:
+        for col in range(cols):
+            if col not in seen and fits(row, col):
+                seen.add(col)
+                if col not in owner or augment(owner[col], seen):
+                    owner[col], partner[row] = row, col
+                    return True
+        return False
+
+    for row in range(rows):
+        if partner[row] is None and not augment(row, set()) and perfect:
+            break
+    return partner
+
+
+def schema_numeric_mismatch(arguments: Any, schema: Any, path: Path = ()) -> Mismatch | None:
+    """The first value the schema types ``integer`` that is not written as one (``5.0``).
+
+    Walks ``properties`` and ``items`` only: the strictness ``numbers: "from_request"`` adds
+    on top of matching. Everything else about the schema is ``json_schema``'s job.
+    """
+    if not isinstance(schema, Mapping):
+        return None
+    declared = schema.get("type")
+    if declared == "integer" or declared == ["integer"]:
+        if isinstance(arguments, float):
+            where = path_text(path) if path else "arguments"
+            return Mismatch(
+                "numeric_type_mismatch", where, f"{where}: expected an integer, got {arguments!r}"
+            )
+        return None
+    properties = schema.get("properties")
+    if isinstance(arguments, dict) and isinstance(properties, Mapping):
+        for key in sorted(arguments):
+            found = schema_numeric_mismatch(arguments[key], properties.get(key), (*path, key))
+            if found is not None:
+                return found
+    items = schema.get("items")
+    if isinstance(arguments, list) and isinstance(items, Mapping):
+        for index, value in enumerate(arguments):
+            found = schema_numeric_mismatch(value, items, (*path, index))
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,1 @@
+"""Converters from other benchmarks' files to gradeproxy task files."""
