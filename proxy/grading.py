@@ -78,6 +78,8 @@ class GradeJob:
     variant: Literal["primary", "shadow"] = "primary"
     pair_id: str | None = None  # set on both legs of a shadowed request
     api: Api = "chat_completions"  # which wire format ``response`` is in
+    sample_id: str | None = None  # the sample-id header
+    upstream_request_id: str | None = None  # the upstream's x-request-id
 
     @property
     def size(self) -> int:
@@ -134,6 +136,14 @@ def answer_text(answer: Answer) -> str:
 OFF_LOOP_CHECKS = frozenset({"json_schema", "text_similarity", "multi", "policy"})
 
 
+def reads_request_tools(task: Task) -> bool:
+    """Whether a check reads the request's tools: the row keeps them then (for regrade)."""
+    return task.has_checks and any(
+        check.type == "json_schema" and getattr(check, "schema", True) is None
+        for check in task.checks
+    )
+
+
 def runs_off_loop(task: Task) -> bool:
     return task.has_checks and any(check.type in OFF_LOOP_CHECKS for check in task.checks)
 
@@ -161,6 +171,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         request_tools=_tools(request) if request is not None else None, model=model
     )
     judged = needs_judge(job.task)
+    keep_tools = capture_answer and reads_request_tools(job.task)
     rows: list[dict[str, Any]] = []
     pending: list[tuple[int, str, CheckContext, Live]] = []
     received = datetime.fromtimestamp(job.received_at, UTC).isoformat()
@@ -181,6 +192,9 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             timings=job.timings,
             answer=text if capture_answer else None,
             answer_cap=max_answer_chars,
+            upstream_request_id=job.upstream_request_id,
+            sample_id=job.sample_id,
+            tools=context.request_tools if keep_tools else None,
         )
         if judged:  # finished on the event loop, where the judge's client lives
             pending.append((len(rows), text, context, live))

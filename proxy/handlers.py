@@ -101,7 +101,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     headers = request_headers(
         request.headers,
         private_prefixes=("x-grade-", grading.meta_header_prefix),
-        private_names=(grading.task_header, grading.run_header),
+        private_names=(grading.task_header, grading.run_header, grading.sample_id_header),
         api_key=target.api_key,
         request_id=request_id,
     )
@@ -138,6 +138,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             },
             pair_id=pair_id,
             api=api or "chat_completions",
+            sample_id=request.headers.get(grading.sample_id_header),
+            upstream_request_id=outcome.upstream_request_id,
         )
         submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)
@@ -224,6 +226,7 @@ def _start_shadow(
         run=request.headers.get(grading.run_header),
         meta=_meta(request, grading.meta_header_prefix),
         api=api,
+        sample_id=request.headers.get(grading.sample_id_header),
     )
     return leg.pair_id if runner.start(leg) else None
 

@@ -1,0 +1,80 @@
+"""Live rows join the way offline rows do: the sample-id header, the upstream's request id, the
+proxy's own id returned to the client, and the request's tools kept when a check read them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader._json import dumps
+from tests.proxy.conftest import ProxyFactory, rows_of
+from tests.proxy.harness import JSON, Reply, ScriptedBackend, wire
+
+REQUEST = {
+    "model": "req-model",
+    "messages": [{"role": "user", "content": "weather?"}],
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ],
+}
+SCHEMA_TASK = {
+    "id": "weather.schema",
+    "checks": [{"type": "json_schema", "name": "args", "schema": "from_request"}],
+}
+
+CASES = [
+    # (task, upstream headers, client headers, upstream id in the row, sample id, tools kept)
+    pytest.param(
+        "weather.single", {"x-request-id": "req_up_1"}, {"X-Grade-Sample-Id": "s-9"},
+        "req_up_1", "s-9", False, id="upstream_id_and_sample_id",
+    ),
+    pytest.param(
+        "weather.single", {}, {}, None, None, False, id="upstream_sends_no_id",
+    ),
+    pytest.param(
+        "weather.schema", {"x-request-id": "req_up_2"}, {"X-Grade-Sample-Id": "42"},
+        "req_up_2", "42", True, id="from_request_keeps_the_tools",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("task", "up", "sent", "upstream_id", "sample_id", "tools"), CASES)
+async def test_a_client_finds_its_row_and_the_row_joins_by_sample_id(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    tasks_file: Path,
+    task: str,
+    up: dict[str, str],
+    sent: dict[str, str],
+    upstream_id: str | None,
+    sample_id: str | None,
+    tools: bool,
+) -> None:
+    with tasks_file.open("ab") as handle:
+        handle.write(dumps(SCHEMA_TASK) + b"\n")
+    backend.replies.append(
+        Reply(body=wire("openai_single_tool.json"), content_type=JSON, headers=up)
+    )
+    client = await make_proxy()
+    response = await client.post(
+        "/v1/chat/completions", data=dumps(REQUEST), headers={"X-Grade-Task": task, **sent}
+    )
+    assert response.status == 200
+    [row] = await rows_of(client, results_path)
+    assert row["request_id"] == response.headers["X-Gradeproxy-Request-Id"]
+    assert row["upstream_request_id"] == upstream_id
+    if upstream_id is not None:  # the upstream's id reaches the client as it was sent
+        assert response.headers["x-request-id"] == upstream_id
+    assert row["sample_id"] == sample_id
+    assert "X-Grade-Sample-Id" not in backend.seen[-1].headers
+    assert ("tools" in row) is tools
+    if tools:
+        assert row["tools"] == REQUEST["tools"]
