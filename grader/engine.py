@@ -107,6 +107,15 @@ def needs_judge(task: Task) -> bool:
     return task.has_checks and any(check.needs_judge for check in task.checks)
 
 
+def reads_request_tools(task: Task) -> bool:
+    """Whether a check reads the request's tools (a ``from_request`` schema): a live row keeps
+    them then, and a row without them cannot be graded again (``gradeproxy regrade``)."""
+    return task.has_checks and any(
+        check.type == "json_schema" and getattr(check, "schema", True) is None
+        for check in task.checks
+    )
+
+
 def overall(results: Sequence[CheckResult], rule: str = "all") -> bool | None:
     """Apply a pass rule to result columns (None when a column it reads has no verdict)."""
     if rule not in ("all", "any"):

@@ -28,7 +28,7 @@ import orjson
 
 from grader._json import dumps
 from grader.checks import CheckContext, Judge
-from grader.engine import grade, grade_async, needs_judge
+from grader.engine import grade, grade_async, needs_judge, reads_request_tools
 from grader.rows import Live, live_row
 from grader.tasks import Task
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
@@ -134,14 +134,6 @@ def answer_text(answer: Answer) -> str:
 # Check kinds whose cost grows with the answer (schema validation, similarity, formulas,
 # policy constraints): a job that runs one is graded in the grading thread whatever its size.
 OFF_LOOP_CHECKS = frozenset({"json_schema", "text_similarity", "multi", "policy"})
-
-
-def reads_request_tools(task: Task) -> bool:
-    """Whether a check reads the request's tools: the row keeps them then (for regrade)."""
-    return task.has_checks and any(
-        check.type == "json_schema" and getattr(check, "schema", True) is None
-        for check in task.checks
-    )
 
 
 def runs_off_loop(task: Task) -> bool:

@@ -11,7 +11,16 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from grader.cli import calibrate, compare, export, grade, mcp, server_args, validate
+from grader.cli import (
+    calibrate,
+    compare,
+    export,
+    grade,
+    mcp,
+    regrade,
+    server_args,
+    validate,
+)
 from grader.version import __version__
 
 # name -> (runner module, help, argument declarations); runners expose run(name, args) -> int.
@@ -47,6 +56,7 @@ def _build_parser() -> argparse.ArgumentParser:
     validate.register(sub)
     compare.register(sub)
     export.register(sub)
+    regrade.register(sub)
     for name, (module_name, help_text, add_arguments) in _SERVER_COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(command)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grader._json import dumps
+from grader._json import dumps, loads_exact
+from grader.cli import main
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import JSON, Reply, ScriptedBackend, wire
 
@@ -78,3 +79,29 @@ async def test_a_client_finds_its_row_and_the_row_joins_by_sample_id(
     assert ("tools" in row) is tools
     if tools:
         assert row["tools"] == REQUEST["tools"]
+
+
+@pytest.mark.parametrize("capture", [True, False])
+async def test_live_rows_regrade_offline_when_they_kept_the_answer_and_tools(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    tasks_file: Path,
+    tmp_path: Path,
+    capture: bool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with tasks_file.open("ab") as handle:
+        handle.write(dumps(SCHEMA_TASK) + b"\n")
+    backend.replies.append(Reply(body=wire("openai_single_tool.json"), content_type=JSON))
+    client = await make_proxy(results={"capture_answer": capture})
+    headers = {"X-Grade-Task": "weather.schema"}
+    await client.post("/v1/chat/completions", data=dumps(REQUEST), headers=headers)
+    await rows_of(client, results_path)
+    out = tmp_path / "diff.jsonl"
+    args = ["regrade", "--results", str(results_path), "--tasks", str(tasks_file)]
+    assert main([*args, "--out", str(out), "--json"]) == 0
+    summary = loads_exact(capsys.readouterr().out)
+    assert summary["regraded"] == (1 if capture else 0)
+    assert summary["not_regradable"] == ({} if capture else {"no_answer": 1})
+    assert out.read_text() == ""  # same tasks, same stored answer: nothing moved
