@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from grader._json import JSONError, loads_exact
+from grader.advisory import AdvisoryError, split_advisory
 from grader.canon import canonical_json
 from grader.checks import Check, CheckDefinitionError, build_checks
 from grader.extract import Call, call_from_value, extract
@@ -100,6 +101,8 @@ class Task:
     raw: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
     checks: tuple[Check, ...] = ()
+    # Names of advisory checks (grader/advisory.py): shown, never part of the verdict.
+    advisory: frozenset[str] = frozenset()
 
     @property
     def expected(self) -> Call:
@@ -230,8 +233,9 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         if kind is not None and not isinstance(kind, str):
             raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
         try:
-            checks = build_checks(obj)
-        except CheckDefinitionError as exc:
+            definition, advisory = split_advisory(obj, source)
+            checks = build_checks(definition)
+        except (CheckDefinitionError, AdvisoryError) as exc:
             raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     except TaskLoadError as exc:
         raise TaskLoadError(f"{source}: {exc}") from None
@@ -244,6 +248,7 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         raw=dict(obj),
         source=source,
         checks=checks,
+        advisory=advisory,
     )
 
 

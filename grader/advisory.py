@@ -1,0 +1,106 @@
+"""Advisory checks: shown in rows and reports, left out of the verdict and every pass rate.
+
+Seed 002 §7: a judge that cannot reach the agreed TPR/TNR bar "ships advisory-only: its verdicts
+surface in review tooling for a human to consider, but do not gate a checkpoint promotion and
+are not counted into a reported pass rate". A check is advisory when its definition says
+``"advisory": true``, or when it cites a calibration record (``"calibration": "cal.json"``,
+written by ``gradeproxy calibrate --out``, resolved beside the task file) that says
+``advisory_only``. A check citing a record must pin the judge model the record was measured
+with: another model is refused at load (seed 002 §6: a judge-model change voids the
+calibration).
+
+An advisory column keeps its verdict in the row (``"advisory": true``), but the engine leaves it
+out of ``pass_rule``, ``result``/``passed``, the report's pass rates and therefore the gate. A
+``pass_rule`` naming an advisory check, or a task whose every check is advisory, is refused:
+nothing would be left to decide the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from grader._json import JSONError, loads_exact
+
+ADVISORY_KEYS = ("advisory", "calibration")
+CALIBRATION_KIND = "judge_calibration"
+
+
+class AdvisoryError(ValueError):
+    """An ``advisory``/``calibration`` field is unusable; the message says which and why."""
+
+
+def _base_dir(source: str) -> Path:
+    """The directory of the task file named by ``source`` (``path:line``), else the cwd."""
+    if source.startswith("<"):
+        return Path.cwd()
+    return Path(source.rsplit(":", 1)[0]).parent
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """Read a calibration record written by ``gradeproxy calibrate --out``."""
+    try:
+        record = loads_exact(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, JSONError) as exc:
+        raise AdvisoryError(f"calibration record {str(path)!r} cannot be read: {exc}") from None
+    if not isinstance(record, dict) or record.get("kind") != CALIBRATION_KIND:
+        raise AdvisoryError(f"{str(path)!r} is not a calibration record (kind {CALIBRATION_KIND})")
+    if not isinstance(record.get("judge_model"), str):
+        raise AdvisoryError(f"calibration record {str(path)!r} names no judge_model")
+    return record
+
+
+def _cited(definition: Mapping[str, Any], label: str, base: Path) -> bool:
+    """Whether the calibration record a check cites marks it advisory-only."""
+    cited = definition["calibration"]
+    if not isinstance(cited, str) or not cited:
+        raise AdvisoryError(f"{label}: 'calibration' must be the path of a calibration record")
+    path = Path(cited) if Path(cited).is_absolute() else base / cited
+    record = load_record(path)
+    model = definition.get("model")
+    if not isinstance(model, str):
+        raise AdvisoryError(
+            f"{label}: a check citing a calibration must pin 'model' (the record was measured "
+            f"with {record['judge_model']!r})"
+        )
+    if model != record["judge_model"]:
+        raise AdvisoryError(
+            f"{label}: pins judge {model!r} but cites a calibration of {record['judge_model']!r}: "
+            "a judge-model change voids the calibration; recalibrate (seed 002 §6)"
+        )
+    return record.get("advisory_only") is True
+
+
+def split_advisory(task: Mapping[str, Any], source: str) -> tuple[dict[str, Any], frozenset[str]]:
+    """The task with ``advisory``/``calibration`` taken off its checks, and the advisory names."""
+    checks = task.get("checks")
+    if not isinstance(checks, list):
+        return dict(task), frozenset()
+    base = _base_dir(source)
+    names: set[str] = set()
+    stripped: list[Any] = []
+    for index, definition in enumerate(checks):
+        if not isinstance(definition, Mapping) or not set(ADVISORY_KEYS) & definition.keys():
+            stripped.append(definition)
+            continue
+        label = f"checks[{index}]: check {definition.get('name')!r}"
+        flag = definition.get("advisory", False)
+        if not isinstance(flag, bool):
+            raise AdvisoryError(f"{label}: 'advisory' must be true or false")
+        if "calibration" in definition:
+            flag = _cited(definition, label, base) or flag
+        if flag and isinstance(definition.get("name"), str):
+            names.add(definition["name"])
+        stripped.append({k: v for k, v in definition.items() if k not in ADVISORY_KEYS})
+    if names and len(names) == len(checks):
+        raise AdvisoryError("every check is advisory: nothing is left to decide the result")
+    rule = task.get("pass_rule", "all")
+    if isinstance(rule, str) and is_advisory(rule, frozenset(names)):
+        raise AdvisoryError(f"'pass_rule' {rule!r} names an advisory check")
+    return {**task, "checks": stripped}, frozenset(names)
+
+
+def is_advisory(column: str, names: frozenset[str]) -> bool:
+    """A column of an advisory check (a policy check's ``name.behaviour`` too)."""
+    return any(column == name or column.startswith(name + ".") for name in names)
