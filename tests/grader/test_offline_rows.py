@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from grader import parse_task
+from grader import grade_run, parse_task
 from grader._json import dumps, loads_exact
 from grader.checks import Judge, JudgeConfig
 from grader.cli import main
@@ -144,3 +144,20 @@ async def test_each_judge_attempt_is_kept_in_order_and_never_overwritten(
             assert attempt["reply"] is None
             assert "reset" in attempt["error"]
         assert attempt["latency_s"] >= 0
+
+
+def test_the_python_api_carries_answers_fields_the_same_way() -> None:
+    task = parse_task(TASK)
+    answers = [
+        {"task_id": "a", "answer": GOOD, "sample_id": "s1", "sampling": {"temperature": 0}},
+        ("a", GOOD),  # a bare pair has nothing to carry
+    ]
+    carried, bare = (r.to_dict() for r in grade_run([task], answers).results)
+    assert (carried["sample_id"], carried["sampling"], carried["answer"]) == (
+        "s1",
+        {"temperature": 0},
+        GOOD,
+    )
+    assert "sample_id" not in bare
+    with pytest.raises(ValueError, match=r"answers\[0\]: field 'passed' would overwrite"):
+        grade_run([task], [{"task_id": "a", "answer": GOOD, "passed": True}])

@@ -9,6 +9,8 @@ import pytest
 
 from grader._json import dumps, loads_exact
 from grader.cli import main
+from grader.engine import grade, offline_context
+from grader.tasks import load_tasks
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import JSON, Reply, ScriptedBackend, wire
 
@@ -79,6 +81,11 @@ async def test_a_client_finds_its_row_and_the_row_joins_by_sample_id(
     assert ("tools" in row) is tools
     if tools:
         assert row["tools"] == REQUEST["tools"]
+    # The same definition has the same per-check digest live and offline.
+    task_def = load_tasks(tasks_file).tasks[task]
+    offline = grade(task_def, row["answer"], offline_context(task_def, row))
+    assert [c["digest"] for c in row["checks"]] == [c.digest for c in offline.checks]
+    assert [c["passed"] for c in row["checks"]] == [c.passed for c in offline.checks]
 
 
 @pytest.mark.parametrize("capture", [True, False])
