@@ -148,7 +148,7 @@ async def test_each_judge_attempt_is_kept_in_order_and_never_overwritten(
 
 def test_the_python_api_carries_answers_fields_the_same_way() -> None:
     task = parse_task(TASK)
-    answers = [
+    answers: list[tuple[str, object] | dict[str, Any]] = [
         {"task_id": "a", "answer": GOOD, "sample_id": "s1", "sampling": {"temperature": 0}},
         ("a", GOOD),  # a bare pair has nothing to carry
     ]
