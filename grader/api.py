@@ -193,22 +193,17 @@ async def grade_all_async(
 def _resolve(
     tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]
 ) -> tuple[TaskSet, list[Item], list[Mapping[str, Any] | None]]:
-    """Look every task id up before the first answer is graded (all or nothing).
-
-    A mapping's other fields ride into its row (:func:`grader.rows.offline_row`); one that
-    would overwrite a result field raises ``ValueError`` before anything is graded.
-    """
+    """Look every task id up before the first answer is graded (all or nothing); a mapping's
+    fields ride into its row (``offline_row``), one that would overwrite a result field raises."""
     task_set = tasks if isinstance(tasks, TaskSet) else build_task_set(tasks)
     items: list[Item] = []
     sources: list[Mapping[str, Any] | None] = []
     for index, entry in enumerate(answers):
         if isinstance(entry, Mapping):
             task_id, answer, row = entry.get("task_id"), entry.get("answer"), entry
-            clash = carried_conflicts(entry)
-            if clash:
+            if clash := carried_conflicts(entry):
                 raise ValueError(
-                    f"answers[{index}]: field {clash[0]!r} would overwrite the result row's own "
-                    "field of that name"
+                    f"answers[{index}]: field {clash[0]!r} would overwrite a result field"
                 )
         else:
             (task_id, answer), row = entry, None
@@ -221,11 +216,8 @@ def _resolve(
 
 
 def _carrying(result: RunResult, sources: list[Mapping[str, Any] | None]) -> RunResult:
-    rows = tuple(
-        dataclasses.replace(graded, source=source)
-        for graded, source in zip(result.results, sources, strict=True)
-    )
-    return RunResult(rows, result.report)
+    pairs = zip(result.results, sources, strict=True)
+    return RunResult(tuple(dataclasses.replace(g, source=s) for g, s in pairs), result.report)
 
 
 def grade_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -> RunResult:
