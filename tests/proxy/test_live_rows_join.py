@@ -4,7 +4,9 @@ proxy's own id returned to the client, and the request's tools kept when a check
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import openai
 import pytest
 
 from grader._json import dumps, loads_exact
@@ -14,7 +16,7 @@ from grader.tasks import load_tasks
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import JSON, Reply, ScriptedBackend, wire
 
-REQUEST = {
+REQUEST: dict[str, Any] = {
     "model": "req-model",
     "messages": [{"role": "user", "content": "weather?"}],
     "tools": [
@@ -112,3 +114,37 @@ async def test_live_rows_regrade_offline_when_they_kept_the_answer_and_tools(
     assert summary["regraded"] == (1 if capture else 0)
     assert summary["not_regradable"] == ({} if capture else {"no_answer": 1})
     assert out.read_text() == ""  # same tasks, same stored answer: nothing moved
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("upstream_headers", "row_field"),
+    [
+        pytest.param({"x-request-id": "req_from_upstream"}, "upstream_request_id", id="upstream"),
+        pytest.param({}, "request_id", id="upstream_sends_none"),
+    ],
+)
+async def test_the_openai_sdk_request_id_finds_the_row(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    upstream_headers: dict[str, str],
+    row_field: str,
+) -> None:
+    """``response._request_id`` is the upstream's id (or, when it sent none, the proxy's);
+    ``X-Gradeproxy-Request-Id`` is always the row's ``request_id``."""
+    backend.replies.append(
+        Reply(body=wire("openai_single_tool.json"), content_type=JSON, headers=upstream_headers)
+    )
+    client = await make_proxy()
+    base_url = str(client.make_url("/v1"))
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0) as sdk:
+        raw = await sdk.chat.completions.with_raw_response.create(
+            extra_headers={"X-Grade-Task": "weather.single", "X-Grade-Sample-Id": "s-17"},
+            **REQUEST,
+        )
+        completion = raw.parse()
+    [row] = await rows_of(client, results_path)
+    assert row[row_field] == completion._request_id
+    assert row["request_id"] == raw.headers["X-Gradeproxy-Request-Id"]
+    assert row["sample_id"] == "s-17"
