@@ -198,20 +198,20 @@ class SuiteResult:
 
 
 def _paired(pairs: Sequence[tuple[bool, bool]]) -> tuple[float, float]:
+    """Delta and half-width, in points (delta computed in one division: no 5.000000000000001)."""
     n = len(pairs)
     wins = sum(c and not b for b, c in pairs)
     losses = sum(b and not c for b, c in pairs)
     b, c, m = losses + 0.5, wins + 0.5, n + 2.0
-    delta = (wins - losses) / n
     variance = max((b + c) - (c - b) ** 2 / m, 0.0) / m**2
-    return delta, Z95 * math.sqrt(variance)
+    return 100 * (wins - losses) / n, 100 * Z95 * math.sqrt(variance)
 
 
 def _unpaired(base: Sequence[bool], cand: Sequence[bool]) -> tuple[float, float]:
-    delta = sum(cand) / len(cand) - sum(base) / len(base)
+    delta = 100 * (sum(cand) * len(base) - sum(base) * len(cand)) / (len(base) * len(cand))
     pb, pc = (sum(base) + 1) / (len(base) + 2), (sum(cand) + 1) / (len(cand) + 2)
     variance = pb * (1 - pb) / (len(base) + 2) + pc * (1 - pc) / (len(cand) + 2)
-    return delta, Z95 * math.sqrt(variance)
+    return delta, 100 * Z95 * math.sqrt(variance)
 
 
 def _decide(suite: Suite, delta_pts: float | None, half_pts: float | None) -> Decision:
@@ -239,6 +239,7 @@ def _index(items: Iterable[Item]) -> dict[tuple[Any, ...], bool]:
 
 
 def evaluate(suite: Suite, baseline: Sequence[Item], candidate: Sequence[Item]) -> SuiteResult:
+    """One suite's delta, half-width and decision; paired on the items both runs hold."""
     base = [i for i in baseline if suite.holds(i.task_id)]
     cand = [i for i in candidate if suite.holds(i.task_id)]
     b_rate = sum(i.passed for i in base) / len(base) if base else None
@@ -256,8 +257,6 @@ def evaluate(suite: Suite, baseline: Sequence[Item], candidate: Sequence[Item]) 
         n, left_out = len(base) + len(cand), 0
         if base and cand:
             delta, half = _unpaired([i.passed for i in base], [i.passed for i in cand])
-    delta_pts = None if delta is None else 100 * delta
-    half_pts = None if half is None else 100 * half
     return SuiteResult(
         suite,
         bool(shared),
@@ -266,10 +265,10 @@ def evaluate(suite: Suite, baseline: Sequence[Item], candidate: Sequence[Item]) 
         len(cand),
         b_rate,
         c_rate,
-        delta_pts,
-        half_pts,
+        delta,
+        half,
         left_out,
-        _decide(suite, delta_pts, half_pts),
+        _decide(suite, delta, half),
     )
 
 

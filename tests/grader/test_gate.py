@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grader._json import dumps, loads_exact
 from grader.cli import main
-from grader.gate import ids_digest
+from grader.gate import Item, evaluate, ids_digest, parse_gate
 
 GATE = {
     "drift_budget": {"noise_tolerance_pts": 1, "hard_fail_threshold_pts": 5},
@@ -138,3 +140,20 @@ def test_a_glob_suite_with_its_digest_gates(tmp_path: Path) -> None:
     suite = {"name": "core", "match": ["a*"], "digest": ids_digest(["a1", "a2"])}
     path = gate(tmp_path, {**GATE, "suites": [suite]})
     assert main(["compare", "--gate", str(path), "--baseline", str(a), "--candidate", str(a)]) == 0
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=300))
+def test_the_paired_delta_is_the_rate_difference_and_never_claims_zero_width(
+    pairs: list[tuple[bool, bool]],
+) -> None:
+    [suite] = parse_gate(GATE)
+    base = [Item("a1", ("s", i), b) for i, (b, _) in enumerate(pairs)]
+    cand = [Item("a1", ("s", i), c) for i, (_, c) in enumerate(pairs)]
+    result = evaluate(suite, base, cand)
+    expected = 100 * (sum(c for _, c in pairs) - sum(b for b, _ in pairs)) / len(pairs)
+    assert result.delta_pts == expected
+    assert result.half_width_pts is not None
+    assert result.half_width_pts > 0
+    assert (result.decision == "hard_fail") is (-expected > suite.hard_fail_pts)
+    if result.decision != "hard_fail" and result.half_width_pts >= suite.hard_fail_pts / 2:
+        assert result.decision == "cannot_decide"
