@@ -222,7 +222,12 @@ def to_table(rows: Sequence[dict[str, Any]], wide: bool = False) -> pa.Table:
     for key in order:
         values = [row.get(key) for row in rows]
         kind, convert = known[key] if key in known else _carried_type(values)
-        arrays[key] = pa.array([None if v is None else convert(v) for v in values], type=kind)
+        try:
+            arrays[key] = pa.array([None if v is None else convert(v) for v in values], type=kind)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            # A carried field under a known name with another type (``"model": 5``): JSON text.
+            text = [v if isinstance(v, str) or v is None else _json_text(v) for v in values]
+            arrays[key] = pa.array(text, type=pa.string())
     if wide:
         for key, values in _wide(rows).items():
             kind = pa.bool_() if key.endswith(".passed") else None

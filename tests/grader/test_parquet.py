@@ -164,3 +164,12 @@ def test_duckdb_reads_differing_files_together_and_joins_metadata_by_sample_id(
 def test_escaped_check_names_never_hold_a_dot_and_never_collide(a: str, b: str) -> None:
     assert "." not in escape_name(a)
     assert (escape_name(a) == escape_name(b)) is (a == b)
+
+
+def test_a_carried_field_that_clashes_with_a_known_type_becomes_json_text(tmp_path: Path) -> None:
+    answers: list[dict[str, Any]] = [
+        {"task_id": "a", "answer": GOOD, "sample_id": "s1", "model": 5, "choice": "first"},
+        {"task_id": "a", "answer": GOOD, "sample_id": "s2", "model": "m", "choice": None},
+    ]
+    rows = pq.read_table(grade(tmp_path, "x", answers, "rows.parquet")).to_pylist()
+    assert [(r["model"], r["choice"]) for r in rows] == [("5", "first"), ("m", None)]
