@@ -60,6 +60,11 @@ def register(sub: Any) -> None:
         help="write one result row per answer: JSONL, or Parquet for a .parquet name "
         "(needs gradeproxy[parquet])",
     )
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="with a .parquet --out: add check.<name>.passed/.score/.reason_code columns",
+    )
     parser.add_argument("--report", type=Path, help="write the run report (JSON)")
     parser.add_argument(
         "--judge", type=Path, help="judge config (YAML/JSON) for label_model/score_model checks"
@@ -184,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
             rows.append(offline_row(task, outcome, tasks.digest, source))
     try:
         if args.out is not None:
-            write_rows(args.out, rows)
+            write_rows(args.out, rows, wide=args.wide)
         if args.report is not None:
             write_atomically(args.report, [dumps(report.to_dict()) + b"\n"])
     except OSError as exc:

@@ -173,3 +173,14 @@ def test_a_carried_field_that_clashes_with_a_known_type_becomes_json_text(tmp_pa
     ]
     rows = pq.read_table(grade(tmp_path, "x", answers, "rows.parquet")).to_pylist()
     assert [(r["model"], r["choice"]) for r in rows] == [("5", "first"), ("m", None)]
+
+
+def test_grade_out_parquet_takes_the_wide_view_too(tmp_path: Path) -> None:
+    tasks = jsonl(tmp_path / "tasks.jsonl", TASKS)
+    answers = jsonl(tmp_path / "answers.jsonl", RUN_A)
+    out = tmp_path / "wide.parquet"
+    args = ["grade", "--tasks", str(tasks), "--answers", str(answers), "--out", str(out)]
+    assert main([*args, "--wide"]) == 0
+    rows = pq.read_table(out).to_pylist()
+    assert [r["check.tool_call.passed"] for r in rows] == [True, None, False]
+    assert rows[1]["check.100%25.reason_code"] == "string_match"
