@@ -17,11 +17,14 @@ nothing would be left to decide the row.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader._json import JSONError, loads_exact
+from grader.checks import check_digest
 
 ADVISORY_KEYS = ("advisory", "calibration")
 CALIBRATION_KIND = "judge_calibration"
@@ -51,8 +54,8 @@ def load_record(path: Path) -> dict[str, Any]:
     return record
 
 
-def _cited(definition: Mapping[str, Any], label: str, base: Path) -> bool:
-    """Whether the calibration record a check cites marks it advisory-only."""
+def _cited(definition: Mapping[str, Any], label: str, base: Path) -> dict[str, Any]:
+    """The calibration record a check cites, checked against the model the check pins."""
     cited = definition["calibration"]
     if not isinstance(cited, str) or not cited:
         raise AdvisoryError(f"{label}: 'calibration' must be the path of a calibration record")
@@ -69,16 +72,28 @@ def _cited(definition: Mapping[str, Any], label: str, base: Path) -> bool:
             f"{label}: pins judge {model!r} but cites a calibration of {record['judge_model']!r}: "
             "a judge-model change voids the calibration; recalibrate (seed 002 §6)"
         )
-    return record.get("advisory_only") is True
+    return record
 
 
-def split_advisory(task: Mapping[str, Any], source: str) -> tuple[dict[str, Any], frozenset[str]]:
-    """The task with ``advisory``/``calibration`` taken off its checks, and the advisory names."""
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """What :func:`split_advisory` found: the task to build, advisory names, digest overrides."""
+
+    task: dict[str, Any]
+    names: frozenset[str] = frozenset()
+    # check index -> digest of the whole definition plus the cited record: a column's digest
+    # changes when the record it follows changes (seed 003: the digest names the configuration).
+    digests: Mapping[int, str] = field(default_factory=dict)
+
+
+def split_advisory(task: Mapping[str, Any], source: str) -> Advice:
+    """The task with ``advisory``/``calibration`` taken off its checks, and what they said."""
     checks = task.get("checks")
     if not isinstance(checks, list):
-        return dict(task), frozenset()
+        return Advice(dict(task))
     base = _base_dir(source)
     names: set[str] = set()
+    digests: dict[int, str] = {}
     stripped: list[Any] = []
     for index, definition in enumerate(checks):
         if not isinstance(definition, Mapping) or not set(ADVISORY_KEYS) & definition.keys():
@@ -88,17 +103,20 @@ def split_advisory(task: Mapping[str, Any], source: str) -> tuple[dict[str, Any]
         flag = definition.get("advisory", False)
         if not isinstance(flag, bool):
             raise AdvisoryError(f"{label}: 'advisory' must be true or false")
-        if "calibration" in definition:
-            flag = _cited(definition, label, base) or flag
+        record = _cited(definition, label, base) if "calibration" in definition else None
+        if record is not None:
+            flag = flag or record.get("advisory_only") is True
         if flag and isinstance(definition.get("name"), str):
             names.add(definition["name"])
+        with contextlib.suppress(TypeError, ValueError):  # the builder names a non-JSON field
+            digests[index] = check_digest({**definition, "calibration_record": record})
         stripped.append({k: v for k, v in definition.items() if k not in ADVISORY_KEYS})
     if names and len(names) == len(checks):
         raise AdvisoryError("every check is advisory: nothing is left to decide the result")
     rule = task.get("pass_rule", "all")
     if isinstance(rule, str) and is_advisory(rule, frozenset(names)):
         raise AdvisoryError(f"'pass_rule' {rule!r} names an advisory check")
-    return {**task, "checks": stripped}, frozenset(names)
+    return Advice({**task, "checks": stripped}, frozenset(names), digests)
 
 
 def is_advisory(column: str, names: frozenset[str]) -> bool:

@@ -25,6 +25,7 @@ half-loaded is returned, so a bad edit can never replace a good task set in a ru
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -233,8 +234,14 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         if kind is not None and not isinstance(kind, str):
             raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
         try:
-            definition, advisory = split_advisory(obj, source)
-            checks = build_checks(definition)
+            advice = split_advisory(obj, source)
+            checks = tuple(
+                dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
+                if i in advice.digests
+                else check
+                for i, check in enumerate(build_checks(advice.task))
+            )
+            advisory = advice.names
         except (CheckDefinitionError, AdvisoryError) as exc:
             raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     except TaskLoadError as exc:

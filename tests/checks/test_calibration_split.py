@@ -208,6 +208,12 @@ def test_a_check_citing_a_calibration_record_follows_it(
         return
     task = load_tasks(tasks).tasks["t"]
     outcome = grade(task, "yes")
-    assert outcome.column("polite") is not None
-    assert outcome.column("polite").advisory is advisory  # type: ignore[union-attr]
+    column = outcome.column("polite")
+    assert column is not None
+    assert column.advisory is advisory
     assert outcome.result == ("pass" if advisory else "error")
+    # The column's digest follows the record: recalibrating changes it, the definition alone not.
+    before = column.digest
+    main([*args[:-2], "--bar", "0.5", "--out", str(record)])
+    after = load_tasks(tasks).tasks["t"]
+    assert grade(after, "yes").column("polite").digest != before  # type: ignore[union-attr]
