@@ -18,6 +18,7 @@ nothing would be left to decide the row.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,11 +35,19 @@ class AdvisoryError(ValueError):
     """An ``advisory``/``calibration`` field is unusable; the message says which and why."""
 
 
-def _base_dir(source: str) -> Path:
-    """The directory of the task file named by ``source`` (``path:line``), else the cwd."""
-    if source.startswith("<"):
-        return Path.cwd()
-    return Path(source.rsplit(":", 1)[0]).parent
+_FILE_SOURCE = re.compile(r"(.+):[0-9]+")
+
+
+def _base_dir(source: str) -> Path | None:
+    """The directory of the task file named by ``source`` (``path:line``), else None.
+
+    Only a task loaded from a file may cite a record: a task sent inline (the scoring API, MCP)
+    must never make the server open a path of the caller's choosing.
+    """
+    match = _FILE_SOURCE.fullmatch(source)
+    if match is None or not Path(match.group(1)).is_file():
+        return None
+    return Path(match.group(1)).parent
 
 
 def load_record(path: Path) -> dict[str, Any]:
@@ -54,12 +63,17 @@ def load_record(path: Path) -> dict[str, Any]:
     return record
 
 
-def _cited(definition: Mapping[str, Any], label: str, base: Path) -> dict[str, Any]:
+def _cited(definition: Mapping[str, Any], label: str, base: Path | None) -> dict[str, Any]:
     """The calibration record a check cites, checked against the model the check pins."""
+    if base is None:
+        raise AdvisoryError(
+            f"{label}: 'calibration' is read only for tasks loaded from a task file; an inline "
+            "task marks a check advisory with 'advisory': true"
+        )
     cited = definition["calibration"]
     if not isinstance(cited, str) or not cited:
         raise AdvisoryError(f"{label}: 'calibration' must be the path of a calibration record")
-    path = Path(cited) if Path(cited).is_absolute() else base / cited
+    path = base / cited  # an absolute path stays absolute
     record = load_record(path)
     model = definition.get("model")
     if not isinstance(model, str):

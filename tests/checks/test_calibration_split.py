@@ -176,6 +176,11 @@ def test_an_advisory_check_is_shown_but_out_of_the_verdict_and_every_pass_rate()
             "'advisory' must be true or false",
             id="not_a_boolean",
         ),
+        pytest.param(
+            {"id": "t", "checks": [WORD, judge_check(calibration="/etc/passwd")]},
+            "'calibration' is read only for tasks loaded from a task file",
+            id="inline_task_never_opens_a_path",
+        ),
     ],
 )
 def test_advisory_definitions_that_leave_nothing_to_decide_are_refused(
