@@ -1,7 +1,8 @@
 """``gradeproxy regrade``: grade stored answers again with a new task set; write what changed.
 
 ``gradeproxy regrade --results ROWS... --tasks NEW --out DIFF.jsonl [--judge CFG] [--json]``
-reads result rows (offline rows, or the proxy's ``grades.jsonl`` and its rotations when named),
+reads result rows (offline rows, or the proxy's ``grades.jsonl``: its rotations ``.5`` … ``.1``
+are read first unless ``--no-rotations``),
 grades each stored answer against the new task set (``grader/regrade.py``), writes one JSON
 line per changed column, and prints counts per task, per check and per mutation kind.
 
@@ -22,6 +23,7 @@ from grader._json import dumps
 from grader.checks.judge import Judge
 from grader.cli._io import InputError, jsonl_bytes, read_jsonl, write_atomically
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
+from grader.parquet import with_rotations
 from grader.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
 from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
 
@@ -40,6 +42,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--out", required=True, type=Path, help="the diff (JSONL)")
     parser.add_argument("--judge", type=Path, help="judge config for label_model/score_model")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
+    parser.add_argument(
+        "--no-rotations",
+        action="store_true",
+        help="read only the files named, not their .1 .2 … rotations",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -123,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise InputError(str(exc)) from None
         tasks = load_tasks(args.tasks)
-        rows = read_rows(args.results)
+        rows = read_rows(args.results if args.no_rotations else with_rotations(args.results))
         lines, summary = regrade(rows, tasks, judge)
         write_atomically(args.out, jsonl_bytes(lines))
     except (TaskLoadError, InputError) as exc:

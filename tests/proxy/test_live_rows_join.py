@@ -3,6 +3,8 @@ proxy's own id returned to the client, and the request's tools kept when a check
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +116,13 @@ async def test_live_rows_regrade_offline_when_they_kept_the_answer_and_tools(
     assert summary["regraded"] == (1 if capture else 0)
     assert summary["not_regradable"] == ({} if capture else {"no_answer": 1})
     assert out.read_text() == ""  # same tasks, same stored answer: nothing moved
+    # A rotation beside the live file is read too (oldest first), unless told not to.
+    rotated = results_path.with_name(results_path.name + ".1")
+    await asyncio.to_thread(shutil.copyfile, results_path, rotated)
+    assert main([*args, "--out", str(out), "--json"]) == 0
+    assert loads_exact(capsys.readouterr().out)["rows"] == 2
+    assert main([*args, "--out", str(out), "--json", "--no-rotations"]) == 0
+    assert loads_exact(capsys.readouterr().out)["rows"] == 1
 
 
 @pytest.mark.e2e
