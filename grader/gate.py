@@ -116,11 +116,8 @@ def parse_gate(raw: Any) -> list[Suite]:
             and all(isinstance(p, str) for p in patterns)
         ):
             raise GateError(f"{where}: 'match' must be a glob or a list of globs")
-        if match is not None and not isinstance(digest, str):
-            raise GateError(
-                f"{where}: a 'match' suite is frozen by its 'digest' (the ids it resolved to); "
-                "run the gate once to be told the digest, or list 'task_ids'"
-            )
+        if digest is not None and not isinstance(digest, str):
+            raise GateError(f"{where}: 'digest' must be a string (sha256:…)")
         noise = _points(entry, "noise_tolerance_pts", budget.get("noise_tolerance_pts", 1), where)
         hard = _points(
             entry, "hard_fail_threshold_pts", budget.get("hard_fail_threshold_pts", 5), where
@@ -152,6 +149,12 @@ def check_frozen(suite: Suite, run: str, task_ids: set[str]) -> None:
             )
         return
     found = ids_digest(seen)
+    if suite.digest is None:
+        raise GateError(
+            f"suite {suite.name!r} is not frozen: its match {list(suite.match)} resolves to "
+            f'{len(seen)} id(s) in the {run} rows; add  digest: "{found}"  to freeze it '
+            "(or list its 'task_ids')"
+        )
     if found != suite.digest:
         raise GateError(
             f"suite {suite.name!r}: the {run} rows' tasks matching {list(suite.match)} resolve "

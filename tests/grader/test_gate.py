@@ -120,8 +120,9 @@ def test_pairs_only_items_both_runs_hold_and_count_the_rest(
         pytest.param({"name": "core", "match": "a*", "digest": "sha256:0"},
                      f"digest {ids_digest(['a1', 'a2'])}, not the frozen",
                      id="glob_digest_differs"),
-        pytest.param({"name": "core", "match": "a*"}, "frozen by its 'digest'",
-                     id="glob_unfrozen"),
+        pytest.param({"name": "core", "match": "a*"},
+                     f'is not frozen: its match [\'a*\'] resolves to 2 id(s) in the baseline '
+                     f'rows; add  digest: "{ids_digest(["a1", "a2"])}"', id="glob_unfrozen"),
         pytest.param({"name": "core", "task_ids": ["a1"], "hard_fail_threshold_pts": 0.5},
                      "must exceed noise_tolerance_pts", id="threshold_inside_noise"),
     ],
