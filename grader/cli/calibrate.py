@@ -37,6 +37,8 @@ from grader.calibration import (
 from grader.checks.judge import pinned_problem
 from grader.cli._io import InputError, read_jsonl, write_atomically
 
+MIN_LABELS = 100  # seed 002 §1: collect human labels for >= 100 items
+
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
@@ -153,6 +155,12 @@ def run(args: argparse.Namespace) -> int:
     }
     if sentence is not None:
         report["verdict"] = sentence
+    labelled = sum(v.n for v in figures.values() if isinstance(v, Calibration))
+    if labelled < MIN_LABELS:
+        report["warning"] = (
+            f"{labelled} labelled items: seed 002 asks for at least {MIN_LABELS} before the "
+            "figures are trusted"
+        )
     if corrected is not None:
         report["observed_pass_rate"] = args.observed_pass_rate
         report["corrected_pass_rate"] = corrected
@@ -191,6 +199,8 @@ def _print(
     print(f"TPR {counts.tpr:.4f}  TNR {counts.tnr:.4f}  ({report['headline_split']})")
     if "verdict" in report:
         print(report["verdict"])
+    if "warning" in report:
+        print(f"warning: {report['warning']}")
     if corrected is not None and observed is not None:
         line = f"corrected pass rate {corrected:.4f} (observed {observed:.4f})"
         if not 0.0 <= corrected <= 1.0:

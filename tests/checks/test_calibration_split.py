@@ -75,6 +75,7 @@ def test_figures_per_split_the_bar_and_the_words(
     if labels is SPLIT:
         assert list(report["splits"]) == ["train", "dev", "test"]
         assert report["splits"]["train"]["tpr"] == 1.0
+    assert report["warning"].startswith(f"{len(labels)} labelled items: seed 002 asks for at least")
 
 
 @pytest.mark.parametrize(
@@ -222,3 +223,12 @@ def test_a_check_citing_a_calibration_record_follows_it(
     main([*args[:-2], "--bar", "0.5", "--out", str(record)])
     after = load_tasks(tasks).tasks["t"]
     assert grade(after, "yes").column("polite").digest != before  # type: ignore[union-attr]
+
+
+def test_a_hundred_labels_carry_no_small_sample_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    labels = rows("train", 15, 0, 15, 0) + rows("dev", 15, 0, 15, 0) + rows("test", 19, 1, 19, 1)
+    path = write(tmp_path / "labels.jsonl", labels)
+    assert main(["calibrate", "--labels", str(path), "--judge-model", JUDGE, "--json"]) == 0
+    assert "warning" not in loads_exact(capsys.readouterr().out)
