@@ -49,7 +49,14 @@ from grader.engine import (
 from grader.extract import Call, Extraction, extract
 from grader.match import match_call
 from grader.report import CheckTally, Report, Tally
-from grader.rows import LIVE_FIELDS, OFFLINE_FIELDS, ROW_SCHEMA_VERSION, answer_row
+from grader.rows import (
+    LIVE_FIELDS,
+    OFFLINE_FIELDS,
+    ROW_SCHEMA_VERSION,
+    SAMPLE_FIELDS,
+    answer_row,
+    offline_row,
+)
 from grader.score import score
 from grader.tasks import (
     TASK_KEYS,
@@ -74,6 +81,7 @@ __all__ = [
     "OFFLINE_FIELDS",
     "REASON_CODES",
     "ROW_SCHEMA_VERSION",
+    "SAMPLE_FIELDS",
     "TASK_KEYS",
     "Calibration",
     "CalibrationError",
@@ -120,6 +128,7 @@ __all__ = [
     "load_tasks",
     "match_call",
     "offline_context",
+    "offline_row",
     "parse_task",
     "score",
     "score_run",

@@ -28,6 +28,7 @@ Pure like the rest of ``grader/``: no I/O beyond :func:`load_tasks`, and never a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.errors import GraderError
 from grader.report import Report
-from grader.rows import answer_row
+from grader.rows import answer_row, carried_conflicts, offline_row
 from grader.score import score
 from grader.tasks import (
     Task,
@@ -98,6 +99,8 @@ class GradedAnswer:
     task: Task
     outcome: Outcome
     tasks_digest: str
+    # The answers row it came from (grade_run with mappings): its fields ride into the row.
+    source: Mapping[str, Any] | None = None
 
     @property
     def verdict(self) -> Verdict | None:
@@ -105,7 +108,10 @@ class GradedAnswer:
         return self.outcome.verdict
 
     def to_dict(self) -> dict[str, Any]:
-        """The result row (:func:`grader.rows.answer_row`), the same on every surface."""
+        """The result row (:func:`grader.rows.answer_row`), the same on every surface; with the
+        answers row it came from, :func:`grader.rows.offline_row` (its fields carried)."""
+        if self.source is not None:
+            return offline_row(self.task, self.outcome, self.tasks_digest, self.source)
         return answer_row(self.task, self.outcome, self.tasks_digest)
 
 
@@ -187,20 +193,32 @@ async def grade_all_async(
 
 def _resolve(
     tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]
-) -> tuple[TaskSet, list[Item]]:
-    """Look every task id up before the first answer is graded (all or nothing)."""
+) -> tuple[TaskSet, list[Item], list[Mapping[str, Any] | None]]:
+    """Look every task id up before the first answer is graded (all or nothing); a mapping's
+    fields ride into its row (``offline_row``), one that would overwrite a result field raises."""
     task_set = tasks if isinstance(tasks, TaskSet) else build_task_set(tasks)
     items: list[Item] = []
+    sources: list[Mapping[str, Any] | None] = []
     for index, entry in enumerate(answers):
         if isinstance(entry, Mapping):
             task_id, answer, row = entry.get("task_id"), entry.get("answer"), entry
+            if clash := carried_conflicts(entry):
+                raise ValueError(
+                    f"answers[{index}]: field {clash[0]!r} would overwrite a result field"
+                )
         else:
             (task_id, answer), row = entry, None
         task = task_set.get(task_id) if isinstance(task_id, str) else None
         if task is None:
             raise UnknownTaskError(task_id, index, len(task_set))
         items.append((task, answer, offline_context(task, row)))
-    return task_set, items
+        sources.append(row)
+    return task_set, items, sources
+
+
+def _carrying(result: RunResult, sources: list[Mapping[str, Any] | None]) -> RunResult:
+    pairs = zip(result.results, sources, strict=True)
+    return RunResult(tuple(dataclasses.replace(g, source=s) for g, s in pairs), result.report)
 
 
 def grade_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -> RunResult:
@@ -211,8 +229,8 @@ def grade_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -
     becomes a task set first (duplicate ids raise ``TaskLoadError``); the report carries that
     set's digest, the same digest ``gradeproxy grade`` prints for the same task file.
     """
-    task_set, items = _resolve(tasks, answers)
-    return grade_all(items, task_set.digest)
+    task_set, items, sources = _resolve(tasks, answers)
+    return _carrying(grade_all(items, task_set.digest), sources)
 
 
 async def grade_run_async(
@@ -221,8 +239,8 @@ async def grade_run_async(
     judge: Judge | JudgeClient | None = None,
 ) -> RunResult:
     """:func:`grade_run` with judge checks sent to ``judge``."""
-    task_set, items = _resolve(tasks, answers)
-    return await grade_all_async(items, task_set.digest, judge)
+    task_set, items, sources = _resolve(tasks, answers)
+    return _carrying(await grade_all_async(items, task_set.digest, judge), sources)
 
 
 def score_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -> RunResult:

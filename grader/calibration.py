@@ -112,6 +112,31 @@ def label_value(value: Any, where: str) -> bool:
     raise CalibrationError(f'{where} must be true, false, "PASS" or "FAIL", got {value!r}')
 
 
+SPLITS = ("train", "dev", "test")
+UNSPLIT = "unsplit"
+
+
+def labels_by_split(
+    rows: Iterable[tuple[str, Any]],
+) -> dict[str, tuple[list[bool], list[bool]]]:
+    """Judge and human columns per ``split`` (train, dev, test; rows without one: unsplit).
+
+    Seed 002 §2: the splits stay separate for the whole calibration cycle, so they are never
+    pooled into one figure; a file that mixes split and unsplit rows is refused.
+    """
+    groups: dict[str, list[tuple[str, Any]]] = {}
+    for where, row in rows:
+        split = row.get("split", UNSPLIT) if isinstance(row, dict) else UNSPLIT
+        if split != UNSPLIT and split not in SPLITS:
+            raise CalibrationError(f"{where}: 'split' must be train, dev or test, got {split!r}")
+        groups.setdefault(split, []).append((where, row))
+    if UNSPLIT in groups and len(groups) > 1:
+        where = groups[UNSPLIT][0][0]
+        raise CalibrationError(f"{where}: no 'split' while other rows have one: label every row")
+    order = [*SPLITS, UNSPLIT]
+    return {name: labels_from_rows(groups[name]) for name in order if name in groups}
+
+
 def labels_from_rows(rows: Iterable[tuple[str, Any]]) -> tuple[list[bool], list[bool]]:
     """Judge and human columns from ``(where, row)`` pairs of ``{"judge", "human"}`` objects."""
     judge: list[bool] = []

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from grader.advisory import is_advisory
 from grader.checks import (
     Check,
     CheckContext,
@@ -105,6 +106,15 @@ def checks_of(task: Task) -> tuple[Check, ...]:
 
 def needs_judge(task: Task) -> bool:
     return task.has_checks and any(check.needs_judge for check in task.checks)
+
+
+def reads_request_tools(task: Task) -> bool:
+    """Whether a check reads the request's tools (a ``from_request`` schema): a live row keeps
+    them then, and a row without them cannot be graded again (``gradeproxy regrade``)."""
+    return task.has_checks and any(
+        check.type == "json_schema" and getattr(check, "schema", True) is None
+        for check in task.checks
+    )
 
 
 def overall(results: Sequence[CheckResult], rule: str = "all") -> bool | None:
@@ -220,11 +230,17 @@ def _verdict_of(task: Task, checks: Sequence[Check], sample: Sample) -> Verdict 
 
 def _outcome(task: Task, results: Sequence[CheckResult], verdict: Verdict | None) -> Outcome:
     flat = tuple(part for r in results for part in (r.parts or (r,)))
+    if task.advisory:  # shown in the row, left out of the rule (grader/advisory.py)
+        flat = tuple(
+            dataclasses.replace(c, advisory=True) if is_advisory(c.name, task.advisory) else c
+            for c in flat
+        )
+    decisive = [c for c in flat if not c.advisory]
     warnings = tuple(dict.fromkeys(r.warning for r in flat if r.warning is not None))
     stale = (verdict is not None and verdict.stale_schema_used) or any(
-        c.reason_code == "stale_schema" for c in flat
+        c.reason_code == "stale_schema" for c in decisive
     )
-    result = _result(overall(flat, task.pass_rule), stale)
+    result = _result(overall(decisive, task.pass_rule), stale)
     return Outcome(task.id, result, flat, verdict, True, warnings)
 
 

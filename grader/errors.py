@@ -13,6 +13,8 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── UnknownTaskError(LookupError)      grader.api        an answer names no loaded task
     ├── ScoreRequestError(ValueError)      grader.api        a scoring request off a wire
     ├── CalibrationError(ValueError)       grader.calibration labels that cannot calibrate
+    ├── AdvisoryError(ValueError)          grader.advisory   an advisory mark or record unusable
+    ├── GateError(ValueError)              grader.gate       a promotion gate file or run unusable
     ├── JSONError(ValueError)              grader._json      not JSON the grader accepts
     │   └── JSONTooDeepError               grader._json      nested past the parser's bound
     ├── TooDeepError(ValueError)           grader.canon      a value past MAX_DEPTH

@@ -90,13 +90,16 @@ class Report:
     per_kind: dict[str, Tally] = field(default_factory=dict)
     per_check: dict[str, CheckTally] = field(default_factory=dict)
     reasons: Counter[str] = field(default_factory=Counter)
+    # Advisory columns (grader/advisory.py): counted for review, never given a pass rate.
+    advisory: dict[str, CheckTally] = field(default_factory=dict)
 
     def add(self, task: Task, outcome: Outcome) -> None:
         self.total.add(outcome.result)
         kind = task.mutation_kind or NO_KIND
         self.per_kind.setdefault(kind, Tally()).add(outcome.result)
         for column in outcome.checks:
-            self.per_check.setdefault(column.name, CheckTally()).add(column.passed)
+            tallies = self.advisory if column.advisory else self.per_check
+            tallies.setdefault(column.name, CheckTally()).add(column.passed)
         if outcome.verdict is not None:
             self.reasons[outcome.verdict.reason_code] += 1
 
@@ -114,7 +117,16 @@ class Report:
             "perCheck": {k: self.per_check[k].to_dict() for k in sorted(self.per_check)},
             "reasons": dict(sorted(self.reasons.items())),
             "tasks_digest": self.tasks_digest,
+            **({"advisory": self._advisory()} if self.advisory else {}),
         }
+
+    def _advisory(self) -> dict[str, Any]:
+        """Advisory columns' counts, without a pass rate (seed 002 §7: not counted into one)."""
+        out = {}
+        for name in sorted(self.advisory):
+            tally = self.advisory[name]
+            out[name] = {"n": tally.n, "judged_pass": tally.passed, "errors": tally.errors}
+        return out
 
     def render_table(self) -> str:
         """A terminal table: one row per mutation kind, the total, the checks, the reasons."""
@@ -144,6 +156,16 @@ class Report:
                 lines.append(
                     f"{name:<{cwidth}}  {c.n:>6}  {c.passed:>6}  {_pct(c.passed, c.n):>7}"
                     f"  {c.errors:>6}"
+                )
+        if self.advisory:
+            lines.append("")
+            lines.append(
+                "advisory checks (shown for review; in no pass rate, no verdict, no gate):"
+            )
+            for name, advice in self._advisory().items():
+                lines.append(
+                    f"  {name}: n {advice['n']}, judged pass {advice['judged_pass']}, "
+                    f"errors {advice['errors']}"
                 )
         reasons = ", ".join(f"{code} {count}" for code, count in sorted(self.reasons.items()))
         lines.append(f"reasons: {reasons or '-'}")

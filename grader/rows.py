@@ -46,8 +46,12 @@ OFFLINE_FIELDS: tuple[str, ...] = (
     "tasks_digest",
     "grader_rules_version",
 )
+# The graded sample: on offline rows always (the answers file's answer, never cut), on live rows
+# while ``results.capture_answer`` is on; ``sample_id`` joins the two (answers field / header).
+SAMPLE_FIELDS: tuple[str, ...] = ("sample_id", "answer", "truncated", "tools")
 LIVE_FIELDS: tuple[str, ...] = (
     "request_id",
+    "upstream_request_id",
     "time",
     "model",
     "upstream",
@@ -59,9 +63,9 @@ LIVE_FIELDS: tuple[str, ...] = (
     "run",
     "meta",
     "timings",
-    "answer",
-    "truncated",
 )
+# An answers-file field with one of these names would overwrite what the grader wrote: refused.
+RESERVED_FIELDS: frozenset[str] = frozenset(OFFLINE_FIELDS) | {"truncated"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,8 @@ class Live:
     ``answer`` is None when ``results.capture_answer`` is off: the field (and ``truncated``)
     is then left out. ``answer_cap`` is ``results.max_answer_chars``: the row stores the answer
     cut there, with ``truncated: true``, so a 50 MB answer never becomes a 50 MB row.
+    ``tools`` is the request's tool list, kept only when a ``from_request`` check read it (so
+    ``gradeproxy regrade`` can grade the row again); ``sample_id`` is the sample-id header.
     """
 
     request_id: str
@@ -87,10 +93,21 @@ class Live:
     timings: Mapping[str, float] = field(default_factory=dict)
     answer: str | None = None
     answer_cap: int | None = None
+    upstream_request_id: str | None = None
+    sample_id: str | None = None
+    tools: list[dict[str, Any]] | None = None
 
     def fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        out: dict[str, Any] = {"sample_id": self.sample_id}
+        if self.answer is not None:
+            cap = len(self.answer) if self.answer_cap is None else self.answer_cap
+            out["answer"] = self.answer[:cap]
+            out["truncated"] = len(self.answer) > cap
+        if self.tools is not None:
+            out["tools"] = self.tools
+        out |= {
             "request_id": self.request_id,
+            "upstream_request_id": self.upstream_request_id,
             "time": self.time,
             "model": self.model,
             "upstream": self.upstream,
@@ -103,10 +120,6 @@ class Live:
             "meta": dict(self.meta),
             "timings": dict(self.timings),
         }
-        if self.answer is not None:
-            cap = len(self.answer) if self.answer_cap is None else self.answer_cap
-            out["answer"] = self.answer[:cap]
-            out["truncated"] = len(self.answer) > cap
         return out
 
 
@@ -144,6 +157,33 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
         "tasks_digest": tasks_digest,
         "grader_rules_version": GRADER_RULES_VERSION,
     }
+
+
+def carried_conflicts(source: Mapping[str, Any]) -> list[str]:
+    """The answers-row fields that would overwrite a result field (``file:line`` refusals)."""
+    return sorted(key for key in source if key in RESERVED_FIELDS and key != "task_id")
+
+
+def offline_row(
+    task: Task, outcome: Outcome, tasks_digest: str, source: Mapping[str, Any]
+) -> dict[str, Any]:
+    """An offline row: :func:`answer_row`, the answer, and every other field of the answers row.
+
+    ``source`` is the answers row. Its ``task_id`` is the row's own; its ``answer`` is stored
+    whole (``truncated: false``: offline nothing is cut); every other field (``sample_id``,
+    ``model``, ``run``, ``attempt``, ``sampling``, ``tools`` …) rides along unchanged, so the
+    rows join to run metadata by value, never by line order. A field that would overwrite a
+    result field is refused before grading (:func:`carried_conflicts`).
+    """
+    row = answer_row(task, outcome, tasks_digest)
+    answer = source.get("answer")
+    row["sample_id"] = source.get("sample_id")
+    if isinstance(answer, str):
+        row |= {"answer": answer, "truncated": False}
+    for key, value in source.items():
+        if key not in ("task_id", "answer", "sample_id") and key not in RESERVED_FIELDS:
+            row[key] = value
+    return row
 
 
 def live_row(task: Task, outcome: Outcome, tasks_digest: str, live: Live) -> dict[str, Any]:

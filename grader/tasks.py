@@ -27,6 +27,7 @@ half-loaded is returned, so a bad edit can never replace a good task set in a ru
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from grader._json import JSONError, loads_exact
+from grader.advisory import AdvisoryError, split_advisory
 from grader.canon import canonical_json
 from grader.checks import Check, CheckDefinitionError, build_checks
 from grader.episodes.record import EpisodeRecord, RecordError, parse_record
@@ -107,6 +109,8 @@ class Task:
     source: str = "<memory>"
     checks: tuple[Check, ...] = ()
     episode: EpisodeRecord | None = None  # seed 001's grader record (docs/episodes.md)
+    # Names of advisory checks (grader/advisory.py): shown, never part of the verdict.
+    advisory: frozenset[str] = frozenset()
 
     @property
     def expected(self) -> Call:
@@ -245,8 +249,19 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
             raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
         try:
             episode_only = "expected" not in obj and "checks" not in obj
-            checks = () if episode_only else build_checks(obj)
-        except CheckDefinitionError as exc:
+            advice = split_advisory(obj, source)
+            checks = (
+                ()
+                if episode_only
+                else tuple(
+                    dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
+                    if i in advice.digests
+                    else check
+                    for i, check in enumerate(build_checks(advice.task))
+                )
+            )
+            advisory = advice.names
+        except (CheckDefinitionError, AdvisoryError) as exc:
             raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     except TaskLoadError as exc:
         raise TaskLoadError(f"{source}: {exc}") from None
@@ -260,6 +275,7 @@ def parse_task(obj: Any, source: str = "<memory>") -> Task:
         source=source,
         checks=checks,
         episode=episode,
+        advisory=advisory,
     )
 
 

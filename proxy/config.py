@@ -96,6 +96,8 @@ class Tasks:
 class Grading:
     task_header: str = "X-Grade-Task"
     run_header: str = "X-Grade-Run"
+    # The row's ``sample_id`` (joins live rows to offline ones and to run metadata).
+    sample_id_header: str = "X-Grade-Sample-Id"
     meta_header_prefix: str = "X-Grade-Meta-"
     queue_size: int = 10000
     workers: int = 2

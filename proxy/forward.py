@@ -90,8 +90,15 @@ def request_headers(
     return out
 
 
+PROXY_REQUEST_ID_HEADER = "X-Gradeproxy-Request-Id"
+
+
 def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMultiDict[str]:
-    """Headers for the client: end-to-end only; the upstream's x-request-id wins if it sent one."""
+    """Headers for the client: end-to-end only; the upstream's x-request-id wins if it sent one.
+
+    ``X-Gradeproxy-Request-Id`` always carries the proxy's own id (the row's ``request_id``);
+    the upstream's ``x-request-id`` is relayed as sent (the row's ``upstream_request_id``).
+    """
     drop = _RESPONSE_DROP | _connection_named(upstream)
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.items():
@@ -100,6 +107,8 @@ def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMult
     if "x-request-id" not in out:
         # The client's own id, echoed: escaped if it holds bytes no UTF-8 writer can send.
         out["x-request-id"] = escape_text(request_id)
+    # The id the result row records as ``request_id``, whatever the upstream sent.
+    out[PROXY_REQUEST_ID_HEADER] = escape_text(request_id)
     return out
 
 

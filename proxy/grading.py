@@ -28,7 +28,7 @@ import orjson
 
 from grader._json import dumps
 from grader.checks import CheckContext, Judge
-from grader.engine import grade, grade_async, needs_judge
+from grader.engine import grade, grade_async, needs_judge, reads_request_tools
 from grader.rows import Live, live_row
 from grader.tasks import Task
 from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
@@ -82,6 +82,8 @@ class GradeJob:
     api: Api = "chat_completions"  # which wire format ``response`` is in
     episode: EpisodeTurn | None = None  # a turn of an agent episode (proxy/episodes.py)
     role: str | None = None  # the role header: policy authority reads it over item.role
+    sample_id: str | None = None  # the sample-id header
+    upstream_request_id: str | None = None  # the upstream's x-request-id
 
     @property
     def size(self) -> int:
@@ -180,6 +182,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         request_tools=_tools(request) if request is not None else None, model=model, role=job.role
     )
     judged = needs_judge(job.task)
+    keep_tools = capture_answer and reads_request_tools(job.task)
     rows: list[dict[str, Any]] = []
     pending: list[tuple[int, str, CheckContext, Live]] = []
     received = datetime.fromtimestamp(job.received_at, UTC).isoformat()
@@ -200,6 +203,9 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             timings=job.timings,
             answer=text if capture_answer else None,
             answer_cap=max_answer_chars,
+            upstream_request_id=job.upstream_request_id,
+            sample_id=job.sample_id,
+            tools=context.request_tools if keep_tools else None,
         )
         if judged:  # finished on the event loop, where the judge's client lives
             pending.append((len(rows), text, context, live))
@@ -464,6 +470,8 @@ class GradeQueue:
                 metrics.episode_done(job.task.id, row)
                 continue
             for column in row["checks"]:
+                if column.get("advisory"):  # out of every pass rate, the metrics' too
+                    continue
                 passed = column["passed"]
                 result = "error" if passed is None else "pass" if passed else "fail"
                 metrics.child(

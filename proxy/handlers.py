@@ -104,7 +104,12 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         request.headers,
         private_prefixes=("x-grade-", "x-gradeproxy-", grading.meta_header_prefix),
         # The header that carried the inbound key (proxy/guard.py) never goes upstream.
-        private_names=(grading.task_header, grading.run_header, *request.get(STRIP, ())),
+        private_names=(
+            grading.task_header,
+            grading.run_header,
+            grading.sample_id_header,
+            *request.get(STRIP, ()),
+        ),
         api_key=target.api_key,
         request_id=request_id,
     )
@@ -143,6 +148,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             api=api or "chat_completions",
             episode=turn_of(request.headers, task, grading),
             role=(request.headers.get(grading.role_header) or "")[:256] or None,
+            sample_id=request.headers.get(grading.sample_id_header),
+            upstream_request_id=outcome.upstream_request_id,
         )
         submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)
@@ -261,6 +268,7 @@ def _start_shadow(
         run=request.headers.get(grading.run_header),
         meta=_meta(request, grading.meta_header_prefix),
         api=api,
+        sample_id=request.headers.get(grading.sample_id_header),
     )
     return leg.pair_id if runner.start(leg) else None
 

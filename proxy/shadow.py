@@ -96,6 +96,7 @@ class ShadowLeg:
     run: str | None = None
     meta: dict[str, str] = field(default_factory=dict)
     api: Api = "chat_completions"  # the primary's route: the shadow answers in its format
+    sample_id: str | None = None  # the primary's sample-id header: both legs join the same way
 
 
 @dataclass(slots=True)
@@ -208,6 +209,7 @@ class ShadowRunner:
             variant="shadow",
             pair_id=leg.pair_id,
             api=leg.api,
+            sample_id=leg.sample_id,
         )
         return _Outcome("ok", job)
 

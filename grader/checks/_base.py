@@ -240,6 +240,7 @@ class CheckResult:
     warning: str | None = None
     details: Mapping[str, Any] | None = None
     parts: tuple[CheckResult, ...] = ()
+    advisory: bool = False  # shown, but out of the verdict and every pass rate
 
     @property
     def reward(self) -> float | None:
@@ -266,6 +267,8 @@ class CheckResult:
             row["warning"] = self.warning
         if self.details is not None:
             row["details"] = dict(self.details)
+        if self.advisory:
+            row["advisory"] = True
         return row
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -143,6 +144,25 @@ class JudgeAnswer:
     failure: JudgeFailure | None  # None: ``value`` is the parsed reply
     error: str | None
     attempts: int
+    # Every attempt in order (seed 003: a retry never overwrites the first): outcome, the reply
+    # cut at REPLY_CAP characters (``reply_truncated``), latency, error. Stored in the column's
+    # ``details.attempt_log``.
+    log: tuple[dict[str, Any], ...] = ()
+
+
+REPLY_CAP = 2000  # characters of a judge reply kept per attempt in the row
+
+
+def _attempt(outcome: str, started: float, reply: str | None, error: str | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "outcome": outcome,
+        "latency_s": round(time.perf_counter() - started, 6),
+        "reply": None if reply is None else reply[:REPLY_CAP],
+        "reply_truncated": reply is not None and len(reply) > REPLY_CAP,
+    }
+    if error is not None:
+        entry["error"] = error[:REPLY_CAP]
+    return entry
 
 
 class Judge:
@@ -160,21 +180,29 @@ class Judge:
         code: JudgeFailure = "judge_error"
         error = "not attempted"
         attempts = 0
+        log: list[dict[str, Any]] = []
         for attempts in range(1, self.config.retries + 2):
+            started = time.perf_counter()
             try:
                 async with self._slots, asyncio.timeout(self.config.timeout_s):
                     reply = await self.client.complete(model, messages, 0.0)
             except TimeoutError:
                 code, error = "judge_timeout", f"no reply within {self.config.timeout_s:g}s"
+                log.append(_attempt(code, started, None, error))
                 continue
             except Exception as exc:  # any client failure is an infrastructure error
                 code, error = "judge_error", f"{type(exc).__name__}: {exc}"
+                log.append(_attempt(code, started, None, error))
                 continue
             try:
-                return JudgeAnswer(parse(reply), None, None, attempts)
+                value = parse(reply)
             except JudgeParseError as exc:
                 code, error = "judge_parse_error", str(exc)
-        return JudgeAnswer(None, code, error, attempts)
+                log.append(_attempt(code, started, reply, error))
+                continue
+            log.append(_attempt("ok", started, reply, None))
+            return JudgeAnswer(value, None, None, attempts, tuple(log))
+        return JudgeAnswer(None, code, error, attempts, tuple(log))
 
 
 def as_judge(judge: Judge | JudgeClient | None) -> Judge | None:

@@ -290,7 +290,11 @@ class JudgeCheck(BaseCheck):
         else:
             parse = _label_parser(self.labels)
         answer = await judge.ask(model, messages, parse)
-        details = {"judge_model": model, "attempts": answer.attempts}
+        details = {
+            "judge_model": model,
+            "attempts": answer.attempts,
+            "attempt_log": list(answer.log),
+        }
         if answer.failure is not None:
             reason = f"judge left this ungraded after {answer.attempts} attempt(s): {answer.error}"
             return self.result(

@@ -11,7 +11,18 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from grader.cli import calibrate, compare, grade, import_cmd, mcp, replay, server_args, validate
+from grader.cli import (
+    calibrate,
+    compare,
+    export,
+    grade,
+    import_cmd,
+    mcp,
+    regrade,
+    replay,
+    server_args,
+    validate,
+)
 from grader.version import __version__
 
 # name -> (runner module, help, argument declarations); runners expose run(name, args) -> int.
@@ -53,6 +64,8 @@ def _build_parser() -> argparse.ArgumentParser:
     compare.register(sub)
     replay.register(sub)
     import_cmd.register(sub)
+    export.register(sub)
+    regrade.register(sub)
     for name, (module_name, help_text, add_arguments) in _SERVER_COMMANDS.items():
         command = sub.add_parser(
             name,

@@ -34,11 +34,27 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
         raise InputError(f"{path}: not UTF-8 text: {exc}") from None
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def output_mode() -> int:
+    """The mode an ordinary ``open()`` would give a new file: 0644 under umask 022.
+
+    ``mkstemp`` creates its file 0600 (it is meant for secrets); an output file is data for
+    other tools and users, so the temporary file gets the usual mode before the rename.
+    """
+    return 0o666 & ~_umask()
+
+
 def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
     """Write to a temporary file beside ``path`` and rename: never a half-written output."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, output_mode())
         with os.fdopen(fd, "wb") as handle:
             for chunk in chunks:
                 handle.write(chunk)

@@ -1,37 +1,70 @@
-"""``gradeproxy calibrate``: a judge's TPR and TNR against human labels (seed 002).
+"""``gradeproxy calibrate``: a judge's TPR and TNR against human labels, per split (seed 002).
 
-Reads JSONL rows ``{"judge": true|false|"PASS"|"FAIL", "human": ...}`` from the sealed test
-split. With ``--observed-pass-rate`` it also prints the Rogan-Gladen corrected pass rate.
-Exit 0 when the numbers were computed; exit 2 with a message on unusable input (unreadable
-file, bad rows, an empty split, a split without both classes, a judge at or below chance).
+Reads JSONL rows ``{"judge": true|false|"PASS"|"FAIL", "human": ..., "split"?: "train"|"dev"|
+"test"}``. Figures are reported per split, never pooled (seed 002 §2); the headline is the
+sealed ``test`` split (or, in a file without splits, all rows, said to be no sealed estimate).
+``--judge-model`` is required, must be a pinned snapshot, and is recorded with the figures (seed
+002 §5); ``--out REC.json`` writes the calibration record that judge checks cite
+(``"calibration": "REC.json"``, grader/advisory.py), which refuses a check pinning another model.
+``--bar 0.85`` marks the judge **advisory-only** when TPR or TNR on the test split is under the
+bar (seed 002 §7), says so in words, and records ``advisory_only: true``. With
+``--observed-pass-rate`` it prints the Rogan-Gladen corrected pass rate from the headline figures,
+refused for a judge at or below chance.
+
+Exit 0 when the figures were computed (and meet ``--bar`` when given); 1 when the judge is
+advisory-only under ``--bar``; 2 with a message on unusable input (unreadable file, bad rows, an
+unpinned judge model, a headline split without both classes, a judge at or below chance).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from pathlib import Path
 from typing import Any
 
 from grader._json import dumps
+from grader.advisory import CALIBRATION_KIND
 from grader.calibration import (
+    UNSPLIT,
+    Calibration,
     CalibrationError,
     bias_corrected_pass_rate,
     calibrate,
-    labels_from_rows,
+    labels_by_split,
 )
-from grader.cli._io import InputError, read_jsonl
+from grader.checks.judge import pinned_problem
+from grader.cli._io import InputError, read_jsonl, write_atomically
+
+MIN_LABELS = 100  # seed 002 §1: collect human labels for >= 100 items
 
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "calibrate",
-        help="judge TPR/TNR against human labels, and the corrected pass rate",
-        description="Compute a judge's TPR and TNR from human-labelled rows and, given the "
-        "judge's observed pass rate, the Rogan-Gladen corrected pass rate.",
+        help="judge TPR/TNR against human labels per split, the bar, the corrected pass rate",
+        description="Compute a judge's TPR and TNR from human-labelled rows, per split "
+        "(train/dev/test), check them against a bar and, given the judge's observed pass "
+        "rate, the Rogan-Gladen corrected pass rate.",
     )
     parser.add_argument(
-        "--labels", required=True, type=Path, help='JSONL rows {"judge": ..., "human": ...}'
+        "--labels",
+        required=True,
+        type=Path,
+        help='JSONL rows {"judge": ..., "human": ..., "split"?: train|dev|test}',
+    )
+    parser.add_argument(
+        "--judge-model",
+        required=True,
+        metavar="ID",
+        help="the pinned judge snapshot the labels were judged by (recorded with the figures)",
+    )
+    parser.add_argument(
+        "--bar",
+        type=float,
+        metavar="B",
+        help="TPR and TNR on the test split must reach B (e.g. 0.85), else advisory-only",
     )
     parser.add_argument(
         "--observed-pass-rate",
@@ -39,34 +72,137 @@ def register(sub: Any) -> None:
         metavar="R",
         help="the judge's raw pass rate on live traffic, 0..1",
     )
+    parser.add_argument("--out", type=Path, help="write the calibration record (JSON)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
 
 
+def _figures(groups: dict[str, tuple[list[bool], list[bool]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, (judge, human) in groups.items():
+        try:
+            out[name] = calibrate(judge, human)
+        except CalibrationError as exc:
+            out[name] = str(exc)
+    return out
+
+
+def _headline(figures: dict[str, Any]) -> tuple[str, Calibration]:
+    """The sealed test split's figures (or the unsplit file's); refused when unusable."""
+    name = "test" if "test" in figures else UNSPLIT if UNSPLIT in figures else None
+    if name is None:
+        raise CalibrationError(
+            "no 'test' split: TPR/TNR are reported on the sealed test split (seed 002 §2); "
+            f"found {', '.join(figures)}"
+        )
+    counts = figures[name]
+    if not isinstance(counts, Calibration):
+        raise CalibrationError(f"{name} split: {counts}")
+    return name, counts
+
+
+def _verdict(bar: float | None, name: str, counts: Calibration) -> tuple[bool, str | None]:
+    """Whether the judge is advisory-only under ``bar``, and the sentence that says so."""
+    if bar is None:
+        return False, None
+    if name != "test":
+        return True, (
+            f"ADVISORY-ONLY: the labels have no sealed test split, so the judge cannot be shown "
+            f"to reach the bar {bar:g}; its verdicts must not gate a promotion or count into a "
+            "pass rate (seed 002 §7)"
+        )
+    under = [f"{k} {v:.4f}" for k, v in (("TPR", counts.tpr), ("TNR", counts.tnr)) if v < bar]
+    if not under:
+        return False, f"meets the bar: TPR and TNR on the test split are both >= {bar:g}"
+    return True, (
+        f"ADVISORY-ONLY: {' and '.join(under)} on the test split is under the bar {bar:g}; its "
+        "verdicts must not gate a promotion or count into a pass rate (seed 002 §7). Iterate "
+        "the prompt on the dev split and re-seal a fresh test split; do not lower the bar"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        problem = pinned_problem(args.judge_model)
+        if problem is not None:
+            raise CalibrationError(f"--judge-model {problem}")
+        raw = args.labels.read_bytes() if args.labels.exists() else b""
         rows = [(f"{args.labels}:{lineno}", row) for lineno, row in read_jsonl(args.labels)]
-        judge, human = labels_from_rows(rows)
-        counts = calibrate(judge, human)
+        if not rows:
+            raise CalibrationError("judge verdicts and human labels must be non-empty")
+        figures = _figures(labels_by_split(rows))
+        name, counts = _headline(figures)
         corrected = None
         if args.observed_pass_rate is not None:
             corrected = bias_corrected_pass_rate(args.observed_pass_rate, counts.tpr, counts.tnr)
     except (InputError, CalibrationError) as exc:
         print(f"gradeproxy calibrate: error: {exc}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = counts.to_dict()
+    advisory, sentence = _verdict(args.bar, name, counts)
+    report: dict[str, Any] = {
+        "kind": CALIBRATION_KIND,
+        "judge_model": args.judge_model,
+        "headline_split": name,
+        **counts.to_dict(),
+        "splits": {
+            k: v.to_dict() if isinstance(v, Calibration) else {"error": v}
+            for k, v in figures.items()
+        },
+        "bar": args.bar,
+        "advisory_only": advisory,
+        "labels": str(args.labels),
+        "labels_sha256": hashlib.sha256(raw).hexdigest(),
+    }
+    if sentence is not None:
+        report["verdict"] = sentence
+    labelled = sum(v.n for v in figures.values() if isinstance(v, Calibration))
+    if labelled < MIN_LABELS:
+        report["warning"] = (
+            f"{labelled} labelled items: seed 002 asks for at least {MIN_LABELS} before the "
+            "figures are trusted"
+        )
     if corrected is not None:
         report["observed_pass_rate"] = args.observed_pass_rate
         report["corrected_pass_rate"] = corrected
         report["corrected_pass_rate_clamped"] = min(1.0, max(0.0, corrected))
+    if args.out is not None:
+        try:
+            write_atomically(args.out, [dumps(report) + b"\n"])
+        except OSError as exc:
+            print(f"gradeproxy calibrate: error: cannot write output: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         print(dumps(report).decode())
-        return 0
-    print(f"n {counts.n}  TP {counts.tp}  FN {counts.fn}  TN {counts.tn}  FP {counts.fp}")
-    print(f"TPR {counts.tpr:.4f}  TNR {counts.tnr:.4f}")
-    if corrected is not None:
-        line = f"corrected pass rate {corrected:.4f} (observed {args.observed_pass_rate:.4f})"
+    else:
+        _print(report, figures, counts, corrected, args.observed_pass_rate)
+    return 1 if advisory else 0
+
+
+def _print(
+    report: dict[str, Any],
+    figures: dict[str, Any],
+    counts: Calibration,
+    corrected: float | None,
+    observed: float | None,
+) -> None:
+    print(f"judge {report['judge_model']}")
+    for split, value in figures.items():
+        if isinstance(value, Calibration):
+            print(
+                f"{split:<8} n {value.n}  TP {value.tp}  FN {value.fn}  TN {value.tn}"
+                f"  FP {value.fp}  TPR {value.tpr:.4f}  TNR {value.tnr:.4f}"
+            )
+        else:
+            print(f"{split:<8} {value}")
+    if report["headline_split"] == UNSPLIT:
+        print("no split column: these figures are not a sealed-test estimate (seed 002 §2)")
+    print(f"TPR {counts.tpr:.4f}  TNR {counts.tnr:.4f}  ({report['headline_split']})")
+    if "verdict" in report:
+        print(report["verdict"])
+    if "warning" in report:
+        print(f"warning: {report['warning']}")
+    if corrected is not None and observed is not None:
+        line = f"corrected pass rate {corrected:.4f} (observed {observed:.4f})"
         if not 0.0 <= corrected <= 1.0:
             line += f"; outside [0, 1], clamped {min(1.0, max(0.0, corrected)):.4f}"
         print(line)
-    return 0

@@ -5,6 +5,7 @@ pairs the rows by ``pair_id`` and ``choice`` (grader/compare_runs.py), and print
 per mutation kind the two pass and stale rates, wins/losses/ties and the exact McNemar p-value;
 ``--json`` prints the same as one JSON object. Exit 0 when the comparison ran (whatever it
 says), 2 on unreadable input, naming file and line, with nothing printed on stdout.
+``--gate GATE.yaml`` turns it into a promotion decision (grader/cli/gate.py, grader/gate.py).
 """
 
 from __future__ import annotations
@@ -27,9 +28,21 @@ def register(sub: Any) -> None:
         "and stale rates, wins/losses/ties over complete pairs, exact McNemar p-value.",
     )
     parser.add_argument(
-        "--results", required=True, nargs="+", type=Path, metavar="FILE", help="result JSONL"
+        "--results", nargs="+", type=Path, metavar="FILE", help="result JSONL (live rows)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--gate",
+        type=Path,
+        metavar="GATE.yaml",
+        help="decide per frozen suite: exit 1 on a hard fail, 3 when a suite cannot be decided",
+    )
+    parser.add_argument(
+        "--baseline", nargs="+", type=Path, metavar="FILE", help="with --gate: offline run A"
+    )
+    parser.add_argument(
+        "--candidate", nargs="+", type=Path, metavar="FILE", help="with --gate: offline run B"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -128,6 +141,16 @@ def render_table(summary: Summary) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.gate is not None:
+        from grader.cli.gate import run_gate
+
+        return run_gate(args)
+    if not args.results or args.baseline or args.candidate:
+        print(
+            "gradeproxy compare: error: give --results (--baseline/--candidate need --gate)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         legs, rows, unpaired = read_legs(args.results)
     except InputError as exc:

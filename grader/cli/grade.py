@@ -1,9 +1,13 @@
 """``gradeproxy grade``: grade a file of answers against a task set, offline.
 
 Every answer is graded by the engine (``grader.engine``) on every check of its task, and each
-row is :mod:`grader.rows`' row: the proxy's row minus the live-traffic fields. An answers row is
-``{"task_id", "answer", "tools"?, "request"?}``: ``tools`` (or ``request.tools``) is the
-offline context of a ``from_request`` schema, else the task's own ``tools``.
+row is :mod:`grader.rows`' offline row (``offline_row``): the verdict, the answer, and every
+other field of the answers row carried unchanged (``sample_id``, ``model``, ``run``,
+``attempt``, ``sampling`` …: docs/offline.md), so rows join to run metadata by value. An
+answers row is ``{"task_id", "answer", "sample_id"?, "tools"?, "request"?, ...}``: ``tools``
+(or ``request.tools``) is the offline context of a ``from_request`` schema, else the task's
+own ``tools``. A field that would overwrite a result field (``result``, ``checks`` …) is
+refused with ``file:line``. ``--out x.parquet`` writes Parquet (``gradeproxy[parquet]``).
 
 Exit 0 when grading ran, whatever the scores; exit 2 on unreadable input, an unknown task id,
 an answer that is not a string (the typed wires refuse it too; only the Python API scores it
@@ -21,10 +25,11 @@ from typing import Any
 
 from grader._json import dumps
 from grader.checks.judge import Judge
-from grader.cli._io import InputError, Progress, jsonl_bytes, read_jsonl, write_atomically
+from grader.cli._io import InputError, Progress, read_jsonl, write_atomically
+from grader.cli.parquet import is_parquet, require_pyarrow, write_rows
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.report import Report
-from grader.rows import answer_row
+from grader.rows import carried_conflicts, offline_row
 from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
 
 PROGRESS_MIN_ROWS = 1000
@@ -49,7 +54,17 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--answers", required=True, type=Path, help='JSONL rows {"task_id", "answer", "tools"?}'
     )
-    parser.add_argument("--out", type=Path, help="write one result row per answer (JSONL)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write one result row per answer: JSONL, or Parquet for a .parquet name "
+        "(needs gradeproxy[parquet])",
+    )
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="with a .parquet --out: add check.<name>.passed/.score/.reason_code columns",
+    )
     parser.add_argument("--report", type=Path, help="write the run report (JSON)")
     parser.add_argument(
         "--judge", type=Path, help="judge config (YAML/JSON) for label_model/score_model checks"
@@ -87,6 +102,15 @@ def read_answers(path: Path, tasks: TaskSet) -> list[Answer]:
         for key, shape in (("tools", list), ("request", dict)):
             if key in row and not isinstance(row[key], shape):
                 raise InputError(f"{where}: '{key}' must be a JSON {shape.__name__}")
+        clash = carried_conflicts(row)
+        if clash:
+            raise InputError(
+                f"{where}: field {clash[0]!r} would overwrite the result row's own field of "
+                "that name: rename it (answers-file fields ride into the row unchanged)"
+            )
+        sample_id = row.get("sample_id")
+        if sample_id is not None and not isinstance(sample_id, str | int):
+            raise InputError(f"{where}: 'sample_id' must be a string or an integer")
         rows.append((where, task, answer, row))
     return rows
 
@@ -139,6 +163,8 @@ def _grade_all(answers: list[Answer], judge: Judge | None, progress: Progress) -
 def run(args: argparse.Namespace) -> int:
     judge = None
     try:
+        if args.out is not None and is_parquet(args.out):
+            require_pyarrow()
         if args.judge is not None:
             from grader.cli.validate import load_judge
 
@@ -157,13 +183,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     report = Report(tasks.digest)
     rows: list[dict[str, Any]] = []
-    for (_, task, _, _), outcome in zip(answers, outcomes, strict=True):
+    for (_, task, _, source), outcome in zip(answers, outcomes, strict=True):
         report.add(task, outcome)
         if args.out is not None:
-            rows.append(answer_row(task, outcome, tasks.digest))
+            rows.append(offline_row(task, outcome, tasks.digest, source))
     try:
         if args.out is not None:
-            write_atomically(args.out, jsonl_bytes(rows))
+            write_rows(args.out, rows, wide=args.wide)
         if args.report is not None:
             write_atomically(args.report, [dumps(report.to_dict()) + b"\n"])
     except OSError as exc:

@@ -68,6 +68,9 @@ def test_correction_refused(observed: float, tpr: float, tnr: float, message: st
         bias_corrected_pass_rate(observed, tpr, tnr)
 
 
+PINNED = ("--judge-model", "judge-2024-08-06")
+
+
 def labels(path: Path, rows: list[Any]) -> Path:
     path.write_text("".join((r if isinstance(r, str) else dumps(r).decode()) + "\n" for r in rows))
     return path
@@ -83,11 +86,14 @@ def test_cli_reports_rates_and_corrected_rate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = labels(tmp_path / "l.jsonl", ROWS)
-    assert main(["calibrate", "--labels", str(path), "--observed-pass-rate", "0.5", "--json"]) == 0
+    assert (
+        main(["calibrate", *PINNED, "--labels", str(path), "--observed-pass-rate", "0.5", "--json"])
+        == 0
+    )
     report = loads_exact(capsys.readouterr().out)
     assert (report["tp"], report["fn"], report["tn"], report["fp"]) == (4, 1, 3, 2)
     assert report["corrected_pass_rate"] == pytest.approx(0.25)
-    assert main(["calibrate", "--labels", str(path), "--observed-pass-rate", "0.9"]) == 0
+    assert main(["calibrate", *PINNED, "--labels", str(path), "--observed-pass-rate", "0.9"]) == 0
     text = capsys.readouterr().out
     assert "TPR 0.8000  TNR 0.6000" in text
     assert "corrected pass rate 1.2500" in text
@@ -128,7 +134,7 @@ def test_cli_bad_input_exits_2(
     message: str | None,
 ) -> None:
     path = labels(tmp_path / "l.jsonl", rows)
-    code = main(["calibrate", "--labels", str(path), *extra])
+    code = main(["calibrate", *PINNED, "--labels", str(path), *extra])
     err = capsys.readouterr().err
     if message is None:
         assert code == 0
@@ -143,10 +149,10 @@ def test_cli_refuses_correction_for_chance_judge(
 ) -> None:
     chance = [{"judge": True, "human": True}, {"judge": True, "human": False}]
     path = labels(tmp_path / "l.jsonl", chance)
-    assert main(["calibrate", "--labels", str(path), "--observed-pass-rate", "0.5"]) == 2
+    assert main(["calibrate", *PINNED, "--labels", str(path), "--observed-pass-rate", "0.5"]) == 2
     assert "recalibrate" in capsys.readouterr().err
 
 
 def test_cli_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["calibrate", "--labels", str(tmp_path / "none.jsonl")]) == 2
+    assert main(["calibrate", *PINNED, "--labels", str(tmp_path / "none.jsonl")]) == 2
     assert "cannot read" in capsys.readouterr().err

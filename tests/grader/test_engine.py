@@ -17,6 +17,7 @@ import pytest
 from grader import (
     LIVE_FIELDS,
     OFFLINE_FIELDS,
+    SAMPLE_FIELDS,
     Outcome,
     Task,
     TaskLoadError,
@@ -248,7 +249,7 @@ def test_readme_field_table_lists_exactly_the_builders_fields() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Result rows", 1)[1].split("\n## ", 1)[0]
     documented = re.findall(r"^\| `([A-Za-z_]+)` \|", section, re.M)
-    assert documented == [*OFFLINE_FIELDS, *LIVE_FIELDS]
+    assert documented == [*OFFLINE_FIELDS, *SAMPLE_FIELDS, *LIVE_FIELDS]
 
 
 def test_report_keeps_error_rows_out_of_every_denominator() -> None:

@@ -207,6 +207,10 @@ async def test_same_verdict_everywhere(
         assert isinstance(got, Refused), f"{surface} graded a non-string answer: {got}"
         assert "answer" in got.text
         return
+    assert isinstance(got, dict)
+    if surface == "cli":  # the offline row also keeps the answers row's answer and ids
+        assert (got.pop("answer"), got.pop("truncated")) == (case.answer, False)
+        assert got.pop("sample_id") is None
     assert got == reference
 
 
