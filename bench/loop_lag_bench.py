@@ -32,7 +32,8 @@ from typing import Any
 from grader import parse_task
 from grader._json import dumps
 from grader.tasks import Task
-from proxy.grading import GIL_SWITCH_INTERVAL_S, GradeJob, GradeQueue
+from proxy.grading import GIL_SWITCH_INTERVAL_S, GradeQueue
+from proxy.jobs import GradeJob
 from proxy.metrics import ProxyMetrics
 from proxy.results import ResultWriter
 

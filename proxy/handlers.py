@@ -24,8 +24,8 @@ from proxy.capture_responses import responses_stream_answered
 from proxy.episodes import turn_of
 from proxy.errors import DrainingError, ProxyError
 from proxy.forward import Relay, relay, request_headers, upstream_url
-from proxy.grading import Api, GradeJob, sampled
 from proxy.guard import STRIP, TRACE
+from proxy.jobs import Api, GradeJob, sampled
 from proxy.logs import get_logger
 from proxy.routing import ShadowTarget
 from proxy.shadow import ShadowLeg, shadow_headers

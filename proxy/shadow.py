@@ -30,7 +30,8 @@ from yarl import URL
 from grader._json import JSONError, dumps, loads_exact
 from grader.tasks import Task
 from proxy.decoding import CaptureBuffer
-from proxy.grading import Api, GradeJob, GradeQueue
+from proxy.grading import GradeQueue
+from proxy.jobs import Api, GradeJob
 from proxy.logs import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.pairs import PairTracker

@@ -247,18 +247,18 @@ async def test_checks_whose_cost_grows_run_off_the_event_loop(
     import threading
 
     from grader._json import dumps
-    from proxy import grading
+    from proxy import grading, jobs
 
     with tasks_file.open("ab") as out:
         out.write(dumps(SCHEMA_TASK) + b"\n")
     seen: list[str] = []
-    real = grading.grade_job
+    real = jobs.grade_job
 
     def spy(*args: Any) -> Any:
         seen.append(threading.current_thread().name)
         return real(*args)
 
-    monkeypatch.setattr(grading, "grade_job", spy)
+    monkeypatch.setattr(grading, "grade_job", spy)  # the queue calls it by this name
     client = await make_proxy()
     await client.post("/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": task})
     [row] = await rows_of(client, results_path)

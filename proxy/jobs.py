@@ -1,0 +1,225 @@
+"""One grade job: what the handler captured, and how it becomes result rows.
+
+A :class:`GradeJob` is built on the hot path without parsing anything; :func:`grade_job` is the
+pure-CPU step the grade queue runs on it (inline for small responses, in the grading thread
+otherwise): capture the copy (chat completions or the Responses API), grade every answer with
+the one engine (``grader.engine``), build the rows (``grader.rows``), and hand an agent
+episode's turn to ``proxy.episodes``. Nothing here touches the event loop, the metrics or the
+result file: the queue (``proxy.grading``) records what this returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+
+from grader._json import dumps
+from grader.checks import CheckContext
+from grader.engine import grade, needs_judge, reads_request_tools
+from grader.rows import Live, live_row
+from grader.tasks import Task
+from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
+from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
+from proxy.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
+
+# The APIs whose responses the proxy can capture, by the route label they are counted under.
+Api = Literal["chat_completions", "responses"]
+
+
+def sampled(key: str, rate: float) -> bool:
+    """Deterministic sampling: the same key gets the same decision in every replica."""
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") < rate * 2**64
+
+
+@dataclass(slots=True)
+class GradeJob:
+    """Everything needed to grade one response, captured on the hot path without parsing."""
+
+    request_id: str
+    task: Task
+    tasks_digest: str
+    upstream: str
+    stream: bool
+    request_body: bytes
+    response: list[bytes]  # the body (one part) or the stream's chunks, as relayed
+    finished_at: float  # perf_counter at the response's last byte
+    received_at: float = field(default_factory=time.time)  # wall clock, for the row
+    run: str | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    variant: Literal["primary", "shadow"] = "primary"
+    pair_id: str | None = None  # set on both legs of a shadowed request
+    api: Api = "chat_completions"  # which wire format ``response`` is in
+    episode: EpisodeTurn | None = None  # a turn of an agent episode (proxy/episodes.py)
+    role: str | None = None  # the role header: policy authority reads it over item.role
+    sample_id: str | None = None  # the sample-id header
+    upstream_request_id: str | None = None  # the upstream's x-request-id
+
+    @property
+    def size(self) -> int:
+        return sum(len(part) for part in self.response)
+
+
+@dataclass(slots=True)
+class Graded:
+    """The outcome of one job: rows to record, or the reason nothing was graded."""
+
+    rows: list[dict[str, Any]]
+    skip_reason: str | None = None
+    error_kind: str | None = None
+    # Rows of a task with judge checks, graded on the event loop: (row index, answer, context,
+    # live fields); the row at that index is built once the judge has answered.
+    pending: list[tuple[int, str, CheckContext, Live]] = field(default_factory=list)
+    # An episode not graded although this response ended it (incomplete history, a limit hit).
+    episode_skip: str | None = None
+    episode_limit: str | None = None
+    episode: EpisodeOutcome | None = None  # its row is in ``rows``; a judge may settle it
+
+
+def _request_json(body: bytes) -> dict[str, Any] | None:
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _request_model(body: bytes) -> str | None:
+    model = (_request_json(body) or {}).get("model")
+    return model if isinstance(model, str) else None
+
+
+def _tools(request: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = request.get("tools")
+    return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None
+
+
+def capture(job: GradeJob) -> CaptureResult:
+    if not job.stream:
+        body = b"".join(job.response)
+        return responses_from_body(body) if job.api == "responses" else answers_from_body(body)
+    stream = ResponsesStreamCapture() if job.api == "responses" else StreamCapture()
+    for chunk in job.response:
+        stream.feed(chunk)
+    return stream.finish()
+
+
+def answer_text(answer: Answer) -> str:
+    """What the grader reads: tool calls as their JSON envelope, else the text content."""
+    return answer if isinstance(answer, str) else dumps(answer).decode()
+
+
+# Check kinds whose cost grows with the answer (schema validation, similarity, formulas,
+# policy constraints): a job that runs one is graded in the grading thread whatever its size.
+OFF_LOOP_CHECKS = frozenset({"json_schema", "text_similarity", "multi", "policy"})
+
+
+def runs_off_loop(task: Task) -> bool:
+    """Tasks whose grading cost grows with the input; an episode's grows with its history."""
+    if task.episode is not None:
+        return True
+    return task.has_checks and any(check.type in OFF_LOOP_CHECKS for check in task.checks)
+
+
+def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536) -> Graded:
+    """Capture and grade one response (pure CPU; safe to run in a thread).
+
+    The stored answer is cut at ``max_answer_chars`` with ``truncated: true``: a 50 MB answer
+    must not become a 50 MB row. Grading always reads the whole answer.
+    """
+    if not any(part.strip() for part in job.response):
+        return Graded([], skip_reason="empty_response")  # e.g. llama.cpp's auto + stream
+    captured = capture(job)
+    if captured.error is not None:
+        # A partial capture is never graded: an in-band upstream error is the upstream's
+        # failure; anything else is a response we could not read (an infrastructure error).
+        if captured.error.startswith("upstream"):
+            return Graded([], skip_reason="upstream_error")
+        return Graded([], error_kind="capture")
+    if not captured.answers:
+        return Graded([], skip_reason="empty_response")
+    model = captured.model or _request_model(job.request_body)
+    episode = _episode(job, captured, model)
+    if episode_only(job.task):  # its turns make no rows; the episode's last one makes one
+        if episode is not None and episode.row is not None:
+            return Graded([episode.row], episode=episode)
+        reason = episode.skip if episode is not None else "episode_turn"
+        return Graded(
+            [], skip_reason=reason, episode_limit=episode.limit if episode is not None else None
+        )
+    request = _request_json(job.request_body) if job.task.has_checks else None
+    context = CheckContext(
+        request_tools=_tools(request) if request is not None else None, model=model, role=job.role
+    )
+    judged = needs_judge(job.task)
+    keep_tools = capture_answer and reads_request_tools(job.task)
+    rows: list[dict[str, Any]] = []
+    pending: list[tuple[int, str, CheckContext, Live]] = []
+    received = datetime.fromtimestamp(job.received_at, UTC).isoformat()
+    for index in sorted(captured.answers):
+        text = answer_text(captured.answers[index])
+        live = Live(
+            request_id=job.request_id,
+            time=received,
+            model=model,
+            upstream=job.upstream,
+            stream=job.stream,
+            variant=job.variant,
+            pair_id=job.pair_id,
+            choice=index,
+            finish_reason=captured.finish_reasons.get(index),
+            run=job.run,
+            meta=job.meta,
+            timings=job.timings,
+            answer=text if capture_answer else None,
+            answer_cap=max_answer_chars,
+            upstream_request_id=job.upstream_request_id,
+            sample_id=job.sample_id,
+            tools=context.request_tools if keep_tools else None,
+        )
+        if judged:  # finished on the event loop, where the judge's client lives
+            pending.append((len(rows), text, context, live))
+            rows.append({})
+        else:
+            rows.append(live_row(job.task, grade(job.task, text, context), job.tasks_digest, live))
+    if episode is not None and episode.row is not None:
+        rows.append(episode.row)
+    skip = episode.skip if episode is not None and episode.skip != "episode_turn" else None
+    return Graded(
+        rows,
+        pending=pending,
+        episode_skip=skip,
+        episode_limit=episode.limit if episode is not None else None,
+        episode=episode,
+    )
+
+
+def _episode(job: GradeJob, captured: CaptureResult, model: str | None) -> EpisodeOutcome | None:
+    """The episode outcome of a turn (choice 0 is the agent's answer), live fields added."""
+    if job.episode is None:
+        return None
+    live = {
+        "request_id": job.request_id,
+        "time": datetime.fromtimestamp(job.received_at, UTC).isoformat(),
+        "model": model,
+        "upstream": job.upstream,
+        "stream": job.stream,
+        "variant": job.variant,
+        "run": job.run,
+        "meta": job.meta,
+        "timings": job.timings,
+    }
+    answer = captured.answers[min(captured.answers)]
+    return grade_turn(
+        job.task, job.episode, job.request_body, answer, job.api, job.tasks_digest, live
+    )
