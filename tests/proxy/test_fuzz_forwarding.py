@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
+import shutil
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.guard import dot_segment
+from tests.proxy.conftest import TASK_LINES
 from tests.proxy.harness import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.proxy.live import Live, live_proxy
 
@@ -42,9 +47,13 @@ class Rig:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        # Forwarding only: no task set, so nothing is graded (rows and metric labels are the
-        # grade queue's output boundary, fuzzed with the grading side).
-        self._call(self._start(None, None))
+        # With a task set and a results file: every fuzzed exchange that names a task is also
+        # graded, so hostile headers and bodies reach rows, logs and metric labels too.
+        self.folder = Path(tempfile.mkdtemp(prefix="gradeproxy-fuzz-"))
+        tasks = self.folder / "tasks.jsonl"
+        tasks.write_bytes(b"\n".join(TASK_LINES) + b"\n")
+        self.results = self.folder / "grades.jsonl"
+        self._call(self._start(tasks, self.results))
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
@@ -67,6 +76,7 @@ class Rig:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def exchange(
         self, method: str, target: str, body: bytes = b"", headers: dict[str, str] | None = None
@@ -236,3 +246,20 @@ def test_request_targets_never_500_and_no_dot_segment_is_forwarded(rig: Rig, tai
         assert len(rig.backend.seen) == before
     for seen in rig.backend.seen[before:]:
         assert not dot_segment(seen.path_qs)
+
+
+def test_grading_survived_every_fuzzed_exchange(rig: Rig) -> None:
+    """Runs last in this module: after every example above, the grade queue is healthy, no job
+    raised, and every row it wrote is valid JSON (hostile values escaped, never lost)."""
+    for _ in range(300):
+        status, body = rig.exchange("GET", "/healthz/grading")
+        if json.loads(body)["queue_depth"] == 0:
+            break
+        time.sleep(0.05)
+    assert status == 200, body
+    _, metrics = rig.exchange("GET", "/metrics")
+    text = metrics.decode("utf-8")
+    assert 'gradeproxy_grading_errors_total{kind="worker"} 0.0' in text
+    assert "gradeproxy_grade_worker_restarts_total 0.0" in text
+    rows = [json.loads(line) for line in rig.results.read_bytes().splitlines()]
+    assert rows, "the fuzzed exchanges graded nothing"
