@@ -5,6 +5,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage prints how long it took (CI's budget is 30 minutes; see where it goes).
+STAGE_NAME="" STAGE_START=$SECONDS
+stage() {
+    if [ -n "$STAGE_NAME" ]; then
+        printf '== %s took %ss\n' "$STAGE_NAME" "$((SECONDS - STAGE_START))"
+    fi
+    STAGE_NAME="$1" STAGE_START=$SECONDS
+    [ -z "$1" ] || printf '== %s\n' "$1"
+}
+trap 'stage ""' EXIT
+
+stage "environment (.venv, the project and its test dependencies)"
+
 VENV="${GRADEPROXY_VENV:-.venv}"
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
@@ -14,23 +27,24 @@ fi
 # shellcheck source=/dev/null
 . "$VENV/bin/activate"
 
-# Prometheus (promtool + server) and the manifest validators.
+stage "CI tools (Prometheus, chromium, manifest validators)"
 scripts/install-ci-tools.sh
-# BFCL's own checker for the conformance test (tests/bfcl): pinned, --no-deps.
+stage "BFCL's checker (pinned, --no-deps)"
 PYTHON="$VENV/bin/python" scripts/install-bfcl.sh
 # The real backend for the `realbackend` tests: llama.cpp's server with a tiny model. The first
 # run compiles llama.cpp (4-8 minutes on 2 cores); later runs reuse the cached build (seconds).
 # Locally, GRADEPROXY_SKIP_REAL_BACKEND=1 skips both the install and those tests.
 if [ -z "${GRADEPROXY_SKIP_REAL_BACKEND:-}" ] || [ -n "${CI:-}" ]; then
+    stage "real backend (llama.cpp server, cached after the first build)"
     scripts/real-backend.sh install
 fi
 
-echo "== ruff"
+stage "ruff"
 ruff check .
 ruff format --check .
-echo "== mypy --strict"
+stage "mypy --strict"
 mypy
-echo "== lint-imports (the layout's rules: grader's core is pure)"
+stage "lint-imports (the layout's rules: grader's core is pure)"
 lint-imports
-echo "== pytest"
+stage "pytest"
 pytest "$@"
