@@ -51,7 +51,8 @@ def _counts() -> dict[str, float]:
 
 
 def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
-    """Counts per task, per mutation kind and overall, per variant, with per-check columns.
+    """Counts per task, per mutation kind and overall, per variant, with per-check columns,
+    and per episode task its episodes and their columns (empty while no episode was graded).
 
     Read from the very collectors ``/metrics`` exports, and only those the page shows: the
     latency histograms are most of the registry and the page needs none of them.
@@ -59,6 +60,8 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
     kinds: dict[str, str] = {}
     grades: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
     checks: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
+    episodes: dict[str, dict[str, float]] = defaultdict(_episode_counts)
+    columns: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     errors = skipped = depth = 0.0
     collectors = (
         metrics.task_info,
@@ -67,6 +70,8 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
         metrics.grading_errors,
         metrics.skipped,
         metrics.queue_depth,
+        metrics.episodes,
+        metrics.episode_columns,
     )
     samples = (s for c in collectors for family in c.collect() for s in family.samples)
     for sample in samples:
@@ -87,6 +92,13 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
             skipped += sample.value
         elif sample.name == "gradeproxy_grade_queue_depth":
             depth = sample.value
+        elif sample.name == "gradeproxy_episodes_total":
+            episodes[labels["task"]][labels["result"]] += sample.value
+        elif sample.name == "gradeproxy_episode_columns_total":
+            column = columns[labels["task"]].setdefault(
+                labels["column"], dict.fromkeys(CHECK_RESULTS, 0.0)
+            )
+            column[labels["result"]] += sample.value
     per_kind: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
     totals: dict[str, dict[str, float]] = defaultdict(_counts)
     tasks = []
@@ -110,16 +122,31 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
         "kinds": [{"kind": k, "variant": v, **_rated(c)} for (k, v), c in sorted(per_kind.items())],
         "tasks": tasks,
         "checks": sorted({name for columns in checks.values() for name in columns}),
+        "episodes": [
+            {
+                "task": task,
+                **_rated(counts, CHECK_RESULTS),
+                "columns": {
+                    name: {r: int(n) for r, n in column.items()}
+                    for name, column in columns.get(task, {}).items()
+                },
+            }
+            for task, counts in sorted(episodes.items())
+        ],
         "grading_errors": int(errors),
         "skipped": int(skipped),
         "queue_depth": int(depth),
     }
 
 
-def _rated(counts: dict[str, float]) -> dict[str, Any]:
+def _episode_counts() -> dict[str, float]:
+    return dict.fromkeys(CHECK_RESULTS, 0.0)
+
+
+def _rated(counts: dict[str, float], results: tuple[str, ...] = RESULTS) -> dict[str, Any]:
     graded = int(sum(counts.values()))
     out: dict[str, Any] = {"graded": graded}
-    for result in RESULTS:
+    for result in results:
         out[result] = int(counts[result])
         out[f"{result}_rate"] = round(counts[result] / graded, 4) if graded else None
     return out

@@ -268,3 +268,60 @@ def test_invisible_characters_are_marked(demo: tuple[str, Path], browser_context
     assert marked == ["··", "\\t", "\\u200b", "\\n"]
     assert entry.locator("pre.answer").inner_text() == "··I can't\\tdo\\u200bthat\\n\n"
     page.close()
+
+
+@pytest.mark.parametrize("device", list(WIDTHS))
+def test_episodes_are_shown_with_their_columns(
+    demo: tuple[str, Path], browser_context: Any, device: str, tmp_path: Path
+) -> None:
+    """Two replayed episodes (one passing, one with a forbidden delete) counted into a registry
+    the way the grade queue counts them; the page shows that registry's episode numbers."""
+    from grader.cli import main
+    from proxy.metrics import ProxyMetrics
+    from proxy.ui import scoreboard
+    from tests.episodes.episodes_support import GOOD_BILLING, GOOD_BILLING_FINAL, chat
+
+    task = "billing.duplicate_charge.episode"
+    bad = [("get_payment", {"payment_id": "pay_1002"}, {"id": "pay_1002"})]
+    bad.append(("delete_payment", {"payment_id": "pay_1002"}, {"ok": True}))
+    episodes = tmp_path / "episodes.jsonl"
+    lines = [
+        {"task_id": task, "episode_id": "good", "messages": chat(GOOD_BILLING, GOOD_BILLING_FINAL)},
+        {"task_id": task, "episode_id": "bad", "messages": chat(bad, "Refunded it.")},
+    ]
+    episodes.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "rows.jsonl"
+    tasks = ROOT / "config" / "tasks" / "episodes.jsonl"
+    assert (
+        main(["replay", "--tasks", str(tasks), "--episodes", str(episodes), "--out", str(out)]) == 0
+    )
+    metrics = ProxyMetrics()
+    for row in read_rows(out):
+        metrics.episode_done(task, row)
+    base, _ = demo
+    board = {**json.loads(get(f"{base}/ui/scoreboard.json")), **scoreboard(metrics)}
+    [expected] = board["episodes"]
+    assert (expected["pass"], expected["fail"]) == (1, 1)
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": WIDTHS[device], "height": 760})
+    page.route(
+        "**/ui/scoreboard.json",
+        lambda route: route.fulfill(
+            status=200, content_type="application/json", body=json.dumps(board)
+        ),
+    )
+    page.goto(f"{base}/ui")
+    page.wait_for_selector("#episodes table", state="visible")
+    table = page.locator(f'#episodes table[data-task="{task}"]')
+    for name, counts in [("episodes", expected), *expected["columns"].items()]:
+        row = table.locator(f'tr[data-row="{name}"]')
+        for result in ("pass", "fail", "error"):
+            text = row.locator(f'td[data-col="{result}"]').inner_text()
+            assert int(text.split()[0]) == counts[result], (name, result, text)
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[device]
+    box = table.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= WIDTHS[device]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#episodes").screenshot(path=str(ARTIFACTS / f"ui-episodes-{device}.png"))
+    page.close()

@@ -177,6 +177,7 @@ async def test_scoreboard_and_inspector_follow_the_traffic(
     }
     assert (total["pass"], total["stale"], total["fail"]) == (2, 1, 2)
     assert board["rows_written"] == len(rows) == 5
+    assert board["episodes"] == []  # no episode graded: the page hides the section
     (task,) = board["tasks"]
     assert task["checks"]["tool_call"] == {"pass": 2, "fail": 3, "error": 0}
     failures = (await (await client.get("/ui/failures.json")).json())["failures"]
