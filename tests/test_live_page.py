@@ -279,11 +279,13 @@ def test_episodes_are_shown_with_their_columns(
     from grader.cli import main
     from proxy.metrics import ProxyMetrics
     from proxy.ui import scoreboard
-    from tests.episodes.episodes_support import GOOD_BILLING, GOOD_BILLING_FINAL, chat
+    from tests.episodes.episodes_support import GOOD_BILLING, GOOD_BILLING_FINAL, Step, chat
 
     task = "billing.duplicate_charge.episode"
-    bad = [("get_payment", {"payment_id": "pay_1002"}, {"id": "pay_1002"})]
-    bad.append(("delete_payment", {"payment_id": "pay_1002"}, {"ok": True}))
+    bad: list[Step] = [
+        ("get_payment", {"payment_id": "pay_1002"}, {"id": "pay_1002"}),
+        ("delete_payment", {"payment_id": "pay_1002"}, {"ok": True}),
+    ]
     episodes = tmp_path / "episodes.jsonl"
     lines = [
         {"task_id": task, "episode_id": "good", "messages": chat(GOOD_BILLING, GOOD_BILLING_FINAL)},
