@@ -6,9 +6,11 @@ registry ``/metrics`` exports, so the page and a scrape can never disagree; the 
 reads this process's :class:`~proxy.failures.FailureRing`.
 
 Raw answers are customer content (seed 003), so ``/ui/failures.json`` is served on the admin
-port, or on the traffic port only to a loopback client; anyone else gets 403 and the page says
-where to look. The scoreboard's counts carry no content and stay open. Also here: ``/`` (links
-to the page, ``/metrics`` and ``/readyz``) and ``/health`` (the answer of ``/readyz``).
+port, or on the traffic port only to a loopback client or to a request carrying a valid inbound
+key (``auth.keys_env``, checked by the guard's own :meth:`~proxy.guard.Guard.has_valid_key`);
+anyone else gets 403 and the page says where to look. The scoreboard's counts carry no content
+and stay open. Also here: ``/`` (links to the page, ``/metrics`` and ``/readyz``) and
+``/health`` (the answer of ``/readyz``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.failures import FailureRing
+from proxy.guard import Guard
 from proxy.handlers import readyz
 from proxy.metrics import ProxyMetrics
 from proxy.state import METRICS, QUEUE_SLOT
@@ -152,9 +155,10 @@ def _rated(counts: dict[str, float], results: tuple[str, ...] = RESULTS) -> dict
     return out
 
 
-def inspector_allowed(request: web.Request, admin: bool) -> bool:
-    """Raw answers go to the admin port, or to a client on this machine."""
-    if admin:
+def inspector_allowed(request: web.Request, admin: bool, guard: Guard | None = None) -> bool:
+    """Raw answers go to the admin port, to a client on this machine, or to a request with a
+    valid inbound key (when ``auth.keys_env`` is configured)."""
+    if admin or (guard is not None and guard.has_valid_key(request)):
         return True
     try:
         return request.remote is not None and ipaddress.ip_address(request.remote).is_loopback
@@ -165,8 +169,11 @@ def inspector_allowed(request: web.Request, admin: bool) -> bool:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def add_ui_routes(target: web.Application, proxy_app: web.Application, admin: bool) -> None:
-    """The page and its JSON on ``target`` (the admin app, or the proxy app without one)."""
+def add_ui_routes(
+    target: web.Application, proxy_app: web.Application, admin: bool, guard: Guard | None = None
+) -> None:
+    """The page and its JSON on ``target`` (the admin app, or the proxy app without one);
+    ``guard`` is the request guard, whose key check may open the inspector."""
     metrics = proxy_app[METRICS]
 
     async def page(request: web.Request) -> web.Response:
@@ -186,13 +193,13 @@ def add_ui_routes(target: web.Application, proxy_app: web.Application, admin: bo
             data = await asyncio.to_thread(scoreboard, metrics)
             data["rows_written"] = rows
             latest[:] = [(time.monotonic(), data)]
-        data = {**latest[0][1], "inspector": inspector_allowed(request, admin)}
+        data = {**latest[0][1], "inspector": inspector_allowed(request, admin, guard)}
         return web.json_response(data, headers={"Cache-Control": "no-store"})
 
     async def failures(request: web.Request) -> web.Response:
-        if not inspector_allowed(request, admin):
+        if not inspector_allowed(request, admin, guard):
             reason = "the failure inspector shows raw answers: open /ui on the admin port or from"
-            reason += " this machine (loopback)"
+            reason += " this machine (loopback), or send an inbound key (auth.keys_env)"
             return web.json_response({"error": reason}, status=403)
         return web.json_response(
             proxy_app[FAILURES].snapshot(), headers={"Cache-Control": "no-store"}
