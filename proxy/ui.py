@@ -63,12 +63,14 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
     kinds: dict[str, str] = {}
     grades: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
     checks: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
+    row_errors: dict[tuple[str, str], float] = defaultdict(float)
     episodes: dict[str, dict[str, float]] = defaultdict(_episode_counts)
     columns: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     errors = skipped = depth = 0.0
     collectors = (
         metrics.task_info,
         metrics.grades,
+        metrics.grade_errors,
         metrics.check_results,
         metrics.grading_errors,
         metrics.skipped,
@@ -84,6 +86,8 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
         elif sample.name == "gradeproxy_grades_total":
             key = (labels["task"], labels["variant"])
             grades[key][labels["result"]] += sample.value
+        elif sample.name == "gradeproxy_grade_errors_total":
+            row_errors[(labels["task"], labels["variant"])] += sample.value
         elif sample.name == "gradeproxy_check_results_total":
             column = checks[(labels["task"], labels["variant"])].setdefault(
                 labels["check"], dict.fromkeys(CHECK_RESULTS, 0.0)
@@ -105,7 +109,8 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
     per_kind: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
     totals: dict[str, dict[str, float]] = defaultdict(_counts)
     tasks = []
-    for (task, variant), counts in sorted(grades.items()):
+    for task, variant in sorted(set(grades) | set(row_errors)):
+        counts = grades[(task, variant)]  # a task whose every row errored has no grades yet
         kind = kinds.get(task, "none")
         for result, count in counts.items():
             per_kind[(kind, variant)][result] += count
@@ -116,6 +121,7 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
                 "kind": kind,
                 "variant": variant,
                 **_rated(counts),
+                **_error_rate(counts, row_errors.get((task, variant), 0.0)),
                 "checks": checks.get((task, variant), {}),
             }
         )
@@ -139,6 +145,16 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
         "grading_errors": int(errors),
         "skipped": int(skipped),
         "queue_depth": int(depth),
+    }
+
+
+def _error_rate(counts: dict[str, float], errors: float) -> dict[str, Any]:
+    """Error rows over all rows: the one rate whose denominator includes the errors."""
+    rows = sum(counts.values()) + errors
+    return {
+        "error": int(errors),
+        "rows": int(rows),
+        "error_rate": round(errors / rows, 4) if rows else None,
     }
 
 

@@ -125,7 +125,7 @@ def shown_numbers(page: Any) -> dict[tuple[str, str], int]:
     cells: dict[tuple[str, str], int] = {}
     for row in page.locator("#tasks tbody tr").all():
         task = row.get_attribute("data-key")
-        for column in ("graded", "pass", "stale", "fail"):
+        for column in ("graded", "pass", "stale", "fail", "error"):
             text = row.locator(f'td[data-col="{column}"]').inner_text()
             match = re.match(r"\s*(\d+)", text)
             assert match, f"{task} {column}: {text!r}"
@@ -152,6 +152,7 @@ def test_numbers_shown_equal_metrics_and_rows(
             assert (
                 shown[(task, result)] == from_metrics[(task, result)] == from_rows[(task, result)]
             )
+        assert shown[(task, "error")] == from_rows[(task, "error")]  # out of the grades metric
         assert shown[(task, "graded")] == sum(
             from_rows[(task, r)] for r in ("pass", "stale", "fail")
         )
