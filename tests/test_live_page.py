@@ -3,7 +3,8 @@
 A fixed batch of demo traffic (``gradeproxy demo --rounds 1``: every sample task, streamed and
 not), then, once the queue is empty and every row is written: the numbers the page shows equal
 ``/metrics`` and the result rows, a failing answer opens on its first differing path, and at a
-laptop's and a phone's width nothing scrolls sideways and the totals are on screen. Screenshots
+laptop's and a phone's width nothing scrolls sideways and the totals are on screen; replayed
+episodes show in the Episodes section and a task's error rate in its row. Screenshots
 land in ``artifacts/`` (git-ignored; CI keeps them).
 
 The browser is Debian's ``/usr/bin/chromium`` (scripts/install-ci-tools.sh installs it), never
@@ -327,4 +328,43 @@ def test_episodes_are_shown_with_their_columns(
     assert box["x"] + box["width"] <= WIDTHS[device]
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator("#episodes").screenshot(path=str(ARTIFACTS / f"ui-episodes-{device}.png"))
+    page.close()
+
+
+@pytest.mark.parametrize(
+    ("passed", "errors", "shown"),
+    [
+        pytest.param(1, 2, "2 66.7%", id="errors_over_all_rows"),
+        pytest.param(3, 0, "0 0.0%", id="no_errors"),
+        pytest.param(0, 1, "1 100.0%", id="only_errors"),
+    ],
+)
+def test_a_task_shows_its_error_rate(
+    demo: tuple[str, Path], browser_context: Any, passed: int, errors: int, shown: str
+) -> None:
+    """The task row's error cell: error rows over all rows (errors are out of "graded")."""
+    from proxy.metrics import ProxyMetrics
+    from proxy.ui import scoreboard
+
+    metrics = ProxyMetrics()
+    metrics.task_info.labels("t.err", "none").set(1)
+    if passed:
+        metrics.child(metrics.grades, "t.err", "m", "pass", "primary").inc(passed)
+    if errors:
+        metrics.child(metrics.grade_errors, "t.err", "primary").inc(errors)
+    base, _ = demo
+    board = {**json.loads(get(f"{base}/ui/scoreboard.json")), **scoreboard(metrics)}
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": WIDTHS["phone"], "height": 760})
+    page.route(
+        "**/ui/scoreboard.json",
+        lambda route: route.fulfill(
+            status=200, content_type="application/json", body=json.dumps(board)
+        ),
+    )
+    page.goto(f"{base}/ui")
+    row = page.locator('#tasks tbody tr[data-key="t.err"]')
+    assert row.locator('td[data-col="error"]').inner_text() == shown
+    assert row.locator('td[data-col="graded"]').inner_text() == str(passed)
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS["phone"]
     page.close()
