@@ -120,7 +120,7 @@ def add_admin_routes(target: web.Application, proxy_app: web.Application) -> Non
         target[TASKS] = proxy_app[TASKS]
         target[QUEUE_SLOT] = proxy_app[QUEUE_SLOT]
         target[METRICS] = proxy_app[METRICS]
-    add_ui_routes(target, proxy_app, admin=target is not proxy_app)
+    add_ui_routes(target, proxy_app, admin=target is not proxy_app, guard=proxy_app[GUARD])
     target.router.add_get("/metrics", make_aiohttp_handler(proxy_app[METRICS].registry))
     target.router.add_get("/livez", livez)
     target.router.add_get("/readyz", readyz)

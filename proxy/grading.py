@@ -275,6 +275,7 @@ class GradeQueue:
             row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
             if row["result"] == "error":  # out of every pass-rate denominator
                 metrics.grading_errors.labels("check").inc()
+                metrics.child(metrics.grade_errors, job.task.id, job.variant).inc()
                 continue
             model = metrics.model_label(row["model"])
             metrics.child(metrics.grades, job.task.id, model, row["result"], job.variant).inc()

@@ -97,22 +97,38 @@ class Guard:
         self.max_body_bytes = max_body_bytes
         self.watchdog = watchdog
 
-    def _authorise(self, request: web.Request) -> None:
-        if not self._keys or request.path in self._open:
-            return
-        via = KEY_HEADER
+    def _presented(self, request: web.Request) -> tuple[str, str | None]:
+        """(the header that carried a key, the key), the dedicated header first."""
         given = request.headers.get(KEY_HEADER)
-        if given is None:
-            via, given = "Authorization", _bearer(request.headers.get("Authorization"))
-        if given is None:
-            raise InvalidKeyError(
-                f"this proxy needs a key: send it in {KEY_HEADER} or as Authorization: Bearer"
-            )
+        if given is not None:
+            return KEY_HEADER, given
+        return "Authorization", _bearer(request.headers.get("Authorization"))
+
+    def _matches(self, given: str) -> bool:
         candidate = given.encode("utf-8", "surrogateescape")
         matched = False
         for key in self._keys:  # every key compared, so timing says nothing about which
             matched |= hmac.compare_digest(candidate, key)
-        if not matched:
+        return matched
+
+    def has_valid_key(self, request: web.Request) -> bool:
+        """Whether keys are configured and ``request`` carries one of them: what lets a remote
+        client read the failure inspector (proxy/ui.py) on the traffic port. Without keys
+        configured, no request has one."""
+        if not self._keys:
+            return False
+        given = self._presented(request)[1]
+        return given is not None and self._matches(given)
+
+    def _authorise(self, request: web.Request) -> None:
+        if not self._keys or request.path in self._open:
+            return
+        via, given = self._presented(request)
+        if given is None:
+            raise InvalidKeyError(
+                f"this proxy needs a key: send it in {KEY_HEADER} or as Authorization: Bearer"
+            )
+        if not self._matches(given):
             raise InvalidKeyError("the proxy key provided is not valid")
         request[STRIP] = (via,)
 

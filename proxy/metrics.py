@@ -165,6 +165,13 @@ class ProxyMetrics:
             ["task", "model", "result", "variant"],
             registry=reg,
         )
+        self.grade_errors = Counter(
+            "gradeproxy_grade_errors_total",
+            "Result rows whose result is error (a check could not run: infrastructure, never a"
+            " model failure), by task and variant; out of gradeproxy_grades_total by design.",
+            ["task", "variant"],
+            registry=reg,
+        )
         self.stale = Counter(
             "gradeproxy_stale_schema_total",
             "Graded answers that used the task's pre-migration (stale) schema, by variant.",

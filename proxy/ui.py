@@ -6,9 +6,11 @@ registry ``/metrics`` exports, so the page and a scrape can never disagree; the 
 reads this process's :class:`~proxy.failures.FailureRing`.
 
 Raw answers are customer content (seed 003), so ``/ui/failures.json`` is served on the admin
-port, or on the traffic port only to a loopback client; anyone else gets 403 and the page says
-where to look. The scoreboard's counts carry no content and stay open. Also here: ``/`` (links
-to the page, ``/metrics`` and ``/readyz``) and ``/health`` (the answer of ``/readyz``).
+port, or on the traffic port only to a loopback client or to a request carrying a valid inbound
+key (``auth.keys_env``, checked by the guard's own :meth:`~proxy.guard.Guard.has_valid_key`);
+anyone else gets 403 and the page says where to look. The scoreboard's counts carry no content
+and stay open. Also here: ``/`` (links to the page, ``/metrics`` and ``/readyz``) and
+``/health`` (the answer of ``/readyz``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.failures import FailureRing
+from proxy.guard import Guard
 from proxy.handlers import readyz
 from proxy.metrics import ProxyMetrics
 from proxy.state import METRICS, QUEUE_SLOT
@@ -51,7 +54,8 @@ def _counts() -> dict[str, float]:
 
 
 def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
-    """Counts per task, per mutation kind and overall, per variant, with per-check columns.
+    """Counts per task, per mutation kind and overall, per variant, with per-check columns,
+    and per episode task its episodes and their columns (empty while no episode was graded).
 
     Read from the very collectors ``/metrics`` exports, and only those the page shows: the
     latency histograms are most of the registry and the page needs none of them.
@@ -59,14 +63,20 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
     kinds: dict[str, str] = {}
     grades: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
     checks: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
+    row_errors: dict[tuple[str, str], float] = defaultdict(float)
+    episodes: dict[str, dict[str, float]] = defaultdict(_episode_counts)
+    columns: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     errors = skipped = depth = 0.0
     collectors = (
         metrics.task_info,
         metrics.grades,
+        metrics.grade_errors,
         metrics.check_results,
         metrics.grading_errors,
         metrics.skipped,
         metrics.queue_depth,
+        metrics.episodes,
+        metrics.episode_columns,
     )
     samples = (s for c in collectors for family in c.collect() for s in family.samples)
     for sample in samples:
@@ -76,6 +86,8 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
         elif sample.name == "gradeproxy_grades_total":
             key = (labels["task"], labels["variant"])
             grades[key][labels["result"]] += sample.value
+        elif sample.name == "gradeproxy_grade_errors_total":
+            row_errors[(labels["task"], labels["variant"])] += sample.value
         elif sample.name == "gradeproxy_check_results_total":
             column = checks[(labels["task"], labels["variant"])].setdefault(
                 labels["check"], dict.fromkeys(CHECK_RESULTS, 0.0)
@@ -87,10 +99,18 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
             skipped += sample.value
         elif sample.name == "gradeproxy_grade_queue_depth":
             depth = sample.value
+        elif sample.name == "gradeproxy_episodes_total":
+            episodes[labels["task"]][labels["result"]] += sample.value
+        elif sample.name == "gradeproxy_episode_columns_total":
+            column = columns[labels["task"]].setdefault(
+                labels["column"], dict.fromkeys(CHECK_RESULTS, 0.0)
+            )
+            column[labels["result"]] += sample.value
     per_kind: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
     totals: dict[str, dict[str, float]] = defaultdict(_counts)
     tasks = []
-    for (task, variant), counts in sorted(grades.items()):
+    for task, variant in sorted(set(grades) | set(row_errors)):
+        counts = grades[(task, variant)]  # a task whose every row errored has no grades yet
         kind = kinds.get(task, "none")
         for result, count in counts.items():
             per_kind[(kind, variant)][result] += count
@@ -101,6 +121,7 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
                 "kind": kind,
                 "variant": variant,
                 **_rated(counts),
+                **_error_rate(counts, row_errors.get((task, variant), 0.0)),
                 "checks": checks.get((task, variant), {}),
             }
         )
@@ -110,24 +131,50 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
         "kinds": [{"kind": k, "variant": v, **_rated(c)} for (k, v), c in sorted(per_kind.items())],
         "tasks": tasks,
         "checks": sorted({name for columns in checks.values() for name in columns}),
+        "episodes": [
+            {
+                "task": task,
+                **_rated(counts, CHECK_RESULTS),
+                "columns": {
+                    name: {r: int(n) for r, n in column.items()}
+                    for name, column in columns.get(task, {}).items()
+                },
+            }
+            for task, counts in sorted(episodes.items())
+        ],
         "grading_errors": int(errors),
         "skipped": int(skipped),
         "queue_depth": int(depth),
     }
 
 
-def _rated(counts: dict[str, float]) -> dict[str, Any]:
+def _error_rate(counts: dict[str, float], errors: float) -> dict[str, Any]:
+    """Error rows over all rows: the one rate whose denominator includes the errors."""
+    rows = sum(counts.values()) + errors
+    return {
+        "error": int(errors),
+        "rows": int(rows),
+        "error_rate": round(errors / rows, 4) if rows else None,
+    }
+
+
+def _episode_counts() -> dict[str, float]:
+    return dict.fromkeys(CHECK_RESULTS, 0.0)
+
+
+def _rated(counts: dict[str, float], results: tuple[str, ...] = RESULTS) -> dict[str, Any]:
     graded = int(sum(counts.values()))
     out: dict[str, Any] = {"graded": graded}
-    for result in RESULTS:
+    for result in results:
         out[result] = int(counts[result])
         out[f"{result}_rate"] = round(counts[result] / graded, 4) if graded else None
     return out
 
 
-def inspector_allowed(request: web.Request, admin: bool) -> bool:
-    """Raw answers go to the admin port, or to a client on this machine."""
-    if admin:
+def inspector_allowed(request: web.Request, admin: bool, guard: Guard | None = None) -> bool:
+    """Raw answers go to the admin port, to a client on this machine, or to a request with a
+    valid inbound key (when ``auth.keys_env`` is configured)."""
+    if admin or (guard is not None and guard.has_valid_key(request)):
         return True
     try:
         return request.remote is not None and ipaddress.ip_address(request.remote).is_loopback
@@ -138,8 +185,11 @@ def inspector_allowed(request: web.Request, admin: bool) -> bool:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def add_ui_routes(target: web.Application, proxy_app: web.Application, admin: bool) -> None:
-    """The page and its JSON on ``target`` (the admin app, or the proxy app without one)."""
+def add_ui_routes(
+    target: web.Application, proxy_app: web.Application, admin: bool, guard: Guard | None = None
+) -> None:
+    """The page and its JSON on ``target`` (the admin app, or the proxy app without one);
+    ``guard`` is the request guard, whose key check may open the inspector."""
     metrics = proxy_app[METRICS]
 
     async def page(request: web.Request) -> web.Response:
@@ -159,13 +209,13 @@ def add_ui_routes(target: web.Application, proxy_app: web.Application, admin: bo
             data = await asyncio.to_thread(scoreboard, metrics)
             data["rows_written"] = rows
             latest[:] = [(time.monotonic(), data)]
-        data = {**latest[0][1], "inspector": inspector_allowed(request, admin)}
+        data = {**latest[0][1], "inspector": inspector_allowed(request, admin, guard)}
         return web.json_response(data, headers={"Cache-Control": "no-store"})
 
     async def failures(request: web.Request) -> web.Response:
-        if not inspector_allowed(request, admin):
+        if not inspector_allowed(request, admin, guard):
             reason = "the failure inspector shows raw answers: open /ui on the admin port or from"
-            reason += " this machine (loopback)"
+            reason += " this machine (loopback), or send an inbound key (auth.keys_env)"
             return web.json_response({"error": reason}, status=403)
         return web.json_response(
             proxy_app[FAILURES].snapshot(), headers={"Cache-Control": "no-store"}

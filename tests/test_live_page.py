@@ -3,7 +3,8 @@
 A fixed batch of demo traffic (``gradeproxy demo --rounds 1``: every sample task, streamed and
 not), then, once the queue is empty and every row is written: the numbers the page shows equal
 ``/metrics`` and the result rows, a failing answer opens on its first differing path, and at a
-laptop's and a phone's width nothing scrolls sideways and the totals are on screen. Screenshots
+laptop's and a phone's width nothing scrolls sideways and the totals are on screen; replayed
+episodes show in the Episodes section and a task's error rate in its row. Screenshots
 land in ``artifacts/`` (git-ignored; CI keeps them).
 
 The browser is Debian's ``/usr/bin/chromium`` (scripts/install-ci-tools.sh installs it), never
@@ -125,7 +126,7 @@ def shown_numbers(page: Any) -> dict[tuple[str, str], int]:
     cells: dict[tuple[str, str], int] = {}
     for row in page.locator("#tasks tbody tr").all():
         task = row.get_attribute("data-key")
-        for column in ("graded", "pass", "stale", "fail"):
+        for column in ("graded", "pass", "stale", "fail", "error"):
             text = row.locator(f'td[data-col="{column}"]').inner_text()
             match = re.match(r"\s*(\d+)", text)
             assert match, f"{task} {column}: {text!r}"
@@ -152,6 +153,7 @@ def test_numbers_shown_equal_metrics_and_rows(
             assert (
                 shown[(task, result)] == from_metrics[(task, result)] == from_rows[(task, result)]
             )
+        assert shown[(task, "error")] == from_rows[(task, "error")]  # out of the grades metric
         assert shown[(task, "graded")] == sum(
             from_rows[(task, r)] for r in ("pass", "stale", "fail")
         )
@@ -267,4 +269,102 @@ def test_invisible_characters_are_marked(demo: tuple[str, Path], browser_context
     marked = entry.locator("pre.answer .inv").all_inner_texts()
     assert marked == ["··", "\\t", "\\u200b", "\\n"]
     assert entry.locator("pre.answer").inner_text() == "··I can't\\tdo\\u200bthat\\n\n"
+    page.close()
+
+
+@pytest.mark.parametrize("device", list(WIDTHS))
+def test_episodes_are_shown_with_their_columns(
+    demo: tuple[str, Path], browser_context: Any, device: str, tmp_path: Path
+) -> None:
+    """Two replayed episodes (one passing, one with a forbidden delete) counted into a registry
+    the way the grade queue counts them; the page shows that registry's episode numbers."""
+    from grader.cli import main
+    from proxy.metrics import ProxyMetrics
+    from proxy.ui import scoreboard
+    from tests.episodes.episodes_support import GOOD_BILLING, GOOD_BILLING_FINAL, Step, chat
+
+    task = "billing.duplicate_charge.episode"
+    bad: list[Step] = [
+        ("get_payment", {"payment_id": "pay_1002"}, {"id": "pay_1002"}),
+        ("delete_payment", {"payment_id": "pay_1002"}, {"ok": True}),
+    ]
+    episodes = tmp_path / "episodes.jsonl"
+    lines = [
+        {"task_id": task, "episode_id": "good", "messages": chat(GOOD_BILLING, GOOD_BILLING_FINAL)},
+        {"task_id": task, "episode_id": "bad", "messages": chat(bad, "Refunded it.")},
+    ]
+    episodes.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "rows.jsonl"
+    tasks = ROOT / "config" / "tasks" / "episodes.jsonl"
+    assert (
+        main(["replay", "--tasks", str(tasks), "--episodes", str(episodes), "--out", str(out)]) == 0
+    )
+    metrics = ProxyMetrics()
+    for row in read_rows(out):
+        metrics.episode_done(task, row)
+    base, _ = demo
+    board = {**json.loads(get(f"{base}/ui/scoreboard.json")), **scoreboard(metrics)}
+    [expected] = board["episodes"]
+    assert (expected["pass"], expected["fail"]) == (1, 1)
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": WIDTHS[device], "height": 760})
+    page.route(
+        "**/ui/scoreboard.json",
+        lambda route: route.fulfill(
+            status=200, content_type="application/json", body=json.dumps(board)
+        ),
+    )
+    page.goto(f"{base}/ui")
+    page.wait_for_selector("#episodes table", state="visible")
+    table = page.locator(f'#episodes table[data-task="{task}"]')
+    for name, counts in [("episodes", expected), *expected["columns"].items()]:
+        row = table.locator(f'tr[data-row="{name}"]')
+        for result in ("pass", "fail", "error"):
+            text = row.locator(f'td[data-col="{result}"]').inner_text()
+            assert int(text.split()[0]) == counts[result], (name, result, text)
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[device]
+    box = table.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= WIDTHS[device]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#episodes").screenshot(path=str(ARTIFACTS / f"ui-episodes-{device}.png"))
+    page.close()
+
+
+@pytest.mark.parametrize(
+    ("passed", "errors", "shown"),
+    [
+        pytest.param(1, 2, "2 66.7%", id="errors_over_all_rows"),
+        pytest.param(3, 0, "0 0.0%", id="no_errors"),
+        pytest.param(0, 1, "1 100.0%", id="only_errors"),
+    ],
+)
+def test_a_task_shows_its_error_rate(
+    demo: tuple[str, Path], browser_context: Any, passed: int, errors: int, shown: str
+) -> None:
+    """The task row's error cell: error rows over all rows (errors are out of "graded")."""
+    from proxy.metrics import ProxyMetrics
+    from proxy.ui import scoreboard
+
+    metrics = ProxyMetrics()
+    metrics.task_info.labels("t.err", "none").set(1)
+    if passed:
+        metrics.child(metrics.grades, "t.err", "m", "pass", "primary").inc(passed)
+    if errors:
+        metrics.child(metrics.grade_errors, "t.err", "primary").inc(errors)
+    base, _ = demo
+    board = {**json.loads(get(f"{base}/ui/scoreboard.json")), **scoreboard(metrics)}
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": WIDTHS["phone"], "height": 760})
+    page.route(
+        "**/ui/scoreboard.json",
+        lambda route: route.fulfill(
+            status=200, content_type="application/json", body=json.dumps(board)
+        ),
+    )
+    page.goto(f"{base}/ui")
+    row = page.locator('#tasks tbody tr[data-key="t.err"]')
+    assert row.locator('td[data-col="error"]').inner_text() == shown
+    assert row.locator('td[data-col="graded"]').inner_text() == str(passed)
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS["phone"]
     page.close()

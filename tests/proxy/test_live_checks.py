@@ -181,6 +181,32 @@ async def test_unresolved_template_is_an_infrastructure_error(
     )
 
 
+async def test_error_rows_are_counted_per_task_and_shown_with_their_rate(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, checked_tasks: Path, results_path: Path
+) -> None:
+    """Error rows stay out of gradeproxy_grades_total but have a counter of their own, and the
+    scoreboard's error rate is over all of a task's rows."""
+    backend.replies.extend(Reply(body=wire("openai_text.json")) for _ in range(2))
+    backend.replies.append(Reply(body=wire("openai_single_tool.json")))
+    client = await make_proxy()
+    await post(client, "weather.unresolved")
+    await post(client, "weather.unresolved")
+    await post(client, "weather.checked", WEATHER_TOOLS)
+    rows = await rows_of(client, results_path)
+    assert sorted(r["result"] for r in rows) == ["error", "error", "pass"]
+    metrics = await (await client.get("/metrics")).text()
+    errors = {
+        task: metric_value(metrics, "gradeproxy_grade_errors_total", task=task, variant="primary")
+        for task in ("weather.unresolved", "weather.checked")
+    }
+    assert errors == {"weather.unresolved": 2, "weather.checked": 0}
+    board = await (await client.get("/ui/scoreboard.json")).json()
+    shown = {
+        t["task"]: (t["graded"], t["error"], t["rows"], t["error_rate"]) for t in board["tasks"]
+    }
+    assert shown == {"weather.unresolved": (0, 2, 2, 1.0), "weather.checked": (1, 0, 1, 0.0)}
+
+
 async def test_grader_info_exports_every_check_digest(
     make_proxy: ProxyFactory, checked_tasks: Path
 ) -> None:

@@ -395,3 +395,41 @@ async def test_a_streamed_final_turn_ends_the_episode(
     await response.read()
     [row] = await rows_of(client, results_path)
     assert (row["stream"], row["result"], row["cause_correct"]) == (True, "pass", True)
+
+
+async def test_the_scoreboard_shows_the_episode_metrics(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
+) -> None:
+    """One passing and one failing episode: the page's JSON says what /metrics says."""
+    client = await make_proxy()
+    bad: list[Step] = [
+        ("get_payment", {"payment_id": "pay_1002"}, {"id": "pay_1002"}),
+        ("delete_payment", {"payment_id": "pay_1002"}, {"ok": True}),
+    ]
+    await drive(client, backend, GOOD_BILLING, GOOD_BILLING_FINAL, {"X-Grade-Episode": "good"})
+    await drive(client, backend, bad, "Refunded the duplicate.", {"X-Grade-Episode": "bad"})
+    rows = await rows_of(client, results_path)
+    assert sorted(r["result"] for r in rows) == ["fail", "pass"]
+    board = await (await client.get("/ui/scoreboard.json")).json()
+    [shown] = board["episodes"]
+    episodes = await metric(client, "gradeproxy_episodes_total{")
+    columns = await metric(client, "gradeproxy_episode_columns_total{")
+    assert shown["task"] == BILLING
+    assert (shown["graded"], shown["pass"], shown["fail"], shown["error"]) == (2, 1, 1, 0)
+    for result in ("pass", "fail", "error"):
+        key = f'gradeproxy_episodes_total{{result="{result}",task="{BILLING}"}}'
+        assert shown[result] == episodes.get(key, 0)
+    assert shown["pass_rate"] == 0.5
+    expected = {
+        (m["column"], m["result"]): value
+        for key, value in columns.items()
+        if (m := dict(re.findall(r'(\w+)="([^"]*)"', key)))
+    }
+    assert {
+        (name, result): count
+        for name, counts in shown["columns"].items()
+        for result, count in counts.items()
+        if count
+    } == {k: v for k, v in expected.items() if v}
+    assert set(shown["columns"]) == {c["name"] for c in rows[0]["columns"]}
+    assert shown["columns"]["authority_ok"] == {"pass": 1, "fail": 1, "error": 0}

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from grader.tasks import parse_task
 from proxy.app import make_admin_app
 from proxy.failures import FailureRing, first_difference, visible_runs
+from proxy.guard import KEY_HEADER, Guard
 from proxy.metrics import ProxyMetrics
 from proxy.ui import inspector_allowed, scoreboard
 from tests.proxy.conftest import ProxyFactory, rows_of
@@ -127,20 +128,54 @@ def test_a_ring_entry_computes_the_path_the_grader_left_out() -> None:
     assert entry["expected"] == {"name": "f", "arguments": {"a": 1}}
 
 
+KEYED = Guard(("k-one", "k-two"), protect_metrics=False, max_body_bytes=1024, watchdog=None)
+KEYLESS = Guard((), protect_metrics=False, max_body_bytes=1024, watchdog=None)
+REMOTE = "203.0.113.9"
+
+
 @pytest.mark.parametrize(
-    ("remote", "admin", "allowed"),
+    ("remote", "admin", "guard", "headers", "allowed"),
     [
-        ("127.0.0.1", False, True),
-        ("127.0.0.53", False, True),
-        ("::1", False, True),
-        ("203.0.113.9", False, False),
-        ("10.0.0.7", False, False),
-        ("203.0.113.9", True, True),
+        pytest.param("127.0.0.1", False, KEYLESS, {}, True, id="loopback_v4"),
+        pytest.param("127.0.0.53", False, KEYLESS, {}, True, id="loopback_range"),
+        pytest.param("::1", False, KEYLESS, {}, True, id="loopback_v6"),
+        pytest.param(REMOTE, False, KEYLESS, {}, False, id="keyless_remote"),
+        pytest.param("10.0.0.7", False, None, {}, False, id="private_remote_no_guard"),
+        pytest.param(REMOTE, True, KEYLESS, {}, True, id="admin_port"),
+        pytest.param(REMOTE, False, KEYED, {KEY_HEADER: "k-two"}, True, id="keyed_remote_header"),
+        pytest.param(
+            REMOTE, False, KEYED, {"Authorization": "Bearer k-one"}, True, id="keyed_remote_bearer"
+        ),
+        pytest.param(REMOTE, False, KEYED, {}, False, id="keyless_remote_with_keys_on"),
+        pytest.param(REMOTE, False, KEYED, {KEY_HEADER: "k-three"}, False, id="wrong_key"),
+        pytest.param(
+            REMOTE, False, KEYED, {"Authorization": "Basic k-one"}, False, id="not_a_bearer"
+        ),
+        pytest.param(REMOTE, False, KEYLESS, {KEY_HEADER: ""}, False, id="no_keys_configured"),
     ],
 )
-def test_raw_answers_only_on_admin_or_loopback(remote: str, admin: bool, allowed: bool) -> None:
-    request = make_mocked_request("GET", "/ui/failures.json").clone(remote=remote)
-    assert inspector_allowed(request, admin) is allowed
+def test_who_may_read_raw_answers(
+    remote: str, admin: bool, guard: Guard | None, headers: dict[str, str], allowed: bool
+) -> None:
+    """The admin port, loopback, or a valid inbound key (the guard's own check); no one else."""
+    request = make_mocked_request("GET", "/ui/failures.json", headers=headers).clone(remote=remote)
+    assert inspector_allowed(request, admin, guard) is allowed
+
+
+async def test_a_keyed_request_reads_the_inspector_and_a_keyless_one_is_refused(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the traffic port with keys on, the guard turns a keyless request away first (401);
+    a keyed one gets the ring, and the scoreboard says the inspector is open to it."""
+    monkeypatch.setenv("TEST_UI_KEYS", "k-ui")
+    client = await make_proxy(auth={"keys_env": "TEST_UI_KEYS"})
+    assert (await client.get("/ui/failures.json")).status == 401
+    keyed = {KEY_HEADER: "k-ui"}
+    answer = await client.get("/ui/failures.json", headers=keyed)
+    assert answer.status == 200
+    assert "failures" in await answer.json()
+    board = await (await client.get("/ui/scoreboard.json", headers=keyed)).json()
+    assert board["inspector"] is True
 
 
 async def metric_counts(client: TestClient[web.Request, web.Application]) -> Counter[str]:
@@ -177,6 +212,7 @@ async def test_scoreboard_and_inspector_follow_the_traffic(
     }
     assert (total["pass"], total["stale"], total["fail"]) == (2, 1, 2)
     assert board["rows_written"] == len(rows) == 5
+    assert board["episodes"] == []  # no episode graded: the page hides the section
     (task,) = board["tasks"]
     assert task["checks"]["tool_call"] == {"pass": 2, "fail": 3, "error": 0}
     failures = (await (await client.get("/ui/failures.json")).json())["failures"]
