@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from grader.engine import Outcome, offline_context, reads_request_tools
 from grader.rows import OFFLINE_FIELDS
@@ -43,17 +43,7 @@ Change = Literal[
     "check_removed",
     "task_missing",
 ]
-CHANGES: tuple[Change, ...] = (
-    "newly_accepted",
-    "newly_rejected",
-    "now_error",
-    "no_longer_error",
-    "stale_changed",
-    "reason_changed",
-    "check_added",
-    "check_removed",
-    "task_missing",
-)
+CHANGES: tuple[Change, ...] = get_args(Change)
 NotRegradable = Literal["no_answer", "truncated", "no_request_tools", "not_an_answer_row"]
 NO_KIND = "(none)"
 # Fields of a row that are the grader's output or bulky inputs, not the row's ids and metadata.

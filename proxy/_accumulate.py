@@ -33,6 +33,19 @@ def _parse_json(text: str | bytes) -> Any:
         raise _CaptureError(f"invalid JSON: {exc}") from None
 
 
+def wire_call(call_id: object, name: object, arguments: object) -> dict[str, Any]:
+    """One tool call in chat completions' wire shape, the shape every answer is graded in
+    (a chat ``tool_calls`` entry and a Responses ``function_call`` item both become one)."""
+    return {
+        "id": _nonempty_str(call_id),
+        "type": "function",
+        "function": {
+            "name": name if isinstance(name, str) else "",
+            "arguments": "" if arguments is None else _arguments_text(arguments),
+        },
+    }
+
+
 def _nonempty_str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -231,17 +244,8 @@ def _message_answer(message: Mapping[str, Any]) -> Answer:
             function = entry.get("function")
             if not isinstance(function, Mapping):
                 function = {}
-            name = function.get("name")
-            arguments = function.get("arguments")
             calls.append(
-                {
-                    "id": _nonempty_str(entry.get("id")),
-                    "type": "function",
-                    "function": {
-                        "name": name if isinstance(name, str) else "",
-                        "arguments": "" if arguments is None else _arguments_text(arguments),
-                    },
-                }
+                wire_call(entry.get("id"), function.get("name"), function.get("arguments"))
             )
         return {"tool_calls": calls}
     function_call = message.get("function_call")

@@ -34,6 +34,7 @@ from proxy._accumulate import (
     _is_index,
     _nonempty_str,
     _parse_json,
+    wire_call,
 )
 from proxy.capture import CaptureResult, _internal_error
 from proxy.sse import SSEDecoder
@@ -96,18 +97,7 @@ def _output_answer(output: list[Any]) -> tuple[Answer, bool]:
             raise _CaptureError("an output item is not a JSON object")
         kind = item.get("type")
         if kind == "function_call":
-            name = item.get("name")
-            arguments = item.get("arguments")
-            calls.append(
-                {
-                    "id": _nonempty_str(item.get("call_id")),
-                    "type": "function",
-                    "function": {
-                        "name": name if isinstance(name, str) else "",
-                        "arguments": "" if arguments is None else _arguments_text(arguments),
-                    },
-                }
-            )
+            calls.append(wire_call(item.get("call_id"), item.get("name"), item.get("arguments")))
         elif kind == "message":
             for part in _parts(item):
                 if isinstance(part, Mapping) and part.get("type") == "output_text":
