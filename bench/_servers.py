@@ -1,8 +1,9 @@
 """Processes the proxy benchmark starts: a fast fake backend and a minimal pass-through.
 
 Run as ``python bench/_servers.py backend PORT`` or ``python bench/_servers.py passthrough PORT
-UPSTREAM``. The pass-through is the baseline: the least an aiohttp reverse proxy can do (read
-the body, forward it, relay the answer), with no header hygiene, metrics or grading.
+UPSTREAM [reuse_port]`` (several pass-throughs on one port: the floor for N workers).
+The pass-through is the baseline: the least an aiohttp reverse proxy can do (read the body,
+forward it, relay the answer), with no header hygiene, metrics or grading.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def main() -> None:
         app.router.add_route("*", "/v1/{tail:.*}", backend)
     else:
         app = passthrough_app(sys.argv[3])
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    reuse = sys.argv[4:] == ["reuse_port"]
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, reuse_port=reuse)
 
 
 if __name__ == "__main__":

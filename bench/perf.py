@@ -1,0 +1,403 @@
+"""The README's performance table, every figure from one run of this command.
+
+Subjects, each pinned to the same core while the fake backend and wrk share the rest: the
+floor (bench/_servers.py's minimal aiohttp pass-through), gradeproxy with every response graded
+(a task header on every request, a result row and a log line each), the same process with no
+task header (forwarded only), and the same two on uvloop. Measurements are interleaved in rounds
+(floor, graded, forwarded, ... at each concurrency, then again), and every ratio is the median
+of the per-round ratios, so a shared machine's drift hits the floor and the subject alike. After
+each graded run the grade queue is waited on until empty, so its backlog does not take the core
+during the next run.
+
+"0 errors" means no socket errors and no non-2xx in wrk's summary. "RSS flat" means under 5%
+growth over 60 s of mixed traffic after warm-up (bench/soak.py). Loop lag is
+bench/loop_lag_bench.py's worst adversarial case. ``--workers 1/2`` runs ``gradeproxy serve
+--workers N`` against N floor processes on one port (SO_REUSEPORT), with more worker counts
+where the machine has the cores. LiteLLM is compared when its ``litellm`` command is found.
+
+Exit status 1 when any figure cannot be produced (the table marks it MISSING), so the README is
+never filled from an old run. ``--quick`` is for local use: shorter runs, one round, a 15 s
+soak whose RSS verdict is not judged, and it says so in its header.
+
+Run: ``python bench/perf.py [--quick] [--litellm PATH]`` (needs wrk: ``apt-get install wrk``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from _perf_figures import FigureError, Row, loop_lag, render, soak, streamed, verdict
+from _perf_load import (
+    CPUS,
+    Load,
+    StartError,
+    cpu_s,
+    free_port,
+    lua_script,
+    metric_sum,
+    started,
+    wait_queue_empty,
+    wrk,
+)
+
+HERE = Path(__file__).resolve().parent
+CONNS = (1, 16, 64)
+TASK = (
+    '{"id":"bench.weather","expected":{"name":"get_weather","arguments":{"city":"Zurich",'
+    '"unit":"celsius"}},"metadata":{"mutationKind":"field_renamed"}}\n'
+)
+GRADED = {"X-Grade-Task": "bench.weather"}
+SERVE = [sys.executable, "-m", "grader.cli", "serve"]
+# Load (backend, wrk) on the low cores, subjects on the high ones: one core each on 2 cores.
+LOAD_CPUS = "0" if CPUS < 4 else f"0-{CPUS // 2 - 1}"
+SUBJECT_CPU = 1 if CPUS < 4 else CPUS // 2
+LOAD_THREADS = max(1, CPUS // 4)
+
+
+def subject_cpus(workers: int) -> str:
+    if CPUS < 4:
+        return "1" if workers == 1 else f"0-{CPUS - 1}"  # two workers on 2 cores share the load's
+    return f"{SUBJECT_CPU}-{min(SUBJECT_CPU + workers, CPUS) - 1}"
+
+
+def serve_flags() -> str:
+    """``gradeproxy serve --help``: which of the flags this run needs exist."""
+    return subprocess.run([*SERVE, "--help"], capture_output=True, text=True, check=False).stdout
+
+
+def has_uvloop() -> bool:
+    probe = [sys.executable, "-c", "import uvloop"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+class Run:
+    """One benchmark run: its folder, backend, scripts, and what could not be measured."""
+
+    def __init__(self, args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
+        self.args, self.stack = args, stack
+        self.work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gp-perf-")))
+        (self.work / "tasks.jsonl").write_text(TASK)
+        self.graded = lua_script(self.work, "graded", GRADED)
+        self.plain = lua_script(self.work, "plain", {})
+        self.backend_port = free_port()
+        self.upstream = f"http://127.0.0.1:{self.backend_port}/v1"
+        self.missing: list[str] = []
+        self.rows: list[Row] = []
+        self.loads: dict[tuple[str, int], list[Load]] = defaultdict(list)
+        self.pids: dict[int, list[int]] = defaultdict(list)  # port -> the subject's processes
+        backend = [sys.executable, str(HERE / "_servers.py"), "backend", str(self.backend_port)]
+        for number in range(LOAD_THREADS):  # more than one only on a many-core machine
+            argv = backend + (["reuse_port"] if LOAD_THREADS > 1 else [])
+            log = self.work / f"backend{number}.log"
+            stack.enter_context(started(argv, self.backend_port, log, LOAD_CPUS))
+
+    def floor(self, workers: int = 1) -> int:
+        port = free_port()
+        argv = [sys.executable, str(HERE / "_servers.py"), "passthrough", str(port), self.upstream]
+        for number in range(workers):
+            log = self.work / f"floor{workers}.{number}.log"
+            reuse = ["reuse_port"] if workers > 1 else []
+            child = started(argv + reuse, port, log, subject_cpus(workers))
+            self.pids[port].append(self.stack.enter_context(child).pid)
+        return port
+
+    def gradeproxy(self, name: str, flags: list[str], workers: int = 1) -> int:
+        port = free_port()
+        config = self.work / f"{name}.yaml"
+        config.write_text(
+            f"upstream:\n  url: {self.upstream}\nlisten:\n  port: {port}\n"
+            f"tasks:\n  path: {self.work / 'tasks.jsonl'}\n"
+            f"results:\n  path: {self.work / name / 'grades.jsonl'}\n"
+            "logging:\n  level: info\nshutdown:\n  drain_delay_s: 0\n"
+        )
+        argv = [*SERVE, "--config", str(config), *flags]
+        log = self.work / f"{name}.log"
+        child = started(argv, port, log, subject_cpus(workers))
+        self.pids[port].append(self.stack.enter_context(child).pid)
+        return port
+
+    def load(self, key: str, port: int, conns: int, script: Path, graded: bool) -> Load:
+        """One wrk run, with the CPU time the subject spent on it: for a graded run, until
+        its grade queue is empty again (grading included)."""
+        threads = min(LOAD_THREADS, conns)
+        pids = self.pids.get(port, [])
+        before = cpu_s(pids)
+        result = wrk(port, conns, self.args.seconds, script, LOAD_CPUS, threads)
+        if graded and not wait_queue_empty(port):
+            self.missing.append(f"{key}: the grade queue did not empty within 60 s of a run")
+        if pids and result.requests:
+            spent = cpu_s(pids) - before
+            result = dataclasses.replace(result, cpu_us=1e6 * spent / result.requests)
+        self.loads[(key, conns)].append(result)
+        return result
+
+    def figure(self, name: str, produce: Callable[[], list[Row]]) -> None:
+        try:
+            self.rows.extend(produce())
+        except (FigureError, StartError, ValueError, OSError) as exc:
+            self.missing.append(f"{name}: {exc}")
+
+
+def ratio(loads: dict[tuple[str, int], list[Load]], key: str, base: str, conns: int) -> float:
+    pairs = zip(loads[(key, conns)], loads[(base, conns)], strict=True)
+    return statistics.median(s.rps / b.rps for s, b in pairs)
+
+
+def rps(loads: list[Load]) -> float:
+    return statistics.median(load.rps for load in loads)
+
+
+def cpu(loads: list[Load]) -> float:
+    """Median CPU microseconds per request: what one core's throughput is the inverse of, and
+    far steadier than req/s on a machine whose other cores are busy."""
+    return statistics.median(load.cpu_us for load in loads)
+
+
+def throughput(run: Run, subjects: dict[str, tuple[int, Path]], tags: list[str]) -> list[Row]:
+    """Interleaved rounds over every subject at every concurrency, then the ratio rows."""
+    rows: list[Row] = []
+    for _ in range(run.args.rounds):
+        for conns in CONNS:
+            for key, (port, script) in subjects.items():
+                run.load(key, port, conns, script, script is run.graded)
+        run.load("direct", run.backend_port, 1, run.plain, False)
+    for tag in tags:
+        for mode, goal_at in (("graded", (16,)), ("forwarded", CONNS)):
+            key = f"{mode}{tag}"
+            for conns in CONNS:
+                value = ratio(run.loads, key, "floor", conns)
+                goal = ""
+                if conns in goal_at:
+                    goal = ">= 0.8x (target 0.95x)" if mode == "graded" else ">= 0.95x"
+                met = value >= (0.8 if mode == "graded" else 0.95)
+                rows.append(
+                    Row(
+                        f"throughput {mode}{tag} / floor, c={conns}",
+                        f"{value:.3f}x ({rps(run.loads[(key, conns)]):,.0f} req/s)",
+                        f"floor {rps(run.loads[('floor', conns)]):,.0f} req/s",
+                        goal,
+                        verdict(met) if goal else "",
+                    )
+                )
+    for key in subjects:
+        if key == "floor":
+            continue
+        mine = {c: cpu(run.loads[(key, c)]) for c in CONNS}
+        base = {c: cpu(run.loads[("floor", c)]) for c in CONNS}
+        rows.append(
+            Row(
+                f"CPU per request, {key}: floor's / ours (c=1, 16, 64)",
+                ", ".join(f"{base[c] / mine[c]:.3f}x ({mine[c]:.0f} us)" for c in CONNS),
+                "floor " + ", ".join(f"{base[c]:.0f} us" for c in CONNS),
+            )
+        )
+    for key in subjects:
+        errors = {c: sum(load.errors for load in run.loads[(key, c)]) for c in CONNS}
+        shown = ", ".join(f"c={c}: {n}" for c, n in errors.items())
+        clean = verdict(not any(errors.values()))
+        rows.append(Row(f"errors, {key} (socket + non-2xx)", shown, "", "0", clean))
+    return rows
+
+
+def added_latency(run: Run, tags: list[str]) -> list[Row]:
+    rows: list[Row] = []
+    for mode in ("graded", "forwarded"):
+        for tag in tags:
+            key = f"{mode}{tag}"
+            for pct in ("p50", "p99"):
+
+                def added(name: str, pct: str = pct) -> float:
+                    pairs = zip(run.loads[(name, 1)], run.loads[("direct", 1)], strict=True)
+                    return statistics.median(s.ms(pct) - d.ms(pct) for s, d in pairs)
+
+                ours, base = added(key), added("floor")
+                share = ours / base if base > 0 else float("nan")
+                goal = "<= 1.1x the floor's" if pct == "p50" else ""
+                rows.append(
+                    Row(
+                        f"added {pct} latency at c=1, {key}",
+                        f"{1000 * ours:.0f} us ({share:.2f}x the floor's)",
+                        f"floor {1000 * base:.0f} us",
+                        goal,
+                        verdict(share <= 1.1) if goal else "",
+                    )
+                )
+    return rows
+
+
+def ttfb(run: Run, ports: dict[str, int]) -> list[Row]:
+    samples = run.args.ttfb_samples
+    direct = streamed(run.backend_port, samples, {})
+    floor = streamed(ports["floor"], samples, {})
+    rows = []
+    for key in ports:
+        if key == "floor":
+            continue
+        ours = streamed(ports[key], samples, GRADED)
+        added, base = ours.ttfb_ms - direct.ttfb_ms, floor.ttfb_ms - direct.ttfb_ms
+        rows.append(
+            Row(
+                f"streamed TTFB added vs direct, {key}",
+                f"{1000 * added:+.0f} us",
+                f"floor {1000 * base:+.0f} us",
+            )
+        )
+        rows.append(
+            Row(
+                f"streamed TTFB / total, {key} (backend pauses 20 ms after chunk 1)",
+                f"{ours.share:.3f}",
+                f"floor {floor.share:.3f}",
+                "< 0.5 (no chunk held back)",
+                verdict(ours.share < 0.5),
+            )
+        )
+    return rows
+
+
+def workers(run: Run, loop_flags: list[str]) -> list[Row]:
+    """gradeproxy --workers N against N floor processes on one port, at c=64."""
+    counts = [n for n in (1, 2, 4, 8) if n <= max(2, CPUS - CPUS // 2)]
+    by: dict[int, dict[str, float]] = {}
+    for count in counts:
+        floor = run.floor(count)
+        port = run.gradeproxy(f"workers{count}", ["--workers", str(count), *loop_flags], count)
+        by[count] = {
+            "floor": run.load(f"floor x{count}", floor, 64, run.plain, False).rps,
+            "graded": run.load(f"graded x{count}", port, 64, run.graded, False).rps,
+        }
+        time.sleep(2)  # a scrape would reach one random worker: let every queue drain
+        by[count]["forwarded"] = run.load(f"fwd x{count}", port, 64, run.plain, False).rps
+    rows = []
+    for count, got in by.items():
+        scale = {k: v / by[1][k] for k, v in got.items()}
+        rows.append(
+            Row(
+                f"--workers {count}, c=64: graded / floor, forwarded / floor",
+                f"{got['graded'] / got['floor']:.3f}x, {got['forwarded'] / got['floor']:.3f}x"
+                f" (graded {scale['graded']:.2f}x 1 worker's)",
+                f"{count} floor processes: {got['floor']:,.0f} req/s ({scale['floor']:.2f}x one)",
+                ">= 7.2x at 8 workers (16 cores)" if count == 8 else "",
+                verdict(scale["graded"] >= 7.2) if count == 8 else "",
+            )
+        )
+    return rows
+
+
+def litellm(run: Run, path: str, graded_port: int) -> list[Row]:
+    port = free_port()
+    config = run.work / "litellm.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: bench-model\n    litellm_params:\n"
+        f"      model: openai/bench-model\n      api_base: {run.upstream}\n      api_key: none\n"
+    )
+    argv = [path, "--config", str(config), "--port", str(port), "--num_workers", "1"]
+    run.stack.enter_context(started(argv, port, run.work / "litellm.log", str(SUBJECT_CPU)))
+    rows = []
+    for conns in (1, 16):
+        theirs = run.load("litellm", port, conns, run.plain, False).rps
+        ours = rps(run.loads[("graded", conns)])
+        rows.append(
+            Row(
+                f"LiteLLM, c={conns}",
+                f"gradeproxy graded {ours / theirs:.1f}x LiteLLM's req/s",
+                f"LiteLLM {theirs:,.0f} req/s",
+            )
+        )
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs for local use")
+    parser.add_argument("--litellm", metavar="PATH", help="LiteLLM's `litellm` (default: PATH)")
+    args = parser.parse_args()
+    args.seconds, args.rounds = (2, 1) if args.quick else (5, 3)
+    args.ttfb_samples = 50 if args.quick else 200
+    if shutil.which("wrk") is None:
+        print("bench/perf.py: wrk not found (apt-get install wrk): no figure can be produced")
+        return 1
+    flags = serve_flags()
+    uvloop = has_uvloop() and "--loop" in flags
+    loop_flags = ["--loop", "asyncio"] if "--loop" in flags else []
+    mode = "QUICK (local use, not for the README)" if args.quick else "full"
+    print(
+        f"bench/perf.py, {mode}: {CPUS} CPUs; subjects pinned to CPU {SUBJECT_CPU}, backend and"
+        f" wrk on {LOAD_CPUS}; wrk {args.seconds}s per point, {args.rounds} interleaved rounds\n"
+    )
+    with contextlib.ExitStack() as stack:
+        run = Run(args, stack)
+        ports = {"floor": run.floor(), "graded": run.gradeproxy("asyncio", loop_flags)}
+        subjects = {"floor": (ports["floor"], run.plain), "graded": (ports["graded"], run.graded)}
+        subjects["forwarded"] = (ports["graded"], run.plain)
+        tags = [""]
+        if uvloop:
+            ports["graded+uvloop"] = run.gradeproxy("uvloop", ["--loop", "uvloop"])
+            subjects["graded+uvloop"] = (ports["graded+uvloop"], run.graded)
+            subjects["forwarded+uvloop"] = (ports["graded+uvloop"], run.plain)
+            tags.append("+uvloop")
+        else:
+            why = "uvloop is not installed" if "--loop" in flags else "serve has no --loop flag"
+            run.missing.append(f"uvloop on/off: {why} (pip install 'gradeproxy[uvloop]')")
+        run.figure("throughput", lambda: throughput(run, subjects, tags))
+        run.figure("added latency", lambda: added_latency(run, tags))
+        skipped = metric_sum(ports["graded"], "gradeproxy_grading_skipped_total", "queue_full")
+        graded = metric_sum(ports["graded"], "gradeproxy_grades_total")
+        run.rows.append(
+            Row(
+                "graded run: responses graded / dropped as queue_full",
+                f"{graded:.0f} / {skipped:.0f}",
+                "",
+                "0 dropped",
+                verdict(skipped == 0),
+            )
+        )
+        run.figure("streamed TTFB", lambda: ttfb(run, ports))
+        path = args.litellm or shutil.which("litellm")
+        if path:
+            run.figure("LiteLLM", lambda: litellm(run, path, ports["graded"]))
+        else:
+            run.rows.append(Row("LiteLLM", "not installed (compared when `litellm` is found)"))
+        if "--workers" in flags:
+            run.figure("--workers", lambda: workers(run, loop_flags))
+        else:
+            run.missing.append("--workers 1/2: gradeproxy serve has no --workers flag")
+    run.figure("loop lag", lambda: loop_lag(100 if args.quick else 200))
+    soak_s, warmup = (15.0, 3.0) if args.quick else (60.0, 10.0)
+    run.figure("RSS over a soak", lambda: soak(soak_s, warmup, args.quick))
+    run.rows.append(
+        Row(
+            "graded >= 0.95x with grading on a core of its own",
+            "not measured here",
+            "",
+            "needs a many-core machine",
+        )
+    )
+    if CPUS < 16:
+        run.rows.append(
+            Row(
+                "--workers 1/2/4/8 vs the floor at each count",
+                "not measured here",
+                "",
+                f">= 7.2x at 8 (this machine: {CPUS} cores)",
+            )
+        )
+    print(render(run.rows, run.missing))
+    if run.missing:
+        print("\nFIGURES MISSING (exit 1):\n  " + "\n  ".join(run.missing))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
