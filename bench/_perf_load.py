@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CPUS = os.cpu_count() or 1
+# Load (backend, wrk) on the low cores, subjects on the high ones: one core each on 2 cores.
+LOAD_CPUS = "0" if CPUS < 4 else f"0-{CPUS // 2 - 1}"
+SUBJECT_CPU = 1 if CPUS < 4 else CPUS // 2
+LOAD_THREADS = max(1, CPUS // 4)
 BODY = '{"model":"bench-model","messages":[{"role":"user","content":"Weather in Zurich?"}]}'
 
 
@@ -167,7 +171,7 @@ def wrk(port: int, connections: int, seconds: float, script: Path, cpus: str, th
         "wrk",
         f"-t{threads}",
         f"-c{connections}",
-        f"-d{seconds}s",
+        f"-d{round(seconds)}s",
         "--latency",
         "-s",
         str(script),

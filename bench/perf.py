@@ -40,6 +40,9 @@ from pathlib import Path
 from _perf_figures import FigureError, Row, loop_lag, render, soak, streamed, verdict
 from _perf_load import (
     CPUS,
+    LOAD_CPUS,
+    LOAD_THREADS,
+    SUBJECT_CPU,
     Load,
     StartError,
     cpu_s,
@@ -59,10 +62,6 @@ TASK = (
 )
 GRADED = {"X-Grade-Task": "bench.weather"}
 SERVE = [sys.executable, "-m", "grader.cli", "serve"]
-# Load (backend, wrk) on the low cores, subjects on the high ones: one core each on 2 cores.
-LOAD_CPUS = "0" if CPUS < 4 else f"0-{CPUS // 2 - 1}"
-SUBJECT_CPU = 1 if CPUS < 4 else CPUS // 2
-LOAD_THREADS = max(1, CPUS // 4)
 
 
 def subject_cpus(workers: int) -> str:

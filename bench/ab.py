@@ -1,0 +1,112 @@
+"""Before/after for a change to the hot path: this working tree against a git revision.
+
+Both versions run at once, each ``gradeproxy serve`` pinned to the same core (the fake backend
+and wrk on another), and are measured in alternation (A, B, A, B, ...), forwarded only and
+graded, so drift on a shared machine falls on both. The figure that matters is CPU time per
+request (the subject's schedstat nanoseconds over the requests wrk completed; grading included
+for graded runs, read once the grade queue is empty): on one core, throughput is its inverse,
+and it is far steadier than req/s when other processes share the machine.
+
+Run: ``python bench/ab.py [--base main] [--rounds 5] [--seconds 3] [--conns 16]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _perf_load import (
+    LOAD_CPUS,
+    SUBJECT_CPU,
+    cpu_s,
+    free_port,
+    lua_script,
+    started,
+    wait_queue_empty,
+    wrk,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = '{"id":"bench.weather","expected":{"name":"get_weather","arguments":{"city":"Zurich"}}}\n'
+
+
+def export(revision: str, into: Path) -> None:
+    """The tree of ``revision``, unpacked into ``into`` (no worktree, no checkout)."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="main", help="the revision to compare against")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=3)
+    parser.add_argument("--conns", type=int, default=16)
+    parser.add_argument("--flags", default="", help="extra `serve` flags for both versions")
+    args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gp-ab-")))
+        (work / "base").mkdir()
+        export(args.base, work / "base")
+        (work / "tasks.jsonl").write_text(TASK)
+        scripts = {
+            "forwarded": lua_script(work, "plain", {}),
+            "graded": lua_script(work, "graded", {"X-Grade-Task": "bench.weather"}),
+        }
+        backend_port = free_port()
+        backend = [sys.executable, str(ROOT / "bench" / "_servers.py"), "backend"]
+        stack.enter_context(
+            started([*backend, str(backend_port)], backend_port, work / "b.log", LOAD_CPUS)
+        )
+        subjects: dict[str, tuple[int, int]] = {}
+        for name, tree in (("base", work / "base"), ("this", ROOT)):
+            port = free_port()
+            config = work / f"{name}.yaml"
+            config.write_text(
+                f"upstream:\n  url: http://127.0.0.1:{backend_port}/v1\nlisten:\n  port: {port}\n"
+                f"tasks:\n  path: {work / 'tasks.jsonl'}\n"
+                f"results:\n  path: {work / name / 'grades.jsonl'}\n"
+                "logging:\n  level: info\nshutdown:\n  drain_delay_s: 0\n"
+            )
+            argv = [sys.executable, "-m", "grader.cli", "serve", "--config", str(config)]
+            argv += args.flags.split()
+            os.environ["PYTHONPATH"] = str(tree)  # the child imports this tree's packages
+            child = started(argv, port, work / f"{name}.log", str(SUBJECT_CPU))
+            subjects[name] = (port, stack.enter_context(child).pid)
+        os.environ.pop("PYTHONPATH")
+        got: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for number in range(args.rounds):
+            order = list(subjects.items())[:: 1 if number % 2 == 0 else -1]  # no order bias
+            for mode, script in scripts.items():
+                for name, (port, pid) in order:
+                    before = cpu_s([pid])
+                    load = wrk(port, args.conns, args.seconds, script, LOAD_CPUS, 1)
+                    if mode == "graded":
+                        wait_queue_empty(port)
+                    spent = cpu_s([pid]) - before
+                    if load.errors:
+                        print(f"{name} {mode}: {load.errors} errors", file=sys.stderr)
+                    got.setdefault((mode, name), []).append((1e6 * spent / load.requests, load.rps))
+    print(f"this tree vs {args.base}: c={args.conns}, {args.rounds} rounds of {args.seconds:g} s")
+    for mode in scripts:
+        base, this = got[(mode, "base")], got[(mode, "this")]
+        cpu_ratio = statistics.median(b[0] / t[0] for b, t in zip(base, this, strict=True))
+        rps_ratio = statistics.median(t[1] / b[1] for b, t in zip(base, this, strict=True))
+        print(
+            f"  {mode:<9} CPU/request: base {statistics.median(b[0] for b in base):6.0f} us,"
+            f" this {statistics.median(t[0] for t in this):6.0f} us -> base/this {cpu_ratio:.3f}x"
+            f"   req/s this/base {rps_ratio:.3f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
