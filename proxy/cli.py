@@ -34,6 +34,7 @@ from aiohttp import web
 
 from proxy.app import make_admin_app, make_app
 from proxy.config import Config, ConfigError, Route, Upstream, load_config, url_warnings
+from proxy.eventloop import EventLoopError, loop_factory, loop_name
 from proxy.logs import configure_logging, get_logger
 from proxy.pipeline.queue import GIL_SWITCH_INTERVAL_S
 from proxy.pipeline.watchdog import WatchedRunner
@@ -58,6 +59,7 @@ FLAGS = {
     "listen.host": "--host",
     "listen.port": "--port",
     "results.path": "--results",
+    "server.event_loop": "--loop",
 }
 
 
@@ -67,6 +69,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "tasks": {"path": str(args.tasks) if args.tasks else None},
         "listen": {"host": args.host, "port": args.port},
         "results": {"path": str(args.results) if args.results else None},
+        "server": {"event_loop": getattr(args, "loop", None)},
     }
     return load_config(args.config, overrides, flags=FLAGS)
 
@@ -79,6 +82,11 @@ def run(name: str, args: argparse.Namespace) -> int:
         return 1
     if name == "check-config":
         return _check(config)
+    try:
+        factory = loop_factory(config.server.event_loop)
+    except EventLoopError as exc:
+        print(f"gradeproxy serve: {exc}", file=sys.stderr)
+        return 1
     configure_logging(config.logging.level, config.logging.format)
     if config.tasks.path is not None and not config.tasks.allow_start_without:
         error = _task_error(config)
@@ -91,7 +99,8 @@ def run(name: str, args: argparse.Namespace) -> int:
     # The grade thread must hand the GIL back to the event loop quickly (bench/loop_lag_bench.py).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
-        asyncio.run(serve(config))
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(serve(config))
     except StartupError as exc:
         print(f"gradeproxy serve: {exc}", file=sys.stderr)
         return 1
@@ -226,6 +235,7 @@ async def serve(
             "listening",
             url=f"http://{config.listen.host}:{bound_port(sites[0])}/v1",
             upstream=config.upstream.url,
+            event_loop=loop_name(loop),
             config=config.redacted(),
         )
         if started is not None:

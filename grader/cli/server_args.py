@@ -48,6 +48,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="result rows file (overrides results.path; config default: results/grades.jsonl)",
     )
+    parser.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        help="event loop (overrides server.event_loop; config default: auto, which takes "
+        "uvloop when it is installed: pip install 'gradeproxy[uvloop]')",
+    )
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:

@@ -160,6 +160,13 @@ class Logging:
 
 
 @dataclass(frozen=True, slots=True)
+class Server:
+    """How ``serve`` runs (proxy/eventloop.py): auto takes uvloop when it is installed."""
+
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+
+
+@dataclass(frozen=True, slots=True)
 class Judge:
     """The LLM judge for ``label_model``/``score_model`` checks (off the hot path, like all)."""
 
@@ -204,6 +211,7 @@ class Config:
     shutdown: Shutdown = field(default_factory=Shutdown)
     metrics: Metrics = field(default_factory=Metrics)
     logging: Logging = field(default_factory=Logging)
+    server: Server = field(default_factory=Server)
     judge: Judge = field(default_factory=Judge)
     scoring: Scoring = field(default_factory=Scoring)
     ui: Ui = field(default_factory=Ui)
