@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 
 from grader.tasks import Task, TaskSet
 from proxy.errors import DrainingError, ProxyError
-from proxy.logs import get_logger
+from proxy.logs import request_log
 from proxy.pipeline.capture.chat import stream_answered
 from proxy.pipeline.capture.responses import responses_stream_answered
 from proxy.pipeline.episodes import turn_of
@@ -43,7 +43,7 @@ from proxy.state import (
     TASKS,
 )
 
-log = get_logger("gradeproxy.request")
+log = request_log  # the canonical line, rendered without structlog's chain (proxy/logs.py)
 
 CHAT_PATH = "/v1/chat/completions"
 RESPONSES_PATH = "/v1/responses"

@@ -3,6 +3,14 @@
 Never log ``Authorization``, API keys or bodies: the canonical line carries ids, sizes,
 statuses and timings only.
 
+The canonical request line is the one log call on the hot path, so it skips structlog's
+processor chain: :data:`request_log` renders the same fields in the same order (the event's
+fields, then ``event``, ``level``, ``timestamp``) with orjson and writes them to the same stdout
+that structlog writes to. It falls back to structlog for the console format (and when structlog
+is not configured by :func:`configure_logging`, as in tests that capture its events), and does
+nothing below ``info``. Nothing binds contextvars in the proxy, so the chain's merge step adds
+nothing this path leaves out.
+
 Header values may hold any byte (RFC 9110 obs-text; aiohttp decodes them with
 surrogateescape), so a log line can carry a lone surrogate that no UTF-8 encoder accepts. The
 renderers escape such strings (``\udcff``) at this boundary only, and only when the fast path
@@ -11,10 +19,11 @@ fails: values are never altered before they are logged.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import orjson
 import structlog
@@ -46,6 +55,11 @@ def configure_logging(level: str = "info", fmt: str = "json", cache: bool = True
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=factory,
         cache_logger_on_first_use=cache,
+    )
+    request_log.configure(
+        sys.stdout.buffer if fmt == "json" else None,
+        enabled=_LEVELS[level] <= logging.INFO,
+        processors=structlog.get_config()["processors"],
     )
     # aiohttp's own access log is replaced by our canonical line.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
@@ -93,3 +107,43 @@ def _escaping(renderer: Callable[..., Any]) -> Callable[..., Any]:
 
 def get_logger(name: str) -> Any:
     return structlog.get_logger(name)
+
+
+_UTC = datetime.UTC
+
+
+class RequestLog:
+    """``info`` for the canonical request line: orjson straight to stdout (see the module's
+    docstring), structlog's own logger wherever the fast path cannot be the same line."""
+
+    __slots__ = ("_enabled", "_fallback", "_out", "_processors", "_renderer")
+
+    def __init__(self, name: str) -> None:
+        self._fallback = get_logger(name)
+        self._out: IO[bytes] | None = None
+        self._enabled = True
+        self._processors: list[Any] = []
+        self._renderer: Any = None
+
+    def configure(self, out: IO[bytes] | None, enabled: bool, processors: list[Any]) -> None:
+        """Called by :func:`configure_logging`: ``out`` None means render through structlog.
+        ``processors`` is structlog's own list, which it edits in place (capture_logs)."""
+        self._out, self._enabled = out, enabled
+        self._processors, self._renderer = processors, processors[-1]
+
+    def info(self, event: str, **fields: Any) -> None:
+        out = self._out
+        # structlog's chain was changed since (structlog.testing.capture_logs): it decides.
+        if out is None or self._processors[-1] is not self._renderer:
+            self._fallback.info(event, **fields)
+            return
+        if not self._enabled:
+            return
+        fields["event"] = event
+        fields["level"] = "info"
+        fields["timestamp"] = datetime.datetime.now(_UTC).isoformat().replace("+00:00", "Z")
+        out.write(_dumps(fields) + b"\n")
+        out.flush()
+
+
+request_log = RequestLog("gradeproxy.request")

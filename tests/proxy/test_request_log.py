@@ -1,0 +1,63 @@
+"""The canonical request line's fast path (proxy/logs.py) writes what structlog's chain writes:
+the same keys in the same order, the same values, escaped the same way, at the same levels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.logs import configure_logging, get_logger, request_log
+
+SURROGATE = b"/v1/\xff".decode("utf-8", "surrogateescape")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param(
+            {"request_id": "r1", "status": 200, "stream": False, "task": None, "bytes": 403},
+            id="typical",
+        ),
+        pytest.param({"path": SURROGATE, "status": 400}, id="lone_surrogate_escaped"),
+        pytest.param({"bytes": 2**70, "skip": "no_task_header"}, id="int_beyond_64_bits"),
+        pytest.param({"duration_ms": 1.234, "trace_id": "0af7651916cd43dd"}, id="floats_and_ids"),
+    ],
+)
+def test_fast_line_equals_the_structlog_chain_line(
+    capfdbinary: pytest.CaptureFixture[bytes], fields: dict[str, Any]
+) -> None:
+    configure_logging("info", "json", cache=False)
+    request_log.info("request", **fields)
+    get_logger("gradeproxy.request").info("request", **fields)
+    fast, chain = capfdbinary.readouterr().out.splitlines()
+    fast_entry, chain_entry = orjson.loads(fast), orjson.loads(chain)
+    assert list(fast_entry) == list(chain_entry)  # key order too: the line is read by people
+    fast_entry.pop("timestamp")
+    chain_stamp = chain_entry.pop("timestamp")
+    assert fast_entry == chain_entry
+    assert chain_stamp.endswith("Z")
+
+
+@pytest.mark.parametrize(
+    ("level", "fmt", "expected"),
+    [
+        pytest.param("info", "json", b'"event":"request"', id="json_info_logged"),
+        pytest.param("debug", "json", b'"event":"request"', id="json_debug_logged"),
+        pytest.param("warning", "json", b"", id="json_warning_silent"),
+        pytest.param("info", "console", b"request", id="console_through_structlog"),
+        pytest.param("error", "console", b"", id="console_error_silent"),
+    ],
+)
+def test_fast_line_follows_the_configured_level_and_format(
+    capfdbinary: pytest.CaptureFixture[bytes], level: str, fmt: str, expected: bytes
+) -> None:
+    configure_logging(level, fmt, cache=False)
+    request_log.info("request", status=200)
+    out = capfdbinary.readouterr().out
+    if not expected:
+        assert out == b""
+        return
+    assert expected in out
+    assert out.startswith(b"{") == (fmt == "json")
