@@ -23,6 +23,7 @@ from proxy.errors import BodyTooLargeError, ProxyError
 from proxy.handlers import grading_health, livez, proxy_handler, readyz
 from proxy.judge_client import AiohttpJudgeClient
 from proxy.logs import get_logger
+from proxy.pipeline.forward import RelayRequest
 from proxy.pipeline.guard import Guard
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.failures import FailureRing
@@ -90,6 +91,9 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
     app[GUARD] = guard
     app[WATCHDOG] = watchdog
     app[LIFECYCLE] = Lifecycle()
+    # Read at scrape time: the relays in progress are the requests being served (no update on
+    # the hot path).
+    metrics.in_flight.set_function(app[LIFECYCLE].relays.__len__)
     watchdog.abandon = app[LIFECYCLE].abandon
     app[CONFIG] = config
     app[METRICS] = metrics
@@ -218,6 +222,7 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         connector=connector,
         auto_decompress=False,  # relayed as sent; capture decodes a bounded copy
         cookie_jar=aiohttp.DummyCookieJar(),
+        request_class=RelayRequest,  # adds no Accept-Encoding the client did not send
     ) as session:
         app[SESSION] = session
         yield

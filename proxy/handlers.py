@@ -158,7 +158,6 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     relays = app[LIFECYCLE].relays
     handler_task = asyncio.current_task()
     try:
-        metrics.in_flight.inc()
         outcome = Relay()
         status = 0
         if handler_task is not None:
@@ -189,7 +188,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 status = DrainingError.status
                 if graded_route:
                     skip = skip or "shutdown"
-                    metrics.skipped.labels(skip).inc()
+                    metrics.skip(skip)
                 if handler_task is not None:
                     handler_task.uncancel()
                 raise DrainingError("the proxy shut down before the upstream answered") from None
@@ -214,24 +213,23 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
                 reason = "client_disconnected"
             if graded_route or skip is not None:
                 skip = skip or reason
-                metrics.skipped.labels(skip).inc()
+                metrics.skip(skip)
             raise
         except ProxyError as error:
             status = error.status
             metrics.upstream_errors.labels(_upstream_error_kind(error)).inc()
             if graded_route or skip is not None:
                 skip = skip or "upstream_error"
-                metrics.skipped.labels(skip).inc()
+                metrics.skip(skip)
             raise
         finally:
             relays.pop(handler_task, None)  # type: ignore[arg-type]
-            metrics.in_flight.dec()
             total = time.perf_counter() - started
             _observe(request, route, status, total, outcome, skip, task_id, pair_id)
         if skip is None and task is not None and tasks is not None:
             submit(task, tasks)
         elif skip is not None:
-            metrics.skipped.labels(skip).inc()
+            metrics.skip(skip)
         return response
     finally:
         if pair_id is not None and not submitted and task is not None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -46,10 +46,22 @@ HOP_BY_HOP = frozenset(
     }
 )
 # aiohttp sets Host and Content-Length itself. Accept-Encoding passes as the client sent it
-# (and none is added when it sent none), so Content-Encoding comes back to the client that
-# asked for it, undecoded: the proxy never inflates what it relays (proxy/pipeline/decoding.py).
+# (and none is added when it sent none: :class:`RelayRequest`), so Content-Encoding comes back
+# to the client that asked for it, undecoded: the proxy never inflates what it relays
+# (proxy/pipeline/decoding.py).
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
-_NO_AUTO_HEADERS = frozenset({"Accept-Encoding"})
+
+
+class RelayRequest(aiohttp.ClientRequest):
+    """The upstream session's request class: aiohttp's, adding no Accept-Encoding of its own.
+
+    The effect of ``skip_auto_headers=("Accept-Encoding",)`` on every request, without the
+    copy of the headers aiohttp makes per request to apply a skip list.
+    """
+
+    DEFAULT_HEADERS = {hdrs.ACCEPT: "*/*"}  # noqa: RUF012 (aiohttp reads it from the instance)
+
+
 # aiohttp re-frames the body (Content-Length or chunked); Content-Encoding passes through.
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
 # Non-streamed bodies up to this size are read whole and sent with a Content-Length; larger or
@@ -68,6 +80,25 @@ def _connection_named(headers: CIMultiDictProxy[str]) -> set[str]:
     return named
 
 
+# The drop set and private prefixes for each (prefixes, names) the handler passes: computed
+# once per configuration instead of once per request. Bounded: reloads cannot grow it forever.
+_FILTERS: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[frozenset[str], tuple[str, ...]]] = {}
+_FILTERS_MAX = 64
+
+
+def _request_filter(
+    private_prefixes: Iterable[str], private_names: Iterable[str]
+) -> tuple[frozenset[str], tuple[str, ...]]:
+    key = (tuple(private_prefixes), tuple(private_names))
+    found = _FILTERS.get(key)
+    if found is None:
+        if len(_FILTERS) >= _FILTERS_MAX:
+            _FILTERS.clear()
+        drop = _REQUEST_DROP | {name.lower() for name in key[1]}
+        found = _FILTERS[key] = (drop, tuple(prefix.lower() for prefix in key[0]))
+    return found
+
+
 def request_headers(
     incoming: CIMultiDictProxy[str],
     private_prefixes: Iterable[str],
@@ -75,15 +106,17 @@ def request_headers(
     api_key: str | None,
     request_id: str,
 ) -> CIMultiDict[str]:
-    """Headers for the upstream request: end-to-end only, never the proxy's own."""
-    drop = _REQUEST_DROP | _connection_named(incoming) | {n.lower() for n in private_names}
-    prefixes = tuple(p.lower() for p in private_prefixes)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in incoming.items():
-        lower = name.lower()
-        if lower in drop or lower.startswith(prefixes):
-            continue
-        out.add(name, value)
+    """Headers for the upstream request: end-to-end only, never the proxy's own (one pass)."""
+    drop, prefixes = _request_filter(private_prefixes, private_names)
+    if "Connection" in incoming:
+        drop = drop | _connection_named(incoming)
+    out: CIMultiDict[str] = CIMultiDict(
+        [
+            (name, value)
+            for name, value in incoming.items()
+            if (lower := name.lower()) not in drop and not lower.startswith(prefixes)
+        ]
+    )
     if api_key is not None:
         out["Authorization"] = f"Bearer {api_key}"
     out["x-request-id"] = request_id
@@ -99,16 +132,17 @@ def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMult
     ``X-Gradeproxy-Request-Id`` always carries the proxy's own id (the row's ``request_id``);
     the upstream's ``x-request-id`` is relayed as sent (the row's ``upstream_request_id``).
     """
-    drop = _RESPONSE_DROP | _connection_named(upstream)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in upstream.items():
-        if name.lower() not in drop:
-            out.add(name, value)
+    drop = _RESPONSE_DROP
+    if "Connection" in upstream:
+        drop = drop | _connection_named(upstream)
+    out: CIMultiDict[str] = CIMultiDict(
+        [(name, value) for name, value in upstream.items() if name.lower() not in drop]
+    )
+    shown = escape_text(request_id)  # escaped if it holds bytes no UTF-8 writer can send
     if "x-request-id" not in out:
-        # The client's own id, echoed: escaped if it holds bytes no UTF-8 writer can send.
-        out["x-request-id"] = escape_text(request_id)
+        out["x-request-id"] = shown  # the client's own id, echoed
     # The id the result row records as ``request_id``, whatever the upstream sent.
-    out[PROXY_REQUEST_ID_HEADER] = escape_text(request_id)
+    out[PROXY_REQUEST_ID_HEADER] = shown
     return out
 
 
@@ -165,7 +199,6 @@ async def relay(
             data=data,
             allow_redirects=False,
             timeout=client_timeout,
-            skip_auto_headers=_NO_AUTO_HEADERS,
         ) as upstream:
             out.ttfb_s = out.upstream_wait_s = time.perf_counter() - sent
             out.status = upstream.status

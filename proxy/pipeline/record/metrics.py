@@ -307,6 +307,7 @@ class ProxyMetrics:
         )
         # Known label combinations exist at 0 from the start, so rates and alerts see them.
         self._requests_by: dict[tuple[str, int], Any] = {}
+        self._skipped_by: dict[str, Any] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._duration_by = {route: self.duration.labels(route) for route in ROUTES}
         self._ttfb_by = {route: self.upstream_ttfb.labels(route) for route in ROUTES}
@@ -346,6 +347,13 @@ class ProxyMetrics:
         if ttfb_s is not None:
             self._ttfb_by[route].observe(ttfb_s)
             self._overhead_by[route].observe(overhead_s)
+
+    def skip(self, reason: str) -> None:
+        """Count one request not graded, by reason (a closed set: children cached)."""
+        counter = self._skipped_by.get(reason)
+        if counter is None:
+            counter = self._skipped_by[reason] = self.skipped.labels(reason)
+        counter.inc()
 
     def child(self, metric: Any, *labels: str) -> Any:
         """A labelled child, cached (for the grade workers' per-row counters)."""
