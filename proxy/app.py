@@ -30,6 +30,7 @@ from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
 from proxy.pipeline.record.results import ResultWriter
 from proxy.pipeline.route import Router
+from proxy.pipeline.upstream_watch import WATCH, UpstreamWatch
 from proxy.pipeline.watchdog import Watchdog, watch_forever
 from proxy.shadow.pairs import PairTracker
 from proxy.shadow.runner import ShadowRunner, make_session
@@ -216,7 +217,11 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=upstream.connect_timeout_s, sock_read=upstream.idle_timeout_s
     )
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+    # Idle timeouts by one scan over the reads in progress, not a timer per read.
+    idle = [upstream.idle_timeout_s, *(route.idle_timeout_s for route in app[CONFIG].routes)]
+    watch = app[WATCH] = UpstreamWatch(min(idle))
+    connector = watch.adopt(aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60))
+    scan = asyncio.create_task(watch.run(), name="upstream-idle-watch")
     async with aiohttp.ClientSession(
         timeout=timeout,
         connector=connector,
@@ -226,6 +231,8 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
     ) as session:
         app[SESSION] = session
         yield
+    scan.cancel()
+    await scan
 
 
 async def _shadows(app: web.Application) -> AsyncIterator[None]:
