@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import logging
 import sys
+import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -110,6 +111,21 @@ def get_logger(name: str) -> Any:
 
 
 _UTC = datetime.UTC
+_second: list[Any] = [-1, ""]  # the last whole second rendered, and its text
+
+
+def _timestamp() -> str:
+    """Now, as structlog's ``TimeStamper(fmt="iso", utc=True)`` writes it, the date and time
+    of day rendered once per second (``isoformat`` omits a zero microsecond; so does this)."""
+    now = time.time()
+    second = int(now)
+    micro = round((now - second) * 1_000_000)  # rounded as datetime.fromtimestamp rounds
+    if micro >= 1_000_000:
+        second, micro = second + 1, micro - 1_000_000
+    if second != _second[0]:
+        moment = datetime.datetime.fromtimestamp(second, _UTC)
+        _second[:] = [second, moment.strftime("%Y-%m-%dT%H:%M:%S")]
+    return f"{_second[1]}.{micro:06d}Z" if micro else f"{_second[1]}Z"
 
 
 class RequestLog:
@@ -141,7 +157,7 @@ class RequestLog:
             return
         fields["event"] = event
         fields["level"] = "info"
-        fields["timestamp"] = datetime.datetime.now(_UTC).isoformat().replace("+00:00", "Z")
+        fields["timestamp"] = _timestamp()
         out.write(_dumps(fields) + b"\n")
         out.flush()
 

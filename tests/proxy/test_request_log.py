@@ -3,11 +3,14 @@ the same keys in the same order, the same values, escaped the same way, at the s
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 import pytest
 
+from proxy import logs
 from proxy.logs import configure_logging, get_logger, request_log
 
 SURROGATE = b"/v1/\xff".decode("utf-8", "surrogateescape")
@@ -34,10 +37,11 @@ def test_fast_line_equals_the_structlog_chain_line(
     fast, chain = capfdbinary.readouterr().out.splitlines()
     fast_entry, chain_entry = orjson.loads(fast), orjson.loads(chain)
     assert list(fast_entry) == list(chain_entry)  # key order too: the line is read by people
-    fast_entry.pop("timestamp")
-    chain_stamp = chain_entry.pop("timestamp")
+    fast_stamp, chain_stamp = fast_entry.pop("timestamp"), chain_entry.pop("timestamp")
     assert fast_entry == chain_entry
-    assert chain_stamp.endswith("Z")
+    assert (fast_stamp[-1], len(fast_stamp)) == (chain_stamp[-1], len(chain_stamp))
+    moments = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in (fast_stamp, chain_stamp)]
+    assert timedelta(0) <= moments[1] - moments[0] < timedelta(seconds=1)
 
 
 @pytest.mark.parametrize(
@@ -61,3 +65,18 @@ def test_fast_line_follows_the_configured_level_and_format(
         return
     assert expected in out
     assert out.startswith(b"{") == (fmt == "json")
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        pytest.param(1764583513.0, id="whole_second_has_no_fraction"),
+        pytest.param(1764583513.25, id="quarter_second"),
+        pytest.param(1764583513.999999, id="last_microsecond"),
+        pytest.param(1764583514.000001, id="next_second_first_microsecond"),
+    ],
+)
+def test_timestamp_is_what_isoformat_writes(monkeypatch: pytest.MonkeyPatch, now: float) -> None:
+    monkeypatch.setattr(time, "time", lambda: now)  # the clock _timestamp reads
+    moment = datetime.fromtimestamp(now, UTC)
+    assert logs._timestamp() == moment.isoformat().replace("+00:00", "Z")
