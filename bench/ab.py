@@ -13,6 +13,7 @@ Run: ``python bench/ab.py [--base main] [--rounds 5] [--seconds 3] [--conns 16]`
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import os
 import statistics
@@ -44,6 +45,32 @@ def export(revision: str, into: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
+def measure(
+    port: int, pid: int, script: Path, mode: str, args: argparse.Namespace
+) -> tuple[float, float]:
+    """(CPU microseconds per request, req/s) of one wrk run (grading included when graded)."""
+    before = cpu_s([pid])
+    load = wrk(port, args.conns, args.seconds, script, LOAD_CPUS, 1)
+    if mode == "graded":
+        wait_queue_empty(port)
+    spent = cpu_s([pid]) - before
+    if load.errors:
+        print(f"{port} {mode}: {load.errors} errors", file=sys.stderr)
+    return 1e6 * spent / load.requests, load.rps
+
+
+def together(
+    order: list[tuple[str, tuple[int, int]]], script: Path, mode: str, args: argparse.Namespace
+) -> dict[str, tuple[float, float]]:
+    """Both versions loaded at once, sharing the core at the same instants: whatever else the
+    machine runs then falls on both alike."""
+    with concurrent.futures.ThreadPoolExecutor(len(order)) as pool:
+        futures = {
+            name: pool.submit(measure, port, pid, script, mode, args) for name, (port, pid) in order
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="main", help="the revision to compare against")
@@ -51,6 +78,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--conns", type=int, default=16)
     parser.add_argument("--flags", default="", help="extra `serve` flags for both versions")
+    parser.add_argument(
+        "--together", action="store_true", help="load both at once (best on a busy machine)"
+    )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gp-ab-")))
@@ -86,15 +116,14 @@ def main() -> int:
         for number in range(args.rounds):
             order = list(subjects.items())[:: 1 if number % 2 == 0 else -1]  # no order bias
             for mode, script in scripts.items():
-                for name, (port, pid) in order:
-                    before = cpu_s([pid])
-                    load = wrk(port, args.conns, args.seconds, script, LOAD_CPUS, 1)
-                    if mode == "graded":
-                        wait_queue_empty(port)
-                    spent = cpu_s([pid]) - before
-                    if load.errors:
-                        print(f"{name} {mode}: {load.errors} errors", file=sys.stderr)
-                    got.setdefault((mode, name), []).append((1e6 * spent / load.requests, load.rps))
+                if args.together:
+                    runs = together(order, script, mode, args)
+                else:
+                    runs = {
+                        name: measure(port, pid, script, mode, args) for name, (port, pid) in order
+                    }
+                for name, result in runs.items():
+                    got.setdefault((mode, name), []).append(result)
     print(f"this tree vs {args.base}: c={args.conns}, {args.rounds} rounds of {args.seconds:g} s")
     for mode in scripts:
         base, this = got[(mode, "base")], got[(mode, "this")]
