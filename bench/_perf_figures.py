@@ -147,6 +147,36 @@ def streamed(port: int, samples: int, headers: dict[str, str]) -> Ttfb:
     return asyncio.run(_streamed(port, samples, headers))
 
 
+def ttfb_rows(backend_port: int, ports: dict[str, int], samples: int) -> list[Row]:
+    """TTFB added vs direct and TTFB / total for every gradeproxy subject, beside the floor's
+    (``ports`` maps subject names to ports, the floor's under "floor")."""
+    direct = streamed(backend_port, samples, {})
+    floor = streamed(ports["floor"], samples, {})
+    rows = []
+    for key in ports:
+        if key == "floor":
+            continue
+        ours = streamed(ports[key], samples, {"X-Grade-Task": "bench.weather"})
+        added, base = ours.ttfb_ms - direct.ttfb_ms, floor.ttfb_ms - direct.ttfb_ms
+        rows.append(
+            Row(
+                f"streamed TTFB added vs direct, {key}",
+                f"{1000 * added:+.0f} us",
+                f"floor {1000 * base:+.0f} us",
+            )
+        )
+        rows.append(
+            Row(
+                f"streamed TTFB / total, {key} (backend pauses 20 ms after chunk 1)",
+                f"{ours.share:.3f}",
+                f"floor {floor.share:.3f}",
+                "< 0.5 (no chunk held back)",
+                verdict(ours.share < 0.5),
+            )
+        )
+    return rows
+
+
 def render(rows: list[Row], missing: list[str]) -> str:
     """The table as Markdown (what the README carries), MISSING rows included."""
     lines = [

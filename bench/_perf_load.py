@@ -114,6 +114,7 @@ class Load:
     requests: int
     non_2xx: int
     socket_errors: int
+    timeouts: int = 0  # of the socket errors: requests without an answer in wrk's 2 s
     cpu_us: float = float("nan")  # the subject's CPU time per request (all its processes)
 
     @property
@@ -151,6 +152,7 @@ def parse_wrk(out: str) -> Load:
         requests=int(need(r"(\d+) requests in").group(1)),
         non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
         socket_errors=sum(int(n) for n in sockets.groups()) if sockets else 0,
+        timeouts=int(sockets.group(4)) if sockets else 0,
     )
 
 

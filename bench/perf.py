@@ -25,127 +25,20 @@ Run: ``python bench/perf.py [--quick] [--litellm PATH]`` (needs wrk: ``apt-get i
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
-import dataclasses
+import os
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
-from _perf_figures import FigureError, Row, loop_lag, render, soak, streamed, verdict
-from _perf_load import (
-    CPUS,
-    LOAD_CPUS,
-    LOAD_THREADS,
-    SUBJECT_CPU,
-    Load,
-    StartError,
-    cpu_s,
-    free_port,
-    lua_script,
-    metric_sum,
-    started,
-    wait_queue_empty,
-    wrk,
-)
+from _perf_figures import Row, loop_lag, render, soak, ttfb_rows, verdict
+from _perf_load import CPUS, LOAD_CPUS, SUBJECT_CPU, Load, free_port, metric_sum, started
+from _perf_run import Run, has_uvloop, serve_flags
 
-HERE = Path(__file__).resolve().parent
 CONNS = (1, 16, 64)
-TASK = (
-    '{"id":"bench.weather","expected":{"name":"get_weather","arguments":{"city":"Zurich",'
-    '"unit":"celsius"}},"metadata":{"mutationKind":"field_renamed"}}\n'
-)
-GRADED = {"X-Grade-Task": "bench.weather"}
-SERVE = [sys.executable, "-m", "grader.cli", "serve"]
-
-
-def subject_cpus(workers: int) -> str:
-    if CPUS < 4:
-        return "1" if workers == 1 else f"0-{CPUS - 1}"  # two workers on 2 cores share the load's
-    return f"{SUBJECT_CPU}-{min(SUBJECT_CPU + workers, CPUS) - 1}"
-
-
-def serve_flags() -> str:
-    """``gradeproxy serve --help``: which of the flags this run needs exist."""
-    return subprocess.run([*SERVE, "--help"], capture_output=True, text=True, check=False).stdout
-
-
-def has_uvloop() -> bool:
-    probe = [sys.executable, "-c", "import uvloop"]
-    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
-
-
-class Run:
-    """One benchmark run: its folder, backend, scripts, and what could not be measured."""
-
-    def __init__(self, args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
-        self.args, self.stack = args, stack
-        self.work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gp-perf-")))
-        (self.work / "tasks.jsonl").write_text(TASK)
-        self.graded = lua_script(self.work, "graded", GRADED)
-        self.plain = lua_script(self.work, "plain", {})
-        self.backend_port = free_port()
-        self.upstream = f"http://127.0.0.1:{self.backend_port}/v1"
-        self.missing: list[str] = []
-        self.rows: list[Row] = []
-        self.loads: dict[tuple[str, int], list[Load]] = defaultdict(list)
-        self.pids: dict[int, list[int]] = defaultdict(list)  # port -> the subject's processes
-        backend = [sys.executable, str(HERE / "_servers.py"), "backend", str(self.backend_port)]
-        for number in range(LOAD_THREADS):  # more than one only on a many-core machine
-            argv = backend + (["reuse_port"] if LOAD_THREADS > 1 else [])
-            log = self.work / f"backend{number}.log"
-            stack.enter_context(started(argv, self.backend_port, log, LOAD_CPUS))
-
-    def floor(self, workers: int = 1) -> int:
-        port = free_port()
-        argv = [sys.executable, str(HERE / "_servers.py"), "passthrough", str(port), self.upstream]
-        for number in range(workers):
-            log = self.work / f"floor{workers}.{number}.log"
-            reuse = ["reuse_port"] if workers > 1 else []
-            child = started(argv + reuse, port, log, subject_cpus(workers))
-            self.pids[port].append(self.stack.enter_context(child).pid)
-        return port
-
-    def gradeproxy(self, name: str, flags: list[str], workers: int = 1) -> int:
-        port = free_port()
-        config = self.work / f"{name}.yaml"
-        config.write_text(
-            f"upstream:\n  url: {self.upstream}\nlisten:\n  port: {port}\n"
-            f"tasks:\n  path: {self.work / 'tasks.jsonl'}\n"
-            f"results:\n  path: {self.work / name / 'grades.jsonl'}\n"
-            "logging:\n  level: info\nshutdown:\n  drain_delay_s: 0\n"
-        )
-        argv = [*SERVE, "--config", str(config), *flags]
-        log = self.work / f"{name}.log"
-        child = started(argv, port, log, subject_cpus(workers))
-        self.pids[port].append(self.stack.enter_context(child).pid)
-        return port
-
-    def load(self, key: str, port: int, conns: int, script: Path, graded: bool) -> Load:
-        """One wrk run, with the CPU time the subject spent on it: for a graded run, until
-        its grade queue is empty again (grading included)."""
-        threads = min(LOAD_THREADS, conns)
-        pids = self.pids.get(port, [])
-        before = cpu_s(pids)
-        result = wrk(port, conns, self.args.seconds, script, LOAD_CPUS, threads)
-        if graded and not wait_queue_empty(port):
-            self.missing.append(f"{key}: the grade queue did not empty within 60 s of a run")
-        if pids and result.requests:
-            spent = cpu_s(pids) - before
-            result = dataclasses.replace(result, cpu_us=1e6 * spent / result.requests)
-        self.loads[(key, conns)].append(result)
-        return result
-
-    def figure(self, name: str, produce: Callable[[], list[Row]]) -> None:
-        try:
-            self.rows.extend(produce())
-        except (FigureError, StartError, ValueError, OSError) as exc:
-            self.missing.append(f"{name}: {exc}")
 
 
 def ratio(loads: dict[tuple[str, int], list[Load]], key: str, base: str, conns: int) -> float:
@@ -166,11 +59,21 @@ def cpu(loads: list[Load]) -> float:
 def throughput(run: Run, subjects: dict[str, tuple[int, Path]], tags: list[str]) -> list[Row]:
     """Interleaved rounds over every subject at every concurrency, then the ratio rows."""
     rows: list[Row] = []
+    floor_port = subjects["floor"][0]
     for _ in range(run.args.rounds):
         for conns in CONNS:
             for key, (port, script) in subjects.items():
                 run.load(key, port, conns, script, script is run.graded)
         run.load("direct", run.backend_port, 1, run.plain, False)
+        for key, (port, script) in subjects.items():  # each beside the floor, at the same time
+            if key != "floor":
+                with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                    graded = script is run.graded  # CPU read once its grade queue is empty
+                    ours = pool.submit(run.load, f"{key} beside", port, 16, script, graded)
+                    floor = pool.submit(
+                        run.load, f"floor beside {key}", floor_port, 16, run.plain, False
+                    )
+                    ours.result(), floor.result()
     for tag in tags:
         for mode, goal_at in (("graded", (16,)), ("forwarded", CONNS)):
             key = f"{mode}{tag}"
@@ -202,8 +105,26 @@ def throughput(run: Run, subjects: dict[str, tuple[int, Path]], tags: list[str])
             )
         )
     for key in subjects:
+        if key == "floor":
+            continue
+        pairs = zip(
+            run.loads[(f"{key} beside", 16)], run.loads[(f"floor beside {key}", 16)], strict=True
+        )
+        beside = statistics.median(f.cpu_us / o.cpu_us for o, f in pairs)
+        rows.append(
+            Row(
+                f"CPU per request, {key} and the floor loaded at once, c=16: floor's / ours",
+                f"{beside:.3f}x ({cpu(run.loads[(f'{key} beside', 16)]):.0f} us)",
+                f"floor {cpu(run.loads[(f'floor beside {key}', 16)]):.0f} us (the steadiest figure on a busy machine)",
+            )
+        )
+    for key in subjects:
         errors = {c: sum(load.errors for load in run.loads[(key, c)]) for c in CONNS}
-        shown = ", ".join(f"c={c}: {n}" for c, n in errors.items())
+        late = {c: sum(load.timeouts for load in run.loads[(key, c)]) for c in CONNS}
+        shown = ", ".join(
+            f"c={c}: {n}" + (f" ({late[c]} wrk timeouts)" if late[c] else "")
+            for c, n in errors.items()
+        )
         clean = verdict(not any(errors.values()))
         rows.append(Row(f"errors, {key} (socket + non-2xx)", shown, "", "0", clean))
     return rows
@@ -232,35 +153,6 @@ def added_latency(run: Run, tags: list[str]) -> list[Row]:
                         verdict(share <= 1.1) if goal else "",
                     )
                 )
-    return rows
-
-
-def ttfb(run: Run, ports: dict[str, int]) -> list[Row]:
-    samples = run.args.ttfb_samples
-    direct = streamed(run.backend_port, samples, {})
-    floor = streamed(ports["floor"], samples, {})
-    rows = []
-    for key in ports:
-        if key == "floor":
-            continue
-        ours = streamed(ports[key], samples, GRADED)
-        added, base = ours.ttfb_ms - direct.ttfb_ms, floor.ttfb_ms - direct.ttfb_ms
-        rows.append(
-            Row(
-                f"streamed TTFB added vs direct, {key}",
-                f"{1000 * added:+.0f} us",
-                f"floor {1000 * base:+.0f} us",
-            )
-        )
-        rows.append(
-            Row(
-                f"streamed TTFB / total, {key} (backend pauses 20 ms after chunk 1)",
-                f"{ours.share:.3f}",
-                f"floor {floor.share:.3f}",
-                "< 0.5 (no chunk held back)",
-                verdict(ours.share < 0.5),
-            )
-        )
     return rows
 
 
@@ -332,7 +224,8 @@ def main() -> int:
     mode = "QUICK (local use, not for the README)" if args.quick else "full"
     print(
         f"bench/perf.py, {mode}: {CPUS} CPUs; subjects pinned to CPU {SUBJECT_CPU}, backend and"
-        f" wrk on {LOAD_CPUS}; wrk {args.seconds}s per point, {args.rounds} interleaved rounds\n"
+        f" wrk on {LOAD_CPUS}; wrk {args.seconds}s per point, {args.rounds} interleaved rounds;"
+        f" load average at start {os.getloadavg()[0]:.1f}\n"
     )
     with contextlib.ExitStack() as stack:
         run = Run(args, stack)
@@ -361,7 +254,7 @@ def main() -> int:
                 verdict(skipped == 0),
             )
         )
-        run.figure("streamed TTFB", lambda: ttfb(run, ports))
+        run.figure("streamed TTFB", lambda: ttfb_rows(run.backend_port, ports, args.ttfb_samples))
         path = args.litellm or shutil.which("litellm")
         if path:
             run.figure("LiteLLM", lambda: litellm(run, path, ports["graded"]))
@@ -392,6 +285,9 @@ def main() -> int:
             )
         )
     print(render(run.rows, run.missing))
+    load = os.getloadavg()[0]
+    busy = f" (over {CPUS} CPUs: other work shared them; ratios only)" if load > CPUS else ""
+    print(f"\nload average at the end {load:.1f}{busy}")
     if run.missing:
         print("\nFIGURES MISSING (exit 1):\n  " + "\n  ".join(run.missing))
         return 1
