@@ -47,6 +47,7 @@ from grader.engine import (
     offline_context,
 )
 from grader.extract import Call, Extraction, extract
+from grader.loader import load_tasks, parse_task
 from grader.match import match_call
 from grader.report import CheckTally, Report, Tally
 from grader.rows import (
@@ -60,14 +61,13 @@ from grader.rows import (
 from grader.score import score
 from grader.tasks import (
     TASK_KEYS,
+    CheckDefinition,
     NoExpectedCallError,
     Task,
     TaskHasChecksError,
     TaskLoadError,
     TaskSet,
     build_task_set,
-    load_tasks,
-    parse_task,
 )
 from grader.verdict import NO_CALL_REASON, REASON_CODES, ReasonCode, Verdict
 from grader.version import GRADER_RULES_VERSION, __version__
@@ -88,6 +88,7 @@ __all__ = [
     "Call",
     "Check",
     "CheckContext",
+    "CheckDefinition",
     "CheckDefinitionError",
     "CheckReasonCode",
     "CheckResult",

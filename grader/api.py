@@ -38,18 +38,11 @@ from grader.checks import CheckContext, JudgeClient
 from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.errors import GraderError
+from grader.loader import load_tasks, parse_task
 from grader.report import Report
 from grader.rows import answer_row, carried_conflicts, offline_row
 from grader.score import score
-from grader.tasks import (
-    Task,
-    TaskLoadError,
-    TaskSet,
-    build_task_set,
-    load_tasks,
-    parse_task,
-    tasks_digest,
-)
+from grader.tasks import Task, TaskLoadError, TaskSet, build_task_set, tasks_digest
 from grader.verdict import Verdict
 
 __all__ = [

@@ -36,7 +36,8 @@ from grader.api import (
     resolve_items,
     task_from_dict,
 )
-from grader.tasks import Task, TaskLoadError, TaskSet, build_task_set, load_tasks
+from grader.loader import load_tasks
+from grader.tasks import Task, TaskLoadError, TaskSet, build_task_set
 from grader.version import GRADER_RULES_VERSION, __version__
 
 if TYPE_CHECKING:

@@ -24,8 +24,9 @@ from grader.checks.judge import Judge
 from grader.cli._io import InputError, jsonl_bytes, read_jsonl, write_atomically
 from grader.cli.parquet import with_rotations
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
+from grader.loader import load_tasks
 from grader.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
-from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
+from grader.tasks import Task, TaskLoadError, TaskSet
 
 
 def register(sub: Any) -> None:

@@ -13,7 +13,7 @@ from pytest_aiohttp import AiohttpClient
 from grader import load_tasks
 from grader._json import dumps, loads_exact
 from grader.api import digest_of
-from grader.tasks import parse_task
+from grader.loader import parse_task
 from grader.version import GRADER_RULES_VERSION
 from proxy.metrics import ProxyMetrics
 from proxy.scoring_api import PREFIX, BadRequestError, add_scoring_routes
