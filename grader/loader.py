@@ -32,7 +32,6 @@ from grader.checks import Check, CheckDefinitionError, build_checks, columns_of
 from grader.checks.tool_call import DEFAULT_DEFINITION
 from grader.engine import remember_checks
 from grader.episodes.record import RecordError, parse_record
-from grader.extract import Call, call_from_value, extract
 from grader.tasks import (
     RECORD_KEYS,
     TASK_KEYS,
@@ -44,6 +43,7 @@ from grader.tasks import (
     checks_digest,
     task_files,
 )
+from grader.toolcall.extract import Call, call_from_value, extract
 
 __all__ = ["check_task_keys", "iter_file_tasks", "load_tasks", "parse_task"]
 

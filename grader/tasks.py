@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.canon import canonical_json
 from grader.episodes.values import EpisodeRecord
 from grader.errors import GraderError
-from grader.extract import Call
+from grader.toolcall.canon import canonical_json
+from grader.toolcall.extract import Call
 from grader.version import GRADER_RULES_VERSION
 
 # Every top-level key a task may have. ``metadata`` is open (users' annotations); inside a

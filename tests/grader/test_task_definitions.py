@@ -16,7 +16,7 @@ from grader._json import dumps
 from grader.checks import columns_of
 from grader.checks._base import BaseCheck
 from grader.engine import checks_of
-from grader.extract import call_from_value
+from grader.toolcall.extract import call_from_value
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = [*load_tasks(ROOT / "config" / "tasks"), *load_tasks(ROOT / "config" / "tasks-judge")]
