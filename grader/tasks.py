@@ -201,6 +201,16 @@ def tasks_digest(raw_tasks: Iterable[Mapping[str, Any]]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+def digest_of(tasks: Iterable[Task]) -> str:
+    """The digest of the distinct task definitions graded against (inline tasks have no file).
+
+    Copies of one definition count once, and the order they came in never changes the digest,
+    so it equals ``load_tasks(...).digest`` for a file holding exactly those tasks.
+    """
+    distinct = {canonical_json(dict(task.raw)): task.raw for task in tasks}
+    return tasks_digest(distinct[key] for key in sorted(distinct))
+
+
 def build_task_set(tasks: Iterable[Task], sources: tuple[str, ...] = ()) -> TaskSet:
     """Index tasks by id, refusing duplicates, and compute the digest."""
     by_id: dict[str, Task] = {}
