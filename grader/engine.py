@@ -24,6 +24,11 @@ What an outcome holds:
   single-call ``tool_call`` check, options applied; else ``match_call`` on the task's calls);
 * ``warnings`` — from the columns (a judge of the same family as the graded model …).
 
+A task holds check *definitions* (grader/tasks.py); the engine builds the checks
+(:func:`checks_of`) once per process, cached by the task's ``checks_digest`` (the loader hands
+over the checks it built to validate the task, so a loaded task is never built twice), bounded
+at ``_BUILT_MAX`` tasks, oldest out first.
+
 Judge checks reach the judge through the :class:`~grader.checks.JudgeClient` protocol; without
 one their column is ``error`` (``judge_unavailable``) with a reason that says how to configure
 one, never a fail. A check that raises is a bug: a ``check_error`` column, never an exception.
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -106,6 +112,7 @@ TaskOutcome = Outcome
 # ones it built to validate a task. Bounded, oldest first out, for a proxy that reloads forever.
 _BUILT: dict[str, tuple[Check, ...]] = {}
 _BUILT_MAX = 1 << 16
+_BUILT_LOCK = threading.Lock()
 
 
 def build_task_checks(task: Task) -> tuple[Check, ...]:
@@ -123,12 +130,16 @@ def build_task_checks(task: Task) -> tuple[Check, ...]:
 
 
 def remember_checks(task: Task, checks: tuple[Check, ...]) -> None:
-    """Keep a task's built checks for :func:`checks_of` (a task built by hand is never kept)."""
+    """Keep a task's built checks for :func:`checks_of` (a task built by hand is never kept).
+
+    Writers take a lock (the proxy grades in threads and may load a task set meanwhile);
+    readers do not: a lookup is one dict read."""
     if not task.checks_digest:
         return
-    if len(_BUILT) >= _BUILT_MAX:
-        del _BUILT[next(iter(_BUILT))]
-    _BUILT[task.checks_digest] = checks
+    with _BUILT_LOCK:
+        if len(_BUILT) >= _BUILT_MAX:
+            del _BUILT[next(iter(_BUILT))]
+        _BUILT[task.checks_digest] = checks
 
 
 def checks_of(task: Task) -> tuple[Check, ...]:

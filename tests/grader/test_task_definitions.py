@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from grader import CheckDefinition, Task, grade, load_tasks, parse_task
+from grader import CheckDefinition, Task, engine, grade, load_tasks, parse_task
 from grader._json import dumps
 from grader.checks import columns_of
 from grader.checks._base import BaseCheck
@@ -137,3 +137,19 @@ def test_tasks_built_by_hand_are_built_afresh_not_shared() -> None:
 def test_a_bad_definition_is_refused_at_load_not_at_grading() -> None:
     with pytest.raises(ValueError, match=r"checks\[0\].*'operation'"):
         parse_task({"id": "t", "expected": CALL, "checks": [{**QUEUE, "operation": "is"}]})
+
+
+def test_the_cache_is_bounded_and_an_evicted_task_is_built_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("grader.engine._BUILT", {})
+    monkeypatch.setattr("grader.engine._BUILT_MAX", 2)
+    references = ("BILLING", "SALES", "SUPPORT")
+    tasks = [
+        parse_task({"id": r, "expected": CALL, "checks": [{**QUEUE, "reference": r}]})
+        for r in references
+    ]
+    assert list(engine._BUILT) == [t.checks_digest for t in tasks[1:]]  # the oldest went out
+    right = answer("route_ticket", {"queue": "BILLING"})
+    assert [grade(t, right).result for t in tasks] == ["pass", "fail", "fail"]
+    assert [c.digest for c in checks_of(tasks[0])] == [d.digest for d in tasks[0].checks]
