@@ -49,7 +49,10 @@ def subject_cpus(workers: int) -> str:
 
 def serve_flags() -> str:
     """``gradeproxy serve --help``: which of the flags this run needs exist."""
-    return subprocess.run([*SERVE, "--help"], capture_output=True, text=True, check=False).stdout
+    done = subprocess.run([*SERVE, "--help"], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench/perf.py: `gradeproxy serve --help` failed: {done.stderr[-400:]}")
+    return done.stdout
 
 
 def has_uvloop() -> bool:
