@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grader.checks import CheckContext, Sample
-from tests.bfcl.harness import MODEL, Case, Conformance
+from tests.support.bfcl import MODEL, Case, Conformance
 
 CONTEXT = CheckContext()
 

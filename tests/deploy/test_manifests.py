@@ -25,18 +25,18 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from tests.deploy.test_dashboard import (
+from tests.support.deploy import (
     COMPOSE,
     DEPLOY,
     PROMETHEUS_YML,
     RECORDING,
-    REPO,
     contract_problems,
     require_tool,
     run_tool,
     selectors,
     unwrapped_counters,
 )
+from tests.support.paths import REPO
 
 Json = dict[str, Any]
 
