@@ -1,7 +1,8 @@
 """BFCL conformance: our tool_call check and BFCL's AST checker agree on BFCL's own data.
 
-Gated on the disagreement set itself: it must equal ``tests/bfcl/disagreements.json`` (each entry
-says who is right and why), and the same entries must be listed in docs/bfcl-conformance.md. A
+Gated on the disagreement set itself: it must equal
+``tests/conformance/bfcl_disagreements.json`` (each entry says who is right and why), and the
+same entries must be listed in docs/bfcl-conformance.md. A
 new disagreement or a vanished one fails. Without bfcl-eval the test skips locally and fails
 under ``CI=true`` (scripts/install-bfcl.sh installs it).
 """
@@ -9,7 +10,6 @@ under ``CI=true`` (scripts/install-bfcl.sh installs it).
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
@@ -18,21 +18,24 @@ from grader.checks import Sample
 from grader.checks.call_sets import answer_calls
 from tests.support.bfcl import BfclMissingError, Conformance, disagreements
 from tests.support.paths import REPO
+from tests.support.tools import unavailable
 
-LISTED = REPO / "tests" / "bfcl" / "disagreements.json"
+LISTED = REPO / "tests" / "conformance" / "bfcl_disagreements.json"
 DOC = REPO / "docs" / "bfcl-conformance.md"
 GOAL = 0.999
 KEY = ("id", "kind", "case", "bfcl", "ours")
 
 
+def checker() -> Conformance:
+    try:
+        return Conformance()
+    except BfclMissingError as exc:
+        unavailable(f"the BFCL checker: {exc}")
+
+
 @pytest.fixture(scope="module")
 def measured() -> tuple[int, list[dict[str, Any]], dict[str, list[int]]]:
-    try:
-        conformance = Conformance()
-    except BfclMissingError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI needs the BFCL checker: {exc}")
-        pytest.skip(str(exc))
+    conformance = checker()
     return disagreements(conformance)
 
 
@@ -75,12 +78,7 @@ def test_every_listed_disagreement_says_who_is_right_and_is_in_the_docs() -> Non
 def test_fast_and_explained_matching_agree_on_the_corpus() -> None:
     """ExpectedCall.matches (the yes/no used per pair) and mismatch (the walk that names the
     first difference) must give the same verdict for every (expected, answer call) pair."""
-    try:
-        conformance = Conformance()
-    except BfclMissingError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI needs the BFCL checker: {exc}")
-        pytest.skip(str(exc))
+    conformance = checker()
     pairs = 0
     for case in conformance.cases():
         (check,) = conformance.task(case.item).checks

@@ -1,6 +1,6 @@
 """The Responses API fixtures, proved with the official ``openai`` SDK's own parser.
 
-They are written from the API reference (tests/responses_wire.py), so these tests are what
+They are written from the API reference (tests/support/responses_wire.py), so these tests are what
 makes them trustworthy: every body and event validates against the SDK's types, the SDK's
 stream accumulator (``client.responses.stream``) accepts each stream, and the final object of
 a streamed ``client.responses.create`` equals the non-streamed one, also when the terminal

@@ -38,11 +38,10 @@ from tests.support.deploy import (
     dashboard_matcher_problems,
     promql_for_promtool,
     ranges,
-    require_tool,
-    run_tool,
     selectors,
     unwrapped_counters,
 )
+from tests.support.tools import require_tool, run_tool
 
 # --- the dashboard --------------------------------------------------------------------------
 

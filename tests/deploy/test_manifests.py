@@ -31,12 +31,11 @@ from tests.support.deploy import (
     PROMETHEUS_YML,
     RECORDING,
     contract_problems,
-    require_tool,
-    run_tool,
     selectors,
     unwrapped_counters,
 )
 from tests.support.paths import REPO
+from tests.support.tools import require_tool, run_tool
 
 Json = dict[str, Any]
 

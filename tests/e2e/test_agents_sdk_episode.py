@@ -26,6 +26,7 @@ from tests.support.proxy import ProxyFactory, rows_of
 from tests.support.responses_wire import Call, Case, Text
 from tests.support.responses_wire import body as responses_body
 from tests.support.tasks import BILLING, EPISODES
+from tests.support.tools import unavailable
 
 # The first run builds the SDK's venv (about a minute from PyPI): the timeout covers it.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600), pytest.mark.task_file(EPISODES)]
@@ -42,10 +43,7 @@ def agents_python() -> str:
         check=False,
     )
     if built.returncode != 0:
-        message = f"cannot build the Agents SDK venv: {built.stderr[-2000:]}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"cannot build the Agents SDK venv: {built.stderr[-2000:]}")
     return built.stdout.strip().splitlines()[-1]
 
 

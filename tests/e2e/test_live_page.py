@@ -23,13 +23,14 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.paths import REPO
 from tests.support.process import free_port
+from tests.support.tools import unavailable
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -48,10 +49,8 @@ FLAGS = [
 WIDTHS = {"laptop": 1280, "phone": 390}
 
 
-def _missing(what: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{what} is required in CI (scripts/install-ci-tools.sh installs it)")
-    pytest.skip(f"{what} not installed (run scripts/install-ci-tools.sh)")
+def _missing(what: str) -> NoReturn:
+    unavailable(f"{what} is not installed: run scripts/install-ci-tools.sh")
 
 
 def get(url: str) -> bytes:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -23,9 +21,10 @@ from aiohttp.test_utils import TestServer
 from tests.support.backend import Reply, ScriptedBackend, wire
 from tests.support.episodes import completion
 from tests.support.paths import REPO
-from tests.support.process import free_port
+from tests.support.process import free_port, wait_ready
 from tests.support.proxy import ProxyFactory, rows_of
 from tests.support.tasks import task_line
+from tests.support.tools import require_tool
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(240)]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "gradeproxy.json"
@@ -45,15 +44,6 @@ VARIABLES = {
     "$model": ".*",
     "$__rate_interval": "1m",
 }
-
-
-def prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("prometheus is required in CI (scripts/install-ci-tools.sh installs it)")
-        pytest.skip("prometheus not installed (run scripts/install-ci-tools.sh)")
-    return found
 
 
 def dashboard_expressions() -> list[tuple[str, str]]:
@@ -99,7 +89,7 @@ async def start_prometheus(tmp_path: Path, target: str) -> AsyncIterator[str]:
         )
     )
     process = await asyncio.create_subprocess_exec(
-        prometheus_binary(),
+        require_tool("prometheus"),
         f"--config.file={config}",
         f"--storage.tsdb.path={tmp_path / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
@@ -108,17 +98,7 @@ async def start_prometheus(tmp_path: Path, target: str) -> AsyncIterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(300):
-                try:
-                    async with session.get(f"{base}/-/ready") as ready:
-                        if ready.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                pytest.fail("prometheus never became ready")
+        await wait_ready(f"{base}/-/ready", attempts=300, interval_s=0.1)
         yield base
     finally:
         process.terminate()
@@ -152,7 +132,7 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
     tasks_file: Path,
     results_path: Path,
 ) -> None:
-    prometheus_binary()
+    require_tool("prometheus")
     await asyncio.to_thread(
         tasks_file.write_bytes,
         b"\n".join(

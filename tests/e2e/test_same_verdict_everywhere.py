@@ -48,7 +48,8 @@ from tests.support.paths import REPO
 pytestmark = pytest.mark.timeout(600)
 
 TASK_FILES = [
-    # Episode tasks grade whole runs (tests/episodes, tests/proxy/test_live_episodes.py).
+    # Episode tasks grade whole runs (tests/grader/episodes,
+    # tests/proxy/pipeline/test_live_episodes.py).
     *sorted(p for p in (REPO / "config" / "tasks").glob("*.jsonl") if p.name != "episodes.jsonl"),
     REPO / "config" / "tasks-judge" / "examples.jsonl",
 ]

@@ -5,7 +5,7 @@ The API's row is the reference; every surface must equal it field for field (rea
 call with its exact 23-digit integer, digest and rules version included), and the API row must
 hold the table's verdict. The typed surfaces (CLI, HTTP, MCP) refuse a non-string answer instead:
 the error names ``answer`` and nothing is graded. (Tasks with checks, checks-only tasks, judge
-checks and the live proxy: tests/surfaces/test_same_verdict_everywhere.py.)
+checks and the live proxy: tests/e2e/test_same_verdict_everywhere.py.)
 """
 
 from __future__ import annotations

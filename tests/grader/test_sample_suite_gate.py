@@ -13,7 +13,7 @@ from grader._json import dumps
 from tests.support.paths import REPO
 
 # Episode tasks (config/tasks/episodes.jsonl) grade whole agent runs and have no expected call:
-# tests/episodes holds their gate.
+# tests/grader/episodes holds their gate.
 SUITE = [t for t in load_tasks(REPO / "config" / "tasks") if t.episode is None]
 
 

@@ -1,4 +1,4 @@
-"""The deploy files' paths, the CI tools that validate them, the metric contract, and a small
+"""The deploy files' paths, the metric contract, and a small
 PromQL scanner: shared by the dashboard lint and the Prometheus rules' checks (tests/deploy).
 
 grafana/dashboard-linter and a PromQL parser are not installable here, so the scanner reads
@@ -9,17 +9,11 @@ promtool, where installed, has the last word on syntax.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.support.paths import REPO
@@ -38,40 +32,6 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 TARGET_LABELS = frozenset({"job", "instance"})
 Json = dict[str, Any]
-
-
-# --- external tools -------------------------------------------------------------------------
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}
-
-
-def find_tool(name: str) -> str | None:
-    """PATH first, then the venv running the tests, then scripts/install-ci-tools.sh's cache."""
-    for candidate in (
-        shutil.which(name),
-        shutil.which(name, path=str(Path(sys.executable).parent)),
-        shutil.which(name, path=str(REPO / ".cache" / "prometheus" / "usr" / "bin")),
-    ):
-        if candidate:
-            return candidate
-    return None
-
-
-def require_tool(name: str) -> str:
-    """The tool's path; without it, skip locally but fail under CI (CI must install it)."""
-    path = find_tool(name)
-    if path is not None:
-        return path
-    message = f"{name} is not installed: run scripts/install-ci-tools.sh"
-    if in_ci():
-        pytest.fail(f"{message} (CI is set, so a missing tool is an error)")
-    pytest.skip(message)
-
-
-def run_tool(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
 
 
 # --- the metric contract --------------------------------------------------------------------

@@ -68,18 +68,19 @@ async def spawn_serve(config: Path, **streams: Any) -> Process:
     )
 
 
-async def wait_ready(base: str, attempts: int = 400, interval_s: float = 0.05) -> None:
-    """Poll ``/readyz`` until 200; fail the test when it never comes."""
+async def wait_ready(url: str, attempts: int = 400, interval_s: float = 0.05) -> None:
+    """Poll a readiness URL (the proxy's ``/readyz``, Prometheus' ``/-/ready``) until 200; fail
+    the test when it never comes."""
     async with aiohttp.ClientSession() as session:
         for _ in range(attempts):
             try:
-                async with session.get(f"{base}/readyz") as ready:
+                async with session.get(url) as ready:
                     if ready.status == 200:
                         return
             except aiohttp.ClientConnectionError:
                 pass
             await asyncio.sleep(interval_s)
-    pytest.fail("the proxy never became ready")
+    pytest.fail(f"{url} never answered 200")
 
 
 async def reap(process: Process) -> None:
@@ -95,7 +96,7 @@ async def serving(config: Path, port: int, **streams: Any) -> AsyncIterator[tupl
     process = await spawn_serve(config, **streams)
     try:
         base = f"http://127.0.0.1:{port}"
-        await wait_ready(base)
+        await wait_ready(f"{base}/readyz")
         yield process, base
     finally:
         await reap(process)

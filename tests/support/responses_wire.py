@@ -6,8 +6,9 @@ documentation, not recorded: the response object of the API reference
 reference (https://platform.openai.com/docs/api-reference/responses-streaming) and the event
 order of the function-calling guide's "Streaming" section
 (https://platform.openai.com/docs/guides/function-calling#streaming), with the field set of the
-types in openai-python 3.57.0 (``openai/types/responses/``). ``tests/test_responses_sdk.py``
-proves each one with that SDK's own parser, and ``python -m tests.responses_wire`` rewrites
+types in openai-python 3.57.0 (``openai/types/responses/``).
+``tests/conformance/test_responses_wire.py`` proves each one with that SDK's own parser, and
+``python -m tests.support.responses_wire`` rewrites
 the committed files in ``tests/fixtures/wire/`` (a test keeps them equal to this module).
 
 The shapes follow OpenAI's own servers: a pretty-printed body; a stream of ``event:`` +

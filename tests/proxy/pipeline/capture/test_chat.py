@@ -332,7 +332,9 @@ def test_every_fixture_is_checked() -> None:
         for path in WIRE.iterdir()
         if path.suffix in {".sse", ".json"}
         and not _is_sidecar(path.name)
-        and not path.name.startswith(RESPONSES_PREFIX)  # tests/test_capture_responses.py
+        and not path.name.startswith(
+            RESPONSES_PREFIX
+        )  # tests/proxy/pipeline/capture/test_responses.py
     }
     assert on_disk == set(EXPECTED) | set(_RECORDED)
 

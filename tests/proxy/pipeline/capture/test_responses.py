@@ -1,8 +1,9 @@
 """Answers captured from Responses API (``/v1/responses``) bodies and streams.
 
-The fixtures are tests/responses_wire.py's (proved with the SDK in test_responses_sdk.py);
-each stream is replayed whole, byte by byte, cut at every byte boundary and at random ones,
-and must give the answer the chat completions capture would give for the same calls.
+The fixtures are tests/support/responses_wire.py's (proved with the SDK in
+tests/conformance/test_responses_wire.py); each stream is replayed whole, byte by byte, cut at
+every byte boundary and at random ones, and must give the answer the chat completions capture
+would give for the same calls.
 """
 
 from __future__ import annotations

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.backend import ScriptedBackend
 from tests.support.paths import REPO
 from tests.support.proxy import ProxyFactory, rows_of
+from tests.support.tools import require_tool
 
 CONTRACT: dict[str, Any] = json.loads((REPO / "deploy" / "metrics.json").read_text())["metrics"]
 STABLE = {name: spec for name, spec in CONTRACT.items() if spec["status"] == "stable"}
@@ -86,19 +84,10 @@ async def test_task_label_only_takes_loaded_ids(
                 assert sample.labels["task"] in loaded, sample
 
 
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is required in CI (scripts/install-ci-tools.sh installs it)")
-        pytest.skip("promtool not installed (run scripts/install-ci-tools.sh)")
-    return found
-
-
 async def test_promtool_accepts_the_exposition(
     make_proxy: ProxyFactory, results_path: Path
 ) -> None:
-    tool = promtool()
+    tool = require_tool("promtool")
     text = await exposition(make_proxy, results_path)
     result = await asyncio.to_thread(
         subprocess.run,
