@@ -2,13 +2,14 @@
 
 A scripted backend and a proxy pointed at it (``make_proxy``); a primary and a shadow
 :class:`PlanBackend` and a proxy whose config may carry ``routes`` and ``shadow`` blocks
-(``make_shadow_proxy``). All on real loopback sockets. The task file is :data:`TASK_LINES`
-unless the module marks another: ``pytestmark = pytest.mark.task_file(EPISODES)``.
+(``make_shadow_proxy``); a loopback ``listener`` no request may reach. All on real sockets.
+The task file is :data:`TASK_LINES` unless the module marks another:
+``pytestmark = pytest.mark.task_file(EPISODES)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.app import make_app
 from proxy.logs import configure_logging
-from tests.support.backend import ScriptedBackend
+from tests.support.backend import Listener, ScriptedBackend
 from tests.support.plan_backend import PlanBackend
 from tests.support.proxy import Client, ProxyFactory, build_config, tasks_loaded
 from tests.support.tasks import TASK_LINES
@@ -77,6 +78,14 @@ def make_proxy(
     aiohttp_client: ClientFactory,
 ) -> ProxyFactory:
     return _factory(str(backend_server.make_url("/v1")), tasks_file, results_path, aiohttp_client)
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    """A loopback host that must never be reached (hostile schemas point at it)."""
+    server = Listener()
+    yield server
+    server.close()
 
 
 @pytest.fixture

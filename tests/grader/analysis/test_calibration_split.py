@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from grader import grade, parse_task
-from grader._json import dumps, loads_exact
+from grader._json import loads_exact
 from grader.cli import main
 from grader.report import Report
 from grader.tasks import TaskLoadError, load_tasks
+from tests.support.files import write_jsonl
 
 JUDGE = "judge-2024-08-06"
 
@@ -26,11 +27,6 @@ def rows(split: str | None, tp: int, fn: int, tn: int, fp: int) -> list[dict[str
         + [{"judge": True, "human": False}] * fp
     )
     return [{**r, "split": split} if split else dict(r) for r in out]
-
-
-def write(path: Path, items: list[Any]) -> Path:
-    path.write_bytes(b"".join(dumps(r) + b"\n" for r in items))
-    return path
 
 
 # train agrees perfectly, test does not: pooling would hide the test split's TPR.
@@ -60,7 +56,7 @@ def test_figures_per_split_the_bar_and_the_words(
     tnr: float,
     words: str,
 ) -> None:
-    path = write(tmp_path / "labels.jsonl", labels)
+    path = write_jsonl(tmp_path / "labels.jsonl", labels)
     args = ["calibrate", "--labels", str(path), "--judge-model", JUDGE]
     args += [] if bar is None else ["--bar", str(bar)]
     assert main(args) == code
@@ -116,7 +112,7 @@ def test_unusable_calibrations_exit_2(
     extra: list[str],
     message: str,
 ) -> None:
-    path = write(tmp_path / "labels.jsonl", labels)
+    path = write_jsonl(tmp_path / "labels.jsonl", labels)
     assert main(["calibrate", "--labels", str(path), *extra]) == 2
     assert re.search(message, capsys.readouterr().err)
 
@@ -202,12 +198,12 @@ def test_advisory_definitions_that_leave_nothing_to_decide_are_refused(
 def test_a_check_citing_a_calibration_record_follows_it(
     tmp_path: Path, bar: str, model: str, advisory: bool, refused: str | None
 ) -> None:
-    labels = write(tmp_path / "labels.jsonl", SPLIT)
+    labels = write_jsonl(tmp_path / "labels.jsonl", SPLIT)
     record = tmp_path / "cal.json"
     args = ["calibrate", "--labels", str(labels), "--judge-model", JUDGE, "--bar", bar]
     main([*args, "--out", str(record)])
     check = judge_check(model=model, calibration="cal.json")
-    tasks = write(tmp_path / "tasks.jsonl", [{"id": "t", "checks": [WORD, check]}])
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"id": "t", "checks": [WORD, check]}])
     if refused is not None:
         with pytest.raises(TaskLoadError, match=refused):
             load_tasks(tasks)
@@ -229,6 +225,6 @@ def test_a_hundred_labels_carry_no_small_sample_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     labels = rows("train", 15, 0, 15, 0) + rows("dev", 15, 0, 15, 0) + rows("test", 19, 1, 19, 1)
-    path = write(tmp_path / "labels.jsonl", labels)
+    path = write_jsonl(tmp_path / "labels.jsonl", labels)
     assert main(["calibrate", "--labels", str(path), "--judge-model", JUDGE, "--json"]) == 0
     assert "warning" not in loads_exact(capsys.readouterr().out)

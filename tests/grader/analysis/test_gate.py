@@ -11,9 +11,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader._json import dumps, loads_exact
+from grader._json import loads_exact
 from grader.analysis.gate import Item, evaluate, ids_digest, parse_gate
 from grader.cli import main
+from tests.support.files import write_jsonl
 
 GATE = {
     "drift_budget": {"noise_tolerance_pts": 1, "hard_fail_threshold_pts": 5},
@@ -28,11 +29,6 @@ def run_rows(n: int, fails: set[int], paired: bool = True) -> list[dict[str, Any
         row = {"task_id": f"a{1 + i % 2}", "result": "fail" if i in fails else "pass"}
         rows.append({**row, "sample_id": f"s{i}"} if paired else row)
     return rows
-
-
-def write(path: Path, rows: list[Any]) -> Path:
-    path.write_bytes(b"".join(dumps(r) + b"\n" for r in rows))
-    return path
 
 
 def gate(tmp_path: Path, data: dict[str, Any]) -> Path:
@@ -66,7 +62,7 @@ def test_offline_runs_gate_per_suite(
     decision: str,
     code: int,
 ) -> None:
-    a, b = write(tmp_path / "a.jsonl", base), write(tmp_path / "b.jsonl", cand)
+    a, b = write_jsonl(tmp_path / "a.jsonl", base), write_jsonl(tmp_path / "b.jsonl", cand)
     args = ["compare", "--gate", str(gate(tmp_path, GATE)), "--baseline", str(a)]
     assert main([*args, "--candidate", str(b), "--json"]) == code
     [suite] = loads_exact(capsys.readouterr().out)["suites"]
@@ -93,7 +89,7 @@ def test_live_shadow_rows_pair_by_pair_id(
         result = "fail" if i < 30 else "pass"
         rows.append({"task_id": task, "result": result, "variant": "shadow", "pair_id": f"p{i}"})
     rows.append({"task_id": "a1", "result": "error", "variant": "shadow", "pair_id": "p0"})
-    results = write(tmp_path / "grades.jsonl", rows)
+    results = write_jsonl(tmp_path / "grades.jsonl", rows)
     args = ["compare", "--results", str(results), "--gate", str(gate(tmp_path, GATE)), "--json"]
     assert main(args) == 1
     [suite] = loads_exact(capsys.readouterr().out)["suites"]
@@ -105,7 +101,7 @@ def test_pairs_only_items_both_runs_hold_and_count_the_rest(
 ) -> None:
     base = run_rows(400, set())
     cand = run_rows(400, set(range(12)))[:300]
-    a, b = write(tmp_path / "a.jsonl", base), write(tmp_path / "b.jsonl", cand)
+    a, b = write_jsonl(tmp_path / "a.jsonl", base), write_jsonl(tmp_path / "b.jsonl", cand)
     args = ["compare", "--gate", str(gate(tmp_path, GATE)), "--baseline", str(a)]
     main([*args, "--candidate", str(b), "--json"])
     [suite] = loads_exact(capsys.readouterr().out)["suites"]
@@ -130,14 +126,14 @@ def test_pairs_only_items_both_runs_hold_and_count_the_rest(
 def test_unfrozen_or_differing_suites_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], suite: dict[str, Any], message: str
 ) -> None:
-    a = write(tmp_path / "a.jsonl", run_rows(10, set()))
+    a = write_jsonl(tmp_path / "a.jsonl", run_rows(10, set()))
     path = gate(tmp_path, {**GATE, "suites": [suite]})
     assert main(["compare", "--gate", str(path), "--baseline", str(a), "--candidate", str(a)]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_a_glob_suite_with_its_digest_gates(tmp_path: Path) -> None:
-    a = write(tmp_path / "a.jsonl", run_rows(400, set()))
+    a = write_jsonl(tmp_path / "a.jsonl", run_rows(400, set()))
     suite = {"name": "core", "match": ["a*"], "digest": ids_digest(["a1", "a2"])}
     path = gate(tmp_path, {**GATE, "suites": [suite]})
     assert main(["compare", "--gate", str(path), "--baseline", str(a), "--candidate", str(a)]) == 0

@@ -11,11 +11,7 @@ import pytest
 from grader._json import dumps, loads_exact
 from grader.analysis.regrade import CHANGES, classify
 from grader.cli import main
-
-
-def jsonl(path: Path, rows: list[Any]) -> Path:
-    path.write_bytes(b"".join(dumps(row) + b"\n" for row in rows))
-    return path
+from tests.support.files import write_jsonl
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -78,8 +74,8 @@ EXPECTED_LINES = {
 @pytest.fixture
 def stored(tmp_path: Path) -> Path:
     """Rows graded by the old task set, plus three that cannot be graded again."""
-    old = jsonl(tmp_path / "old.jsonl", OLD)
-    answers = jsonl(tmp_path / "answers.jsonl", ANSWERS)
+    old = write_jsonl(tmp_path / "old.jsonl", OLD)
+    answers = write_jsonl(tmp_path / "answers.jsonl", ANSWERS)
     rows_file = tmp_path / "rows.jsonl"
     args = ["grade", "--tasks", str(old), "--answers", str(answers), "--out", str(rows_file)]
     assert main(args) == 0
@@ -87,13 +83,13 @@ def stored(tmp_path: Path) -> Path:
     no_answer = {k: v for k, v in rows[0].items() if k not in ("answer", "truncated")}
     truncated = {**rows[1], "truncated": True}
     no_tools = {k: v for k, v in rows[5].items() if k != "tools"}
-    return jsonl(rows_file, [*rows, no_answer, truncated, no_tools])
+    return write_jsonl(rows_file, [*rows, no_answer, truncated, no_tools])
 
 
 def test_every_changed_column_is_one_classified_line(
     tmp_path: Path, stored: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    new = jsonl(tmp_path / "new.jsonl", NEW)
+    new = write_jsonl(tmp_path / "new.jsonl", NEW)
     out = tmp_path / "diff.jsonl"
     args = ["regrade", "--results", str(stored), "--tasks", str(new), "--out", str(out)]
     assert main([*args, "--json"]) == 0
@@ -127,7 +123,7 @@ def test_every_changed_column_is_one_classified_line(
 def test_the_text_report_counts_per_task_check_and_kind_without_a_net_number(
     tmp_path: Path, stored: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    new = jsonl(tmp_path / "new.jsonl", NEW)
+    new = write_jsonl(tmp_path / "new.jsonl", NEW)
     args = ["regrade", "--results", str(stored), "--tasks", str(new)]
     assert main([*args, "--out", str(tmp_path / "d.jsonl")]) == 0
     report = capsys.readouterr().out
@@ -139,7 +135,7 @@ def test_the_text_report_counts_per_task_check_and_kind_without_a_net_number(
 
 
 def test_the_same_task_set_changes_nothing(tmp_path: Path, stored: Path) -> None:
-    old = jsonl(tmp_path / "old2.jsonl", OLD)
+    old = write_jsonl(tmp_path / "old2.jsonl", OLD)
     out = tmp_path / "diff.jsonl"
     assert main(["regrade", "--results", str(stored), "--tasks", str(old), "--out", str(out)]) == 0
     assert out.read_text() == ""
@@ -170,7 +166,7 @@ def test_unreadable_rows_exit_2_with_file_line(
 ) -> None:
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"task_id": "word", "checks": []}\n[1]\n')
-    new = jsonl(tmp_path / "new.jsonl", NEW)
+    new = write_jsonl(tmp_path / "new.jsonl", NEW)
     out = tmp_path / "diff.jsonl"
     assert main(["regrade", "--results", str(rows), "--tasks", str(new), "--out", str(out)]) == 2
     assert "rows.jsonl:2:" in capsys.readouterr().err

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from grader import TaskHasChecksError, TaskLoadError, load_tasks, parse_task, score
-from grader._json import dumps
 from grader.checks import (
     CheckContext,
     CheckResult,
@@ -19,6 +18,7 @@ from grader.checks import (
 from grader.engine import evaluate, evaluate_sync, overall
 from grader.version import GRADER_RULES_VERSION
 from tests.support.checks import call, wire
+from tests.support.files import write_jsonl
 
 
 def result(name: str, passed: bool | None) -> CheckResult:
@@ -183,11 +183,6 @@ def test_results_carry_their_check_digest() -> None:
     ] * 2
 
 
-def write(path: Path, *tasks: Any) -> Path:
-    path.write_text("".join(dumps(t).decode() + "\n" for t in tasks))
-    return path
-
-
 @pytest.mark.parametrize(
     ("definition", "message"),
     [
@@ -232,14 +227,14 @@ def write(path: Path, *tasks: Any) -> Path:
 )
 def test_task_loading_errors(tmp_path: Path, definition: dict[str, Any], message: str) -> None:
     with pytest.raises(TaskLoadError, match=message):
-        load_tasks(write(tmp_path / "tasks.jsonl", definition))
+        load_tasks(write_jsonl(tmp_path / "tasks.jsonl", [definition]))
 
 
 def test_task_without_expected_loads_when_its_checks_need_none(tmp_path: Path) -> None:
     loaded = load_tasks(
-        write(
+        write_jsonl(
             tmp_path / "t.jsonl",
-            {"id": "a", "item": {"queue": "X"}, "checks": [QUEUE], "pass_rule": "queue"},
+            [{"id": "a", "item": {"queue": "X"}, "checks": [QUEUE], "pass_rule": "queue"}],
         )
     )
     (only,) = loaded

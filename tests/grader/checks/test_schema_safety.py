@@ -9,7 +9,6 @@ regression fails the test instead of passing slowly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,13 +22,6 @@ from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
 from tests.support.backend import Listener
 
 EVIL = "a" * 64 + "!"  # against ^(a+)+$, Python's re takes ~2**64 steps
-
-
-@pytest.fixture
-def listener() -> Iterator[Listener]:
-    server = Listener()
-    yield server
-    server.close()
 
 
 def hostile_schemas(url: str) -> list[tuple[str, dict[str, Any], str | None]]:

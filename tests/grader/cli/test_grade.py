@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from grader._json import dumps, loads_exact
+from grader._json import loads_exact
 from grader.cli import main
+from tests.support.files import write_jsonl
 
 TASKS = [
     {
@@ -26,20 +27,15 @@ TASKS = [
 ]
 
 
-def jsonl(path: Path, rows: list[object]) -> Path:
-    path.write_bytes(b"".join(dumps(row) + b"\n" for row in rows))
-    return path
-
-
 @pytest.fixture
 def tasks_file(tmp_path: Path) -> Path:
-    return jsonl(tmp_path / "tasks.jsonl", list(TASKS))
+    return write_jsonl(tmp_path / "tasks.jsonl", list(TASKS))
 
 
 def test_grade_writes_rows_and_report(
     tmp_path: Path, tasks_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    answers = jsonl(
+    answers = write_jsonl(
         tmp_path / "answers.jsonl",
         [
             {"task_id": "a", "answer": '{"name": "f", "arguments": {"x": 1}}'},
@@ -133,7 +129,7 @@ def test_bad_answers_exit_2_and_write_nothing(
     message: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    answers = jsonl(tmp_path / "answers.jsonl", rows)
+    answers = write_jsonl(tmp_path / "answers.jsonl", rows)
     out = tmp_path / "results.jsonl"
     code = main(["grade", "--tasks", str(tasks_file), "--answers", str(answers), "--out", str(out)])
     assert code == 2
@@ -170,8 +166,8 @@ def test_unparseable_answers_line_names_file_and_line(
 def test_bad_task_file_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], task: dict[str, object], message: str
 ) -> None:
-    tasks = jsonl(tmp_path / "tasks.jsonl", [task])
-    answers = jsonl(tmp_path / "answers.jsonl", [])
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [task])
+    answers = write_jsonl(tmp_path / "answers.jsonl", [])
     assert main(["grade", "--tasks", str(tasks), "--answers", str(answers)]) == 2
     err = capsys.readouterr().err
     assert message in err
@@ -186,8 +182,8 @@ def test_checks_only_task_is_graded_not_a_traceback(
         "id": "quiet",
         "checks": [{"type": "tool_call", "name": "none", "expect_no_call": True}],
     }
-    tasks = jsonl(tmp_path / "tasks.jsonl", [task])
-    answers = jsonl(
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [task])
+    answers = write_jsonl(
         tmp_path / "answers.jsonl",
         [
             {"task_id": "quiet", "answer": "No tool is needed for that."},
@@ -208,6 +204,6 @@ def test_checks_only_task_is_graded_not_a_traceback(
 def test_progress_bar_on_request(
     tmp_path: Path, tasks_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    answers = jsonl(tmp_path / "answers.jsonl", [{"task_id": "b", "answer": "x"}] * 50)
+    answers = write_jsonl(tmp_path / "answers.jsonl", [{"task_id": "b", "answer": "x"}] * 50)
     assert main(["grade", "--tasks", str(tasks_file), "--answers", str(answers), "--progress"]) == 0
     assert "100%" in capsys.readouterr().err

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader._json import dumps
 from grader.cli import main
 from grader.cli.parquet import escape_name
+from tests.support.files import write_jsonl
 
 TASKS = [
     {"id": "a", "expected": {"name": "f", "arguments": {"x": 1}}},
@@ -36,14 +36,9 @@ TASKS = [
 GOOD = '{"name": "f", "arguments": {"x": 1}}'
 
 
-def jsonl(path: Path, rows: list[Any]) -> Path:
-    path.write_bytes(b"".join(dumps(row) + b"\n" for row in rows))
-    return path
-
-
 def grade(tmp_path: Path, name: str, answers: list[dict[str, Any]], out: str) -> Path:
-    tasks = jsonl(tmp_path / "tasks.jsonl", TASKS)
-    answers_file = jsonl(tmp_path / f"{name}.answers.jsonl", answers)
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", TASKS)
+    answers_file = write_jsonl(tmp_path / f"{name}.answers.jsonl", answers)
     target = tmp_path / out
     code = main(
         ["grade", "--tasks", str(tasks), "--answers", str(answers_file), "--out", str(target)]
@@ -104,13 +99,13 @@ def test_without_pyarrow_grade_and_export_exit_2_naming_the_extra(
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
-    tasks = jsonl(tmp_path / "tasks.jsonl", TASKS)
-    answers = jsonl(tmp_path / "answers.jsonl", RUN_A)
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", TASKS)
+    answers = write_jsonl(tmp_path / "answers.jsonl", RUN_A)
     out = tmp_path / "rows.parquet"
     assert main(["grade", "--tasks", str(tasks), "--answers", str(answers), "--out", str(out)]) == 2
     assert "gradeproxy[parquet]" in capsys.readouterr().err
     assert not out.exists()
-    rows = jsonl(tmp_path / "rows.jsonl", [{"task_id": "a", "result": "pass"}])
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"task_id": "a", "result": "pass"}])
     assert main(["export", "--results", str(rows), "--parquet", str(out)]) == 2
     assert "gradeproxy[parquet]" in capsys.readouterr().err
     assert not out.exists()
@@ -137,7 +132,7 @@ def test_duckdb_reads_differing_files_together_and_joins_metadata_by_sample_id(
     first = grade(tmp_path, "a", RUN_A, "a.parquet")
     second = grade(tmp_path, "b", RUN_B, "b.parquet")
     assert pq.read_schema(first) != pq.read_schema(second)
-    meta = jsonl(
+    meta = write_jsonl(
         tmp_path / "meta.jsonl",
         [{"sample_id": "s1", "split": "test"}, {"sample_id": "s2", "split": "dev"}],
     )
@@ -176,8 +171,8 @@ def test_a_carried_field_that_clashes_with_a_known_type_becomes_json_text(tmp_pa
 
 
 def test_grade_out_parquet_takes_the_wide_view_too(tmp_path: Path) -> None:
-    tasks = jsonl(tmp_path / "tasks.jsonl", TASKS)
-    answers = jsonl(tmp_path / "answers.jsonl", RUN_A)
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", TASKS)
+    answers = write_jsonl(tmp_path / "answers.jsonl", RUN_A)
     out = tmp_path / "wide.parquet"
     args = ["grade", "--tasks", str(tasks), "--answers", str(answers), "--out", str(out)]
     assert main([*args, "--wide"]) == 0

@@ -5,21 +5,11 @@ timeout)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from grader._json import dumps
 from tests.support.backend import Listener
 from tests.support.proxy import ProxyFactory, rows_of
-
-
-@pytest.fixture
-def listener() -> Iterator[Listener]:
-    server = Listener()
-    yield server
-    server.close()
 
 
 async def test_no_fetch_and_no_stall_through_the_live_proxy(
