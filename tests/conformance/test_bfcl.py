@@ -16,6 +16,8 @@ import pytest
 
 from grader.checks import Sample
 from grader.checks.call_sets import answer_calls
+from grader.checks.tool_call import ToolCallCheck
+from grader.engine import checks_of
 from tests.support.bfcl import BfclMissingError, Conformance, disagreements
 from tests.support.paths import REPO
 from tests.support.tools import unavailable
@@ -81,7 +83,8 @@ def test_fast_and_explained_matching_agree_on_the_corpus() -> None:
     conformance = checker()
     pairs = 0
     for case in conformance.cases():
-        (check,) = conformance.task(case.item).checks
+        (check,) = checks_of(conformance.task(case.item))
+        assert isinstance(check, ToolCallCheck)
         expected = check.parallel or ((check.matcher,) if check.matcher is not None else ())
         for answer in answer_calls(Sample.from_answer(case.wire)):
             for exp in expected:

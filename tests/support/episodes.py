@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from grader.tasks import Task, load_tasks
+from grader.loader import load_tasks
+from grader.tasks import Task
 from tests.support.tasks import EPISODES
 
 EPISODE_TASKS = load_tasks(EPISODES)
