@@ -25,7 +25,6 @@ contract), which is what breaks the old cycle tasks → checks → tool_call →
 from __future__ import annotations
 
 import hashlib
-import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,14 +241,3 @@ def task_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     raise TaskLoadError(f"{path}: no such task file or folder")
-
-
-def load_tasks(path: str | Path) -> TaskSet:
-    """:func:`grader.loader.load_tasks`, under the name the proxy still imports it by.
-
-    Resolved by name at call time: this module must not import the check implementations that
-    validating a task needs (see the module docstring). New code imports :mod:`grader.loader`.
-    """
-    loader = importlib.import_module("grader.loader")
-    loaded: TaskSet = loader.load_tasks(path)
-    return loaded
