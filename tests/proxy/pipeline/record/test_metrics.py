@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from tests.proxy.conftest import ProxyFactory
-from tests.proxy.harness import SSE, Reply, ScriptedBackend, wire
-from tests.proxy.live import exposition_value
+from tests.support.backend import SSE, Reply, ScriptedBackend, wire
+from tests.support.metrics import exposition_value
+from tests.support.proxy import ProxyFactory
 
 
 @pytest.mark.parametrize("held", [0, 1, 3], ids=["none_held", "one_held", "three_held"])

@@ -9,8 +9,8 @@ import pytest
 from aiohttp.client_exceptions import SocketTimeoutError
 
 from proxy.pipeline.upstream_watch import WATCH, UpstreamWatch, WatchedResponseHandler
-from tests.proxy.conftest import ProxyFactory
-from tests.proxy.harness import SSE, Reply, ScriptedBackend, wire
+from tests.support.backend import SSE, Reply, ScriptedBackend, wire
+from tests.support.proxy import ProxyFactory
 
 
 @pytest.mark.parametrize("held", [1, 2], ids=["one_stream", "two_streams"])

@@ -16,7 +16,8 @@ from aiohttp.test_utils import TestServer
 
 from grader.cli import main
 from proxy.eventloop import EventLoop, EventLoopError, loop_factory
-from tests.proxy.harness import Reply, ScriptedBackend, free_port, wire
+from tests.support.backend import Reply, ScriptedBackend, wire
+from tests.support.process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
