@@ -13,8 +13,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from proxy.errors import ProxyError
 
-class JudgeHTTPError(RuntimeError):
+
+class JudgeHTTPError(ProxyError, RuntimeError):
     """The judge endpoint answered with an error status or an unreadable body."""
 
 

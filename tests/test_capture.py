@@ -973,8 +973,8 @@ def test_internal_bug_is_reported_not_raised(surface: str, monkeypatch: pytest.M
     def broken(*_: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("proxy.pipeline.capture.chat._Choice.add_delta", broken)
-    monkeypatch.setattr("proxy.pipeline.capture.chat._message_answer", broken)
+    monkeypatch.setattr("proxy.pipeline.capture.chat.Choice.add_delta", broken)
+    monkeypatch.setattr("proxy.pipeline.capture.chat.message_answer", broken)
     if surface == "stream":
         result = _capture([_sse(_chunk({"content": "a"}))])
     else:

@@ -31,6 +31,7 @@ from typing import Any, cast
 from aiohttp import StreamReader, web
 
 from proxy.config import Client
+from proxy.errors import ProxyError
 
 __all__ = ["BodyReadTimeoutError", "Conn", "Phase", "Watchdog", "WatchedRunner"]
 
@@ -44,8 +45,11 @@ _REQUEST_TIMEOUT = (
 )
 
 
-class BodyReadTimeoutError(Exception):
+class BodyReadTimeoutError(ProxyError):
     """Set on a request body whose client stopped sending it."""
+
+    def __init__(self, message: str = "the client stopped sending its request body") -> None:
+        super().__init__(message)
 
 
 class Phase(enum.Enum):
