@@ -189,7 +189,7 @@ def _judge(config: Config) -> tuple[aiohttp.ClientSession | None, Judge | None]:
     if settings.endpoint is None:
         return None, None
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
-    client = AiohttpJudgeClient(session, settings.endpoint, settings.api_key_env)
+    client = AiohttpJudgeClient(settings.endpoint, settings.api_key_env, session=session)
     judge_config = JudgeConfig(
         model=settings.model,
         timeout_s=settings.timeout_s,
