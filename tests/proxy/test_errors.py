@@ -29,6 +29,8 @@ from proxy.pipeline.record.results import ResultsWriteError
 def defined_exceptions() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
     for module_info in pkgutil.walk_packages(proxy.__path__, "proxy."):
+        if module_info.name.startswith("proxy.demo"):
+            continue  # the demo backend plays the upstream: its errors are a model server's
         module = importlib.import_module(module_info.name)
         for name, value in vars(module).items():
             if (
