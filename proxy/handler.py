@@ -179,9 +179,8 @@ class _Exchange:
             status = error.status
             kind = error.kind if isinstance(error, UpstreamError) else "protocol"
             metrics.upstream_errors.labels(kind).inc()
-            if admitted.api is not None or admitted.skip is not None:
-                admitted.skip = admitted.skip or "upstream_error"
-                metrics.skipped.labels(admitted.skip).inc()
+            if (skip := admitted.failed("upstream_error")) is not None:
+                metrics.skipped.labels(skip).inc()
             raise
         finally:
             relays.pop(handler_task, None)  # type: ignore[arg-type]
@@ -231,9 +230,8 @@ class _Exchange:
         else:  # the client went away (proxy/state.py's abandon) and we were cancelled
             outcome.client_disconnected = True
             status, reason = CLIENT_CLOSED, "client_disconnected"
-        if admitted.api is not None or admitted.skip is not None:
-            admitted.skip = admitted.skip or reason
-            metrics.skipped.labels(admitted.skip).inc()
+        if (skip := admitted.failed(reason)) is not None:
+            metrics.skipped.labels(skip).inc()
         return status
 
     def submit(self) -> None:

@@ -80,6 +80,15 @@ class Admission:
         """Whether the relay keeps a copy of the response for grading."""
         return self.task is not None and self.skip is None
 
+    def failed(self, reason: SkipReason) -> SkipReason | None:
+        """The skip to count for a request whose relay failed or was cut (``reason``): its own
+        skip when it had one, else ``reason`` on a graded route; None for a plain forwarded
+        request, which no skip counter covers."""
+        if self.api is None and self.skip is None:
+            return None
+        self.skip = self.skip or reason
+        return self.skip
+
 
 def admit(
     method: str,

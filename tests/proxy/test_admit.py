@@ -88,6 +88,23 @@ def test_one_sampling_key_for_grading_and_shadows(
     assert (admitted.skip is None) is sampled(key, grading.sample_rate)
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "counted"),
+    [
+        pytest.param("POST", CHAT, NAMED, "upstream_error", id="graded-skips-with-the-reason"),
+        pytest.param("POST", CHAT, {}, "no_task_header", id="its-own-skip-comes-first"),
+        pytest.param("GET", CHAT, NAMED, "unsupported_route", id="a-task-on-another-route"),
+        pytest.param("GET", "/v1/models", {}, None, id="plain-forwarding-counts-no-skip"),
+    ],
+)  # fmt: skip
+def test_a_failed_relay_counts_one_skip(
+    method: str, path: str, headers: dict[str, str], counted: SkipReason | None
+) -> None:
+    admitted = admit(method, path, headers, Grading(), TASKS, "req-1")
+    assert admitted.failed("upstream_error") == counted
+    assert admitted.skip == counted
+
+
 def test_the_metric_contract_exports_every_skip_reason_at_zero() -> None:
     metrics = ProxyMetrics()
     exported = {
