@@ -1,11 +1,12 @@
 """The proxy's exception tree: every error ``proxy`` raises derives from :class:`ProxyError`.
 
-A ``ProxyError`` that reaches a handler's caller is answered in OpenAI's error shape by
-:func:`render`, the one place errors become HTTP responses (the app's middleware and the
-scoring routes both call it). Classes that never reach a client still take the common root,
-so ``except ProxyError`` means "the proxy's own failure"; each keeps the builtin base its
-callers have always caught (``ConfigError`` is a ``ValueError``, ``ResultsWriteError`` an
-``OSError``), as aiohttp's ``client_exceptions`` does::
+Each class renders itself in OpenAI's error shape (``body``, ``response``), and a raised error
+becomes a response in one place, :func:`render` (the app's middleware and the scoring routes
+both call it; the guard answers its early 413 and 408 with the classes' ``response`` too, and
+the watchdog's raw 408 is ``ClientTimeoutError``'s body). Classes that never reach a client
+still take the common root, so ``except ProxyError`` means "the proxy's own failure"; each
+keeps the builtin base its callers have always caught (``ConfigError`` is a ``ValueError``,
+``ResultsWriteError`` an ``OSError``), as aiohttp's ``client_exceptions`` does::
 
     ProxyError                      500 proxy_error         proxy.errors
     ├── UpstreamError               502 upstream_error      proxy.errors     (kind: the label)
