@@ -22,12 +22,13 @@ from grader.checks import CheckContext
 from grader.engine import grade, needs_judge, reads_request_tools
 from grader.rows import Live, live_row
 from grader.tasks import Task
-from proxy.pipeline.admit import Api, SkipReason, sampled
+from proxy.pipeline.admit import Api, SkipReason
 from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
 from proxy.pipeline.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
 
-__all__ = ["Api", "GradeJob", "Graded", "grade_job", "sampled"]
+# Api is re-exported: the grade job names its wire format by it (defined by admission).
+__all__ = ["Api", "GradeJob", "Graded", "grade_job", "runs_off_loop"]
 
 
 @dataclass(slots=True)
