@@ -10,7 +10,8 @@ from typing import get_args
 
 import pytest
 
-from grader.tasks import TaskSet, parse_task
+from grader.loader import parse_task
+from grader.tasks import TaskSet
 from proxy.config import Grading
 from proxy.pipeline.admit import SKIP_REASONS, Route, SkipReason, admit, sampled
 from proxy.pipeline.episodes import EpisodeSkip
