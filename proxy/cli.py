@@ -34,6 +34,7 @@ from aiohttp import web
 
 from proxy.app import make_admin_app, make_app
 from proxy.config import Config, ConfigError, Route, Upstream, load_config, url_warnings
+from proxy.errors import ProxyError
 from proxy.logs import configure_logging, get_logger
 from proxy.pipeline.queue import GIL_SWITCH_INTERVAL_S
 from proxy.pipeline.watchdog import WatchedRunner
@@ -44,7 +45,7 @@ CUT_MARGIN_S = 1.0
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-class StartupError(Exception):
+class StartupError(ProxyError):
     """Why ``serve`` could not start, in one line for stderr."""
 
 

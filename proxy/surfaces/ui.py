@@ -26,11 +26,11 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.handlers import readyz
 from proxy.pipeline.guard import Guard
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import METRICS, QUEUE_SLOT
+from proxy.surfaces.health import readyz
 
 FAILURES = web.AppKey("failures", FailureRing)
 PAGE = files("proxy.surfaces").joinpath("ui.html").read_bytes()

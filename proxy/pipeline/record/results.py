@@ -18,15 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from grader._json import dumps
+from proxy.errors import ProxyError
 
 _MODE = 0o644  # rows are data for other tools (and other users) to read, as any log file
 
 
-class ResultsWriteError(OSError):
+class ResultsWriteError(ProxyError, OSError):
     """A batch of rows could not be appended; none of it is in the file."""
 
     def __init__(self, rows: int, cause: OSError) -> None:
-        super().__init__(cause.errno, f"{rows} row(s) not written: {cause.strerror or cause}")
+        message = f"{rows} row(s) not written: {cause.strerror or cause}"
+        OSError.__init__(self, cause.errno, message)  # errno and strerror, as an OSError has
+        self.message = message
         self.rows = rows
 
 
