@@ -89,6 +89,26 @@ def write(tmp_path: Path, text: str) -> Path:
             "scoring.on_admin_port: needs admin.port",
             id="scoring_on_admin_needs_admin_port",
         ),
+        pytest.param(
+            BASE + "listen:\n  workers: 0\n",
+            "listen.workers: must be within 1..256",
+            id="workers_at_least_one",
+        ),
+        pytest.param(
+            BASE + "listen:\n  workers: 2\n",
+            "listen.workers: more than 1 needs a fixed admin.port",
+            id="workers_need_an_admin_port",
+        ),
+        pytest.param(
+            BASE + "listen:\n  workers: 2\nadmin:\n  port: 0\n",
+            "listen.workers: more than 1 needs a fixed admin.port",
+            id="workers_need_a_fixed_admin_port",
+        ),
+        pytest.param(
+            BASE + "listen:\n  workers: 4\nadmin:\n  port: 65534\n",
+            "admin.port: admin.port + listen.workers - 1 must be <= 65535",
+            id="worker_admin_ports_in_range",
+        ),
         pytest.param("- a\n- b\n", "the config must be a mapping of sections", id="not_a_mapping"),
         pytest.param("upstream: [\n", "not valid YAML", id="bad_yaml"),
     ],
