@@ -12,6 +12,7 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import openai
@@ -66,6 +67,16 @@ async def test_workers_share_the_port_and_each_writes_its_own_file(
             lambda: _equals(run.total("gradeproxy_grades_total"), sent), "every row graded"
         )
         assert await run.total("gradeproxy_requests_total", code="200") == sent
+        for index in range(2):  # either worker's page shows the whole proxy, however spread
+
+            async def whole(i: int = index) -> dict[str, Any] | None:
+                board = await run.board(i)
+                return board if board["rows_written"] == sent else None
+
+            board = await wait_until(whole, f"worker {index}'s page counts every row")
+            assert board["workers"] == {"count": 2, "missing": []}
+            totals = [(t["variant"], t["graded"], t["pass"]) for t in board["totals"]]
+            assert totals == [("primary", sent, sent)]
         run.process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(run.process.wait(), WAIT_S) == 0
     files = rows_in(run.results.parent)
@@ -126,6 +137,12 @@ async def test_a_worker_that_dies_is_restarted_on_its_own_admin_port(
         ready = run.event("workers_ready")
         assert ready is not None
         victim = ready["pids"][1]
+        os.kill(victim, signal.SIGSTOP)  # a worker that does not answer is named, not zero
+        try:
+            board = await run.board(0)
+        finally:
+            os.kill(victim, signal.SIGCONT)
+        assert board["workers"] == {"count": 2, "missing": [1]}
         await asyncio.to_thread(_kill, victim)
         restarted = await run.wait_event("worker_restarted", worker=1)
         assert restarted["exitcode"] == -signal.SIGKILL

@@ -109,6 +109,15 @@ class Supervised:
                     total += value
         return total
 
+    async def board(self, index: int) -> dict[str, Any]:
+        """The live page's scoreboard as worker ``index``'s admin port serves it."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{self.admin(index)}/ui/scoreboard.json") as response,
+        ):
+            board: dict[str, Any] = await response.json()
+        return board
+
     async def wait_status(self, index: int, status: int | None) -> None:
         """Until worker ``index``'s /readyz answers ``status`` (None: nothing listens)."""
 
