@@ -253,8 +253,8 @@ class Supervisor:
         del self.workers[worker.index]
         worker.ready.close()
         worker.alive.close()
-        if self.stopping:
-            if code != 0 and worker.error is None and self.interrupts < 2:
+        if self.stopping:  # one that had not started yet may die of the signal itself
+            if code != 0 and worker.started and self.interrupts < 2:
                 log.error("worker_failed_to_drain", worker=worker.index, exitcode=code)
                 self.failed = True
             return

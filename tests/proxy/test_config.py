@@ -144,6 +144,37 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert config.tasks.path is None
 
 
+@pytest.mark.parametrize(
+    ("environ", "flags", "workers", "admin"),
+    [
+        pytest.param({}, {}, 1, None, id="default_one_process"),
+        pytest.param(
+            {"GRADEPROXY_LISTEN_WORKERS": "4", "GRADEPROXY_ADMIN_PORT": "9100"},
+            {},
+            4,
+            9100,
+            id="from_the_environment",
+        ),
+        pytest.param(
+            {"GRADEPROXY_LISTEN_WORKERS": "4", "GRADEPROXY_ADMIN_PORT": "9100"},
+            {"listen": {"workers": 2}},
+            2,
+            9100,
+            id="flag_beats_environment",
+        ),
+    ],
+)
+def test_listen_workers(
+    tmp_path: Path,
+    environ: dict[str, str],
+    flags: dict[str, Any],
+    workers: int,
+    admin: int | None,
+) -> None:
+    config = load_config(write(tmp_path, BASE), flags, environ=environ)
+    assert (config.listen.workers, config.admin.port) == (workers, admin)
+
+
 def test_unknown_environment_field_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=re.escape("listen.prot: unknown field")):
         load_config(write(tmp_path, BASE), environ={"GRADEPROXY_LISTEN_PROT": "1"})

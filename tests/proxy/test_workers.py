@@ -85,6 +85,23 @@ async def test_workers_share_the_port_and_each_writes_its_own_file(
     assert [(r["task_id"], r["result"]) for r in rows] == [("weather.single", "pass")] * sent
 
 
+async def test_port_0_is_one_free_port_for_every_worker(
+    tmp_path: Path, tasks_file: Path, backend: ScriptedBackend, aiohttp_server: Server
+) -> None:
+    upstream = await aiohttp_server(backend.app())
+    async with supervised(tmp_path, str(upstream.make_url("/v1")), tasks_file, port=0) as run:
+        assert run.port != 0
+        listening = [e["url"] for e in run.events if e.get("event") == "listening"]
+        assert listening == [f"{run.base}/v1"] * 2
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{run.base}/v1/chat/completions", data=b"{}", headers=TAGGED) as answer,
+        ):
+            assert answer.status == 200
+        run.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(run.process.wait(), WAIT_S) == 0
+
+
 async def test_sighup_reloads_the_task_set_of_every_worker(
     tmp_path: Path, tasks_file: Path, backend: ScriptedBackend, aiohttp_server: Server
 ) -> None:

@@ -165,7 +165,7 @@ async def supervised(
 ) -> AsyncIterator[Supervised]:
     """The supervisor and its workers, ready (every admin /readyz answers 200); ports default to
     free ones (the admin ports: ``workers`` consecutive ones)."""
-    port = port or free_ports(1)
+    port = free_ports(1) if port is None else port  # 0: the supervisor picks one
     admin = admin or free_ports(workers)
     results = tmp_path / "results" / "grades.jsonl"
     config = tmp_path / "workers.yaml"
@@ -196,7 +196,8 @@ async def supervised(
     readers = [asyncio.create_task(read_logs()), asyncio.create_task(read_errors())]
     try:
         if wait_ready:
-            await run.wait_event("workers_ready")
+            ready = await run.wait_event("workers_ready")
+            run.port = int(ready["url"].rsplit(":", 1)[1].split("/")[0])
             for index in range(workers):
                 await run.wait_status(index, 200)
         yield run
