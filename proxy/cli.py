@@ -144,9 +144,11 @@ def _check(config: Config) -> int:
         print(f"tasks: {len(tasks)} loaded, digest {tasks.digest}")
     for warning in url_warnings(config):
         print(f"gradeproxy check-config: warning: {warning}", file=sys.stderr)
+    workers, admin = config.listen.workers, config.admin.port or 0
     print(
         f"config ok: upstream {config.upstream.url}, listening on "
         f"{config.listen.host}:{config.listen.port}"
+        + (f" with {workers} workers (admin ports {admin}-{admin + workers - 1})" * (workers > 1))
     )
     return 0
 

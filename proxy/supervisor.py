@@ -169,7 +169,9 @@ class Supervisor:
         process.start()
         ready_out.close()
         alive_in.close()
-        self.workers[index] = _Worker(index, process, ready_in, alive_out)
+        worker = self.workers[index] = _Worker(index, process, ready_in, alive_out)
+        if self.stopping:  # the stop signal came while it was being started
+            _send(worker, signal.SIGTERM)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:

@@ -193,6 +193,12 @@ def test_secrets_appear_only_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyP
     [
         pytest.param(BASE, 0, "config ok", id="valid"),
         pytest.param("upstream: {}\n", 1, "upstream.url", id="invalid"),
+        pytest.param(
+            BASE + "listen:\n  workers: 3\nadmin:\n  port: 9100\n",
+            0,
+            "listening on 127.0.0.1:8080 with 3 workers (admin ports 9100-9102)",
+            id="workers",
+        ),
     ],
 )
 def test_check_config_command(
