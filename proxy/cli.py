@@ -19,6 +19,9 @@ already in use, a file that cannot be opened.
 Ctrl-C (SIGINT) is a person at a terminal, not an orchestrator: no endpoint list routes to a
 terminal, so the first skips the drain delay (the later steps still run: streams finish, rows
 are written) and a second exits at once with status 130.
+
+With ``listen.workers`` > 1 this process is the supervisor of N such servers on one port
+(proxy/supervisor.py), which forwards these signals to each.
 """
 
 from __future__ import annotations

@@ -109,6 +109,11 @@ def write(tmp_path: Path, text: str) -> Path:
             "admin.port: admin.port + listen.workers - 1 must be <= 65535",
             id="worker_admin_ports_in_range",
         ),
+        pytest.param(
+            BASE + "listen:\n  port: 9101\n  workers: 2\nadmin:\n  port: 9100\n",
+            "listen.port: must not be one of the workers' admin ports",
+            id="traffic_port_apart_from_admin_ports",
+        ),
         pytest.param("- a\n- b\n", "the config must be a mapping of sections", id="not_a_mapping"),
         pytest.param("upstream: [\n", "not valid YAML", id="bad_yaml"),
     ],
