@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from grader._json import loads_exact
+from grader.cli._io import expand_globs
+from grader.cli.parquet import with_rotations
 from proxy.pipeline.record.results import worker_path
 from tests.proxy.conftest import TASK_LINES
 from tests.proxy.harness import SSE, Reply, ScriptedBackend, wire
@@ -56,7 +59,10 @@ async def test_workers_share_the_port_and_each_writes_its_own_file(
 ) -> None:
     upstream = await aiohttp_server(backend.app())
     sent = 12
-    async with supervised(tmp_path, str(upstream.make_url("/v1")), tasks_file) as run:
+    rotating = "  max_bytes: 1024\n  backups: 50\n"  # a row or two a file: rotations galore
+    async with supervised(
+        tmp_path, str(upstream.make_url("/v1")), tasks_file, results_options=rotating
+    ) as run:
         for _ in range(sent):  # a client each: new connections, spread by the kernel
             async with openai.AsyncOpenAI(
                 base_url=f"{run.base}/v1", api_key="sk-test", max_retries=0
@@ -80,9 +86,14 @@ async def test_workers_share_the_port_and_each_writes_its_own_file(
         run.process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(run.process.wait(), WAIT_S) == 0
     files = rows_in(run.results.parent)
-    assert sorted(files) == ["grades.w0.jsonl", "grades.w1.jsonl"]
+    assert {"grades.w0.jsonl", "grades.w1.jsonl"} <= set(files)
+    assert all(re.fullmatch(r"grades\.w[01]\.jsonl(\.\d+)?", name) for name in files), files
+    assert any(name.endswith(".jsonl.1") for name in files)  # each rotates its own file
     rows = [row for found in files.values() for row in found]
     assert [(r["task_id"], r["result"]) for r in rows] == [("weather.single", "pass")] * sent
+    # What the offline commands read for a quoted glob: every worker's file and its rotations.
+    read = with_rotations(expand_globs([run.results.parent / "grades.w*.jsonl"]))
+    assert sorted(p.name for p in read) == sorted(files)
 
 
 async def test_port_0_is_one_free_port_for_every_worker(

@@ -139,14 +139,21 @@ class Supervised:
 
 
 def config_text(
-    upstream: str, tasks: Path, results: Path, port: int, admin: int, workers: int, extra: str = ""
+    upstream: str,
+    tasks: Path,
+    results: Path,
+    port: int,
+    admin: int,
+    workers: int,
+    extra: str = "",
+    results_options: str = "",
 ) -> str:
     return (
         f"upstream:\n  url: {upstream}\n"
         f"listen:\n  port: {port}\n  workers: {workers}\n"
         f"admin:\n  port: {admin}\n"
         f"tasks:\n  path: {tasks}\n"
-        f"results:\n  path: {results}\n"
+        f"results:\n  path: {results}\n{results_options}"
         "logging:\n  level: info\n"
         + (extra or "shutdown:\n  drain_delay_s: 0.5\n  grace_period_s: 20\n")
     )
@@ -162,6 +169,7 @@ async def supervised(
     workers: int = 2,
     extra: str = "",
     wait_ready: bool = True,
+    results_options: str = "",
 ) -> AsyncIterator[Supervised]:
     """The supervisor and its workers, ready (every admin /readyz answers 200); ports default to
     free ones (the admin ports: ``workers`` consecutive ones)."""
@@ -169,7 +177,9 @@ async def supervised(
     admin = admin or free_ports(workers)
     results = tmp_path / "results" / "grades.jsonl"
     config = tmp_path / "workers.yaml"
-    config.write_text(config_text(upstream, tasks, results, port, admin, workers, extra))
+    config.write_text(
+        config_text(upstream, tasks, results, port, admin, workers, extra, results_options)
+    )
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
