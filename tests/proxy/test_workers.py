@@ -185,6 +185,23 @@ async def test_a_worker_that_dies_is_restarted_on_its_own_admin_port(
         assert await asyncio.wait_for(run.process.wait(), WAIT_S) == 0
 
 
+async def test_a_worker_that_does_not_drain_in_time_is_killed_and_the_exit_says_so(
+    tmp_path: Path, tasks_file: Path, backend: ScriptedBackend, aiohttp_server: Server
+) -> None:
+    upstream = await aiohttp_server(backend.app())
+    short = "shutdown:\n  drain_delay_s: 0\n  grace_period_s: 1\n"
+    async with supervised(tmp_path, str(upstream.make_url("/v1")), tasks_file, extra=short) as run:
+        ready = run.event("workers_ready")
+        assert ready is not None
+        stuck = ready["pids"][0]
+        os.kill(stuck, signal.SIGSTOP)  # a stopped process cannot drain: only a kill ends it
+        run.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(run.process.wait(), WAIT_S) == 1
+        killed = await run.wait_event("worker_killed")
+        assert killed["worker"] == 0
+        assert run.event("stopped", worker=1) is not None
+
+
 @pytest.mark.parametrize("taken", ["traffic", "admin"])
 async def test_a_port_taken_fails_start_up_in_one_line(
     tmp_path: Path, tasks_file: Path, backend: ScriptedBackend, aiohttp_server: Server, taken: str
