@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,24 @@ def subject_cpus(workers: int) -> str:
     if CPUS < 4:
         return "1" if workers == 1 else f"0-{CPUS - 1}"  # two workers on 2 cores share the load's
     return f"{SUBJECT_CPU}-{min(SUBJECT_CPU + workers, CPUS) - 1}"
+
+
+def free_run(count: int) -> int:
+    """A port P with P .. P + count - 1 all free now."""
+    while True:
+        base = free_port()
+        sockets = []
+        try:
+            for offset in range(count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
 
 
 def serve_flags() -> str:
@@ -94,8 +113,10 @@ class Run:
     def gradeproxy(self, name: str, flags: list[str], workers: int = 1) -> int:
         port = free_port()
         config = self.work / f"{name}.yaml"
+        # N workers need admin.port: worker i serves its /metrics on admin.port + i.
+        admin = f"admin:\n  port: {free_run(workers)}\n" if workers > 1 else ""
         config.write_text(
-            f"upstream:\n  url: {self.upstream}\nlisten:\n  port: {port}\n"
+            f"upstream:\n  url: {self.upstream}\nlisten:\n  port: {port}\n{admin}"
             f"tasks:\n  path: {self.work / 'tasks.jsonl'}\n"
             f"results:\n  path: {self.work / name / 'grades.jsonl'}\n"
             "logging:\n  level: info\nshutdown:\n  drain_delay_s: 0\n"

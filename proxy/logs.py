@@ -5,11 +5,11 @@ statuses and timings only.
 
 The canonical request line is the one log call on the hot path, so it skips structlog's
 processor chain: :data:`request_log` renders the same fields in the same order (the event's
-fields, then ``event``, ``level``, ``timestamp``) with orjson and writes them to the same stdout
-that structlog writes to. It falls back to structlog for the console format (and when structlog
-is not configured by :func:`configure_logging`, as in tests that capture its events), and does
-nothing below ``info``. Nothing binds contextvars in the proxy, so the chain's merge step adds
-nothing this path leaves out.
+fields, then ``event``, the bound contextvars such as a worker's ``worker``, then ``level`` and
+``timestamp``) with orjson, to the same stdout that structlog writes to. It falls back to
+structlog for the console format (and when the chain was changed since
+:func:`configure_logging`, as by tests that capture its events), and does nothing below
+``info``.
 
 Header values may hold any byte (RFC 9110 obs-text; aiohttp decodes them with
 surrogateescape), so a log line can carry a lone surrogate that no UTF-8 encoder accepts. The
@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import orjson
 import structlog
+from structlog.contextvars import merge_contextvars
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -156,6 +157,7 @@ class RequestLog:
         if not self._enabled:
             return
         fields["event"] = event
+        merge_contextvars(None, "info", fields)  # what workers bind (worker=N), as the chain does
         fields["level"] = "info"
         fields["timestamp"] = _timestamp()
         out.write(_dumps(fields) + b"\n")

@@ -13,7 +13,7 @@ upstream last sent something.
 
 The protocol is aiohttp's ``ResponseHandler`` with its two timeout methods replaced; the
 connector builds it through ``TCPConnector._factory``, the one place aiohttp makes its
-protocols (tests/proxy/test_upstream_watch.py fails if a new aiohttp stops using it).
+protocols (tests/proxy/pipeline/test_upstream_watch.py fails if a new aiohttp stops using it).
 """
 
 from __future__ import annotations

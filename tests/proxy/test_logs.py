@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+import structlog
 
 from proxy import logs
 from proxy.logs import configure_logging, get_logger, request_log
@@ -80,3 +81,22 @@ def test_timestamp_is_what_isoformat_writes(monkeypatch: pytest.MonkeyPatch, now
     monkeypatch.setattr(time, "time", lambda: now)  # the clock _timestamp reads
     moment = datetime.fromtimestamp(now, UTC)
     assert logs._timestamp() == moment.isoformat().replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize(
+    "bound",
+    [pytest.param({"worker": 3}, id="a_worker_index"), pytest.param({}, id="nothing_bound")],
+)
+def test_fast_line_carries_the_bound_contextvars_as_the_chain_does(
+    capfdbinary: pytest.CaptureFixture[bytes], bound: dict[str, Any]
+) -> None:
+    configure_logging("info", "json", cache=False)
+    structlog.contextvars.bind_contextvars(**bound)
+    try:
+        request_log.info("request", status=200)
+        get_logger("gradeproxy.request").info("request", status=200)
+    finally:
+        structlog.contextvars.clear_contextvars()
+    fast, chain = (orjson.loads(line) for line in capfdbinary.readouterr().out.splitlines())
+    assert list(fast) == list(chain)
+    assert {key: fast[key] for key in bound} == bound
