@@ -14,13 +14,15 @@ import importlib
 from collections.abc import Callable
 from typing import Literal, get_args
 
+from proxy.errors import ProxyError
+
 EventLoop = Literal["auto", "asyncio", "uvloop"]
 CHOICES: tuple[str, ...] = get_args(EventLoop)
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
 
-class EventLoopError(Exception):
+class EventLoopError(ProxyError):
     """The loop asked for cannot be had (uvloop asked for, not installed)."""
 
 
