@@ -1,0 +1,107 @@
+"""What the hot path keeps of a request for its spans: ids, clocks and references, no parsing.
+
+The handler calls :func:`begin` once (a few ids from ``os.urandom``, one wall-clock read) and
+fills the rest from what it already measures; the spans are built later, in the exporter's
+thread, from this record and the graded rows. Nothing here imports OpenTelemetry, so the proxy
+runs without the ``otel`` extra while tracing is off.
+
+Sampling is parent-based, as OpenTelemetry's default sampler: a valid client ``traceparent``
+decides with its sampled flag, and a trace the proxy starts is kept when the low 64 bits of its
+id fall under ``sample_ratio`` (the rule of the SDK's ``TraceIdRatioBased``), so every replica
+decides alike. An unsampled request still names the proxy's upstream span in the
+``traceparent`` it sends upstream, with the sampled flag off.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.tracecontext import TraceContext
+
+__all__ = ["SpanRecord", "begin"]
+
+_LOW64 = (1 << 64) - 1
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """One proxied request's span data; the upstream span's id is what the upstream sees."""
+
+    trace_id: int
+    server_span_id: int
+    upstream_span_id: int
+    sampled: bool
+    start_ns: int  # wall clock at the handler's start
+    started: float  # perf_counter at the handler's start: later clocks are offsets from it
+    parent_span_id: int | None = None  # the client's span, when its traceparent was valid
+    tracestate: str | None = None
+    method: str = ""
+    path: str = ""
+    route: str = "other"
+    request_id: str = ""
+    upstream: str = ""
+    request_body: bytes = b""  # a reference to the body already read: parsed off the loop
+    status: int = 0
+    stream: bool = False
+    upstream_started: float | None = None  # perf_counter when the upstream request was sent
+    upstream_finished: float | None = None  # perf_counter at the upstream's last byte
+    finished: float | None = None  # perf_counter when the handler was done
+    upstream_failed: str | None = None
+    client_disconnected: bool = False
+    task_id: str | None = None
+    run: str | None = None
+    variant: str = "primary"
+    skip: str | None = None
+    pair_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    done: bool = False  # handed to the exporter (once, whichever path ends the request)
+
+    @property
+    def traceparent(self) -> str:
+        """The ``traceparent`` sent upstream: this trace, the proxy's upstream span."""
+        flags = "01" if self.sampled else "00"
+        return f"00-{self.trace_id:032x}-{self.upstream_span_id:016x}-{flags}"
+
+    def ns(self, perf: float | None) -> int:
+        """A perf_counter reading as wall-clock nanoseconds (the handler's start as anchor)."""
+        if perf is None:
+            return self.start_ns
+        return self.start_ns + int((perf - self.started) * 1e9)
+
+
+def _nonzero(nbytes: int) -> int:
+    while True:
+        value = int.from_bytes(os.urandom(nbytes), "big")
+        if value:
+            return value
+
+
+def begin(trace: TraceContext | None, sample_ratio: float) -> SpanRecord:
+    """The record of a request that has just arrived (``trace``: its validated headers)."""
+    parent = trace.traceparent if trace is not None else None
+    started = time.perf_counter()
+    start_ns = time.time_ns()
+    if parent is not None:
+        _version, trace_hex, span_hex, flags = parent.split("-")[:4]
+        return SpanRecord(
+            trace_id=int(trace_hex, 16),
+            server_span_id=_nonzero(8),
+            upstream_span_id=_nonzero(8),
+            sampled=bool(int(flags, 16) & 1),
+            start_ns=start_ns,
+            started=started,
+            parent_span_id=int(span_hex, 16),
+            tracestate=trace.tracestate if trace is not None else None,
+        )
+    trace_id = _nonzero(16)
+    return SpanRecord(
+        trace_id=trace_id,
+        server_span_id=_nonzero(8),
+        upstream_span_id=_nonzero(8),
+        sampled=(trace_id & _LOW64) < sample_ratio * 2**64,
+        start_ns=start_ns,
+        started=started,
+    )
