@@ -73,6 +73,7 @@ class Receiver:
                 self.resources.append(attributes(resource_spans.resource.attributes))
                 for scope in resource_spans.scope_spans:
                     self.spans.extend(scope.spans)
+            self.changed.set()
             return web.Response(body=b"", content_type="application/x-protobuf")
         logs = ExportLogsServiceRequest.FromString(body)
         for resource_logs in logs.resource_logs:
