@@ -29,10 +29,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from grader.canon import Canon, CArray, CObject, TooDeepError, canon, kind_of, normalise_string
 from grader.checks._base import CheckReasonCode
-from grader.compare import first_difference
 from grader.errors import GraderError
+from grader.toolcall.canon import (
+    Canon,
+    CArray,
+    CObject,
+    TooDeepError,
+    canon,
+    kind_of,
+    normalise_string,
+)
+from grader.toolcall.diff import first_difference
 
 StringMode = Literal["exact", "casefold", "bfcl"]
 STRING_MODES: tuple[StringMode, ...] = ("exact", "casefold", "bfcl")

@@ -14,7 +14,7 @@ from typing import Any
 from grader._json import MAX_DEPTH, JSONError, loads_exact, value_depth
 from grader.checks._base import Sample
 from grader.checks.call_match import AnswerCall, Mismatch, Path, path_text
-from grader.extract import extract
+from grader.toolcall.extract import extract
 
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
 
