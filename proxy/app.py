@@ -44,6 +44,7 @@ from proxy.state import (
     SESSION,
     SHADOWS,
     TASKS,
+    TELEMETRY,
     WATCHDOG,
     Lifecycle,
     QueueSlot,
@@ -101,7 +102,7 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
     app[QUEUE_SLOT] = QueueSlot()
     app[FAILURES] = FailureRing(config.ui.failure_ring_size, config.results.capture_answer)
     app.cleanup_ctx.extend(
-        [_watching, _results_and_queue, _client_session, _shadows, _task_loading]
+        [_watching, _telemetry, _results_and_queue, _client_session, _shadows, _task_loading]
     )
     app.router.add_route("*", "/v1/{tail:.*}", proxy_handler)
     if config.scoring.enabled and not config.scoring.on_admin_port:
@@ -180,6 +181,7 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         failures=app[FAILURES],
     )
     app[QUEUE] = app[QUEUE_SLOT].queue = queue
+    queue.telemetry = app.get(TELEMETRY)
     queue.start()
     yield
     await queue.stop(timeout_s=config.shutdown.grace_period_s)
@@ -188,6 +190,25 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
     if writer is not None:
         writer.close()
         log.info("results_flushed", path=str(writer.path), rows=writer.rows_written)
+
+
+async def _telemetry(app: web.Application) -> AsyncIterator[None]:
+    """The OTLP exporter while tracing is on; stopped after the grade queue has drained (the
+    cleanups run in reverse), so the last evaluation results are still exported."""
+    tracing, metrics = app[CONFIG].tracing, app[METRICS]
+    if not tracing.enabled:
+        yield
+        return
+    from proxy.telemetry.export import Telemetry  # the `otel` extra: imported only when on
+
+    app[TELEMETRY] = telemetry = Telemetry(
+        tracing,
+        lambda signal, reason, n: metrics.trace_dropped.labels(signal, reason).inc(n),
+        lambda signal, n: metrics.trace_exported.labels(signal).inc(n),
+    )
+    telemetry.start()
+    yield
+    await asyncio.to_thread(telemetry.shutdown)
 
 
 def _judge(config: Config) -> tuple[aiohttp.ClientSession | None, Judge | None]:

@@ -41,7 +41,9 @@ from proxy.state import (
     SESSION,
     SHADOWS,
     TASKS,
+    TELEMETRY,
 )
+from proxy.telemetry.record import SpanRecord
 
 log = get_logger("gradeproxy.request")
 
@@ -113,6 +115,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         api_key=target.api_key,
         request_id=request_id,
     )
+    span = _span(request, headers, route, body, target.url)  # None while tracing is off
     pair_id: str | None = None
     if target.shadow is not None and task is not None and tasks is not None:
         # Started before the primary is awaited, so both legs run together.
@@ -150,6 +153,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             role=(request.headers.get(grading.role_header) or "")[:256] or None,
             sample_id=request.headers.get(grading.sample_id_header),
             upstream_request_id=outcome.upstream_request_id,
+            span=span,
         )
         submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)
@@ -228,6 +232,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             metrics.in_flight.dec()
             total = time.perf_counter() - started
             _observe(request, route, status, total, outcome, skip, task_id, pair_id)
+            if span is not None:
+                span.ended(status, outcome, skip, task_id, pair_id)
         if skip is None and task is not None and tasks is not None:
             submit(task, tasks)
         elif skip is not None:
@@ -236,6 +242,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     finally:
         if pair_id is not None and not submitted and task is not None:
             app[PAIRS].leg(pair_id, "primary", task.id, None)
+        if span is not None and not submitted:  # a submitted one ends with its grade
+            app[TELEMETRY].finish(span)
 
 
 def _start_shadow(
@@ -271,6 +279,24 @@ def _start_shadow(
         sample_id=request.headers.get(grading.sample_id_header),
     )
     return leg.pair_id if runner.start(leg) else None
+
+
+def _span(
+    request: web.Request, headers: CIMultiDict[str], route: str, body: bytes, upstream: str
+) -> SpanRecord | None:
+    """With tracing on, the request's span record, and the ``traceparent`` sent upstream
+    naming the proxy's upstream span (a ``tracestate`` only with a valid parent)."""
+    telemetry = request.app.get(TELEMETRY)
+    if telemetry is None:
+        return None
+    span = telemetry.begin(request.get(TRACE))
+    span.method, span.path, span.route = request.method, request.path, route
+    span.request_id, span.upstream, span.request_body = request[REQUEST_ID], upstream, body
+    span.run = request.headers.get(request.app[CONFIG].grading.run_header)
+    headers["traceparent"] = span.traceparent
+    if span.tracestate is None:
+        headers.popall("tracestate", None)
+    return span
 
 
 def _answered(outcome: Relay, body: bytes, api: Api) -> bool:

@@ -34,6 +34,7 @@ from proxy.config.model import (
     Upstream,
 )
 from proxy.config.urls import url_warnings
+from proxy.telemetry.settings import Tracing
 
 __all__ = [
     "Admin",
@@ -53,6 +54,7 @@ __all__ = [
     "Shadow",
     "Shutdown",
     "Tasks",
+    "Tracing",
     "Ui",
     "Upstream",
     "load_config",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from proxy.config.coerce import plain
+from proxy.telemetry.settings import Tracing
 
 ENV_PREFIX = "GRADEPROXY_"
 
@@ -207,6 +208,7 @@ class Config:
     judge: Judge = field(default_factory=Judge)
     scoring: Scoring = field(default_factory=Scoring)
     ui: Ui = field(default_factory=Ui)
+    tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry export (docs/tracing.md)
 
     def upstream_api_key(self) -> str | None:
         """The upstream key from the environment variable the config names, if any."""

@@ -26,6 +26,7 @@ from grader.tasks import Task
 from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
 from proxy.pipeline.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
+from proxy.telemetry.record import SpanRecord
 
 # The APIs whose responses the proxy can capture, by the route label they are counted under.
 Api = Literal["chat_completions", "responses"]
@@ -64,6 +65,7 @@ class GradeJob:
     role: str | None = None  # the role header: policy authority reads it over item.role
     sample_id: str | None = None  # the sample-id header
     upstream_request_id: str | None = None  # the upstream's x-request-id
+    span: SpanRecord | None = None  # the request's span context while tracing is on
 
     @property
     def size(self) -> int:
@@ -84,6 +86,8 @@ class Graded:
     episode_skip: str | None = None
     episode_limit: str | None = None
     episode: EpisodeOutcome | None = None  # its row is in ``rows``; a judge may settle it
+    # The parsed copy's facts for the trace (``id``, ``model``, ``usage``; docs/tracing.md).
+    call: dict[str, Any] = field(default_factory=dict)
 
 
 def _request_json(body: bytes) -> dict[str, Any] | None:
@@ -152,7 +156,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     episode = _episode(job, captured, model)
     if episode_only(job.task):  # its turns make no rows; the episode's last one makes one
         if episode is not None and episode.row is not None:
-            return Graded([episode.row], episode=episode)
+            return Graded([episode.row], episode=episode, call=_call(captured))
         reason = episode.skip if episode is not None else "episode_turn"
         return Graded(
             [], skip_reason=reason, episode_limit=episode.limit if episode is not None else None
@@ -201,7 +205,12 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         episode_skip=skip,
         episode_limit=episode.limit if episode is not None else None,
         episode=episode,
+        call=_call(captured),
     )
+
+
+def _call(captured: CaptureResult) -> dict[str, Any]:
+    return {"id": captured.response_id, "model": captured.model, "usage": captured.usage}
 
 
 def _episode(job: GradeJob, captured: CaptureResult, model: str | None) -> EpisodeOutcome | None:

@@ -32,6 +32,7 @@ from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.results import ResultsWriteError, ResultWriter
 from proxy.shadow.pairs import PairTracker
+from proxy.telemetry.record import SpanSink
 
 log = get_logger("gradeproxy.grading")
 
@@ -84,6 +85,7 @@ class GradeQueue:
     ) -> None:
         self.metrics = metrics
         self.failures = failures  # the /ui inspector's ring of failing and stale answers
+        self.telemetry: SpanSink | None = None  # tracing on: each job's span ends in _report
         self.judge = judge
         self.writer = writer
         self.pairs = pairs
@@ -205,6 +207,8 @@ class GradeQueue:
             log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
             self._report(job, None)
             return
+        if job.span is not None:  # the trace's response facts, from the parsed copy
+            job.span.call = graded.call
         if graded.error_kind is not None:
             self.metrics.grading_errors.labels(graded.error_kind).inc()
             self._report(job, None)
@@ -231,7 +235,10 @@ class GradeQueue:
         await self.record(job, graded.rows)
 
     def _report(self, job: GradeJob, rows: list[dict[str, Any]] | None) -> None:
-        """Tell the pair tracker how a leg of a shadowed request ended (once per leg)."""
+        """Tell the pair tracker how a leg of a shadowed request ended (once per leg), and
+        the exporter how its request did (the span's evaluation results are its rows)."""
+        if self.telemetry is not None and job.span is not None:
+            self.telemetry.finish(job.span, rows)
         if job.pair_id is None or self.pairs is None:
             return
         results = None

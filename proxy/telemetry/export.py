@@ -38,10 +38,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from proxy.pipeline.tracecontext import TraceContext
 from proxy.telemetry.record import SpanRecord, begin
 from proxy.telemetry.settings import Tracing
 from proxy.telemetry.spans import build
-from proxy.tracecontext import TraceContext
 
 __all__ = ["DropReason", "Signal", "Telemetry"]
 
@@ -116,7 +116,9 @@ class Telemetry:
         rows: Sequence[Mapping[str, Any]] | None = None,
         call: Mapping[str, Any] | None = None,
     ) -> None:
-        """Hand a finished request (and its rows, once graded) to the exporter; never waits."""
+        """Hand a finished request (and its rows, once graded) to the exporter; never waits.
+        ``call``: the response's facts, else those the grade queue left on the record."""
+        call = record.call if call is None else call
         if record.done:
             return
         record.done = True

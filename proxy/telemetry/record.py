@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from proxy.tracecontext import TraceContext
+from proxy.pipeline.tracecontext import TraceContext
 
-__all__ = ["SpanRecord", "begin"]
+__all__ = ["SpanRecord", "SpanSink", "begin"]
 
 _LOW64 = (1 << 64) - 1
 
@@ -56,6 +57,7 @@ class SpanRecord:
     variant: str = "primary"
     skip: str | None = None
     pair_id: str | None = None
+    call: dict[str, Any] | None = None  # the parsed copy's id, model and usage, once graded
     extra: dict[str, Any] = field(default_factory=dict)
     done: bool = False  # handed to the exporter (once, whichever path ends the request)
 
@@ -65,11 +67,31 @@ class SpanRecord:
         flags = "01" if self.sampled else "00"
         return f"00-{self.trace_id:032x}-{self.upstream_span_id:016x}-{flags}"
 
+    def ended(
+        self, status: int, outcome: Any, skip: str | None, task_id: str | None, pair: str | None
+    ) -> None:
+        """Fill in what the handler measured (``outcome``: its
+        ``proxy.pipeline.forward.Relay``): numbers and references only, nothing parsed."""
+        self.finished = time.perf_counter()
+        self.status, self.stream = status or 500, outcome.stream
+        self.skip, self.task_id, self.pair_id = skip, task_id, pair
+        self.upstream_started = outcome.started_at or None
+        self.upstream_finished = outcome.finished_at or None
+        self.upstream_failed = outcome.upstream_failed
+        self.client_disconnected = outcome.client_disconnected
+
     def ns(self, perf: float | None) -> int:
         """A perf_counter reading as wall-clock nanoseconds (the handler's start as anchor)."""
         if perf is None:
             return self.start_ns
         return self.start_ns + int((perf - self.started) * 1e9)
+
+
+class SpanSink(Protocol):
+    """Where a finished request's record goes (proxy/telemetry/export.py's ``Telemetry``)."""
+
+    def finish(self, record: SpanRecord, rows: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """Hand the record over, with its rows once graded; never waits."""
 
 
 def _nonzero(nbytes: int) -> int:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from proxy.pipeline.tracecontext import trace_context
 from proxy.telemetry import SpanRecord, Tracing, begin
 from proxy.telemetry.export import Telemetry
-from proxy.tracecontext import trace_context
 from tests.telemetry.receiver import Receiver, attributes, receiver, refused_port
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -96,7 +96,9 @@ async def test_phoenix_holds_each_request_span_and_one_evaluation_per_column(
         if len(spans) >= 8:
             break
         await asyncio.sleep(0.1)
-    servers = {s["attributes"]["gradeproxy.request_id"]: s for s in spans if s["name"].startswith("POST")}
+    servers = {
+        s["attributes"]["gradeproxy.request_id"]: s for s in spans if s["name"].startswith("POST")
+    }
     children = {s["parent_id"]: s for s in spans if s["name"].startswith("chat")}
     assert len(servers) == 4
     assert len(children) == 4
@@ -109,7 +111,9 @@ async def test_phoenix_holds_each_request_span_and_one_evaluation_per_column(
         assert call["attributes"]["llm.model_name"] == REQUEST["model"]
         assert call["attributes"]["gen_ai.response.finish_reasons"] == [row["finish_reason"]]
         assert call["attributes"]["llm.token_count.completion"] == 19
-        events = [e["attributes"] for e in call["events"] if e["name"] == "gen_ai.evaluation.result"]
+        events = [
+            e["attributes"] for e in call["events"] if e["name"] == "gen_ai.evaluation.result"
+        ]
         assert [
             (e["gen_ai.evaluation.name"], e["gen_ai.evaluation.score.label"]) for e in events
         ] == [(c["name"], label(c)) for c in row["checks"]]

@@ -64,6 +64,7 @@ class CaptureResult:
     error: str | None = None
     usage: dict[str, Any] | None = None
     done: bool = False
+    response_id: str | None = None  # the response's `id` (the trace's gen_ai.response.id)
 
 
 def answers_from_body(body: bytes) -> CaptureResult:
@@ -91,6 +92,7 @@ def answers_from_body(body: bytes) -> CaptureResult:
             finish_reasons=finish_reasons,
             usage=dict(usage) if isinstance(usage, Mapping) else None,
             done=True,
+            response_id=_nonempty_str(payload.get("id")),
         )
     except _CaptureError as exc:
         return CaptureResult(answers={}, error=str(exc))
@@ -122,6 +124,7 @@ class StreamCapture:
         "_error",
         "_events",
         "_finished",
+        "_id",
         "_model",
         "_usage",
     )
@@ -130,6 +133,7 @@ class StreamCapture:
         self._decoder = SSEDecoder()
         self._choices: dict[int, _Choice] = {}
         self._model: str | None = None
+        self._id: str | None = None
         self._usage: dict[str, Any] | None = None
         self._error: str | None = None
         self._done = False
@@ -178,6 +182,7 @@ class StreamCapture:
             error=self._error,
             usage=self._usage,
             done=self._done,
+            response_id=self._id,
         )
 
     def _unfinished(self) -> str | None:
@@ -214,6 +219,8 @@ class StreamCapture:
             raise _CaptureError(_error_message(payload["error"]))
         if self._model is None:
             self._model = _nonempty_str(payload.get("model"))
+        if self._id is None:
+            self._id = _nonempty_str(payload.get("id"))
         usage = payload.get("usage")
         if isinstance(usage, Mapping):
             # Servers that report usage on every chunk count cumulatively: the last one wins.

@@ -60,6 +60,8 @@ UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol")
 CLIENT_TIMEOUT_PHASES = ("header", "body", "idle")
 EPISODE_RESULTS = ("pass", "fail", "error")
 EPISODE_LIMITS = ("turns", "calls", "bytes")
+TRACE_SIGNALS = ("spans", "logs")  # proxy/telemetry/export.py's Signal and DropReason
+TRACE_DROP_REASONS = ("queue_full", "export_failed", "shutdown")
 OTHER_MODEL = "other"
 UNKNOWN_MODEL = "unknown"
 
@@ -305,6 +307,19 @@ class ProxyMetrics:
             ["limit"],
             registry=reg,
         )
+        self.trace_dropped = Counter(
+            "gradeproxy_trace_dropped_total",
+            "Spans and evaluation log records not exported (tracing): queue_full, "
+            "export_failed, shutdown.",
+            ["signal", "reason"],
+            registry=reg,
+        )
+        self.trace_exported = Counter(
+            "gradeproxy_trace_exported_total",
+            "Spans and evaluation log records the collector accepted (tracing).",
+            ["signal"],
+            registry=reg,
+        )
         # Known label combinations exist at 0 from the start, so rates and alerts see them.
         self._requests_by: dict[tuple[str, int], Any] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -327,6 +342,10 @@ class ProxyMetrics:
             self.shadow_unpaired.labels(reason)
         for limit in EPISODE_LIMITS:
             self.episode_limits.labels(limit)
+        for signal in TRACE_SIGNALS:
+            self.trace_exported.labels(signal)
+            for reason in TRACE_DROP_REASONS:
+                self.trace_dropped.labels(signal, reason)
         for variant in VARIANTS:
             self.variant_duration.labels(variant)
             self.variant_ttfb.labels(variant)
