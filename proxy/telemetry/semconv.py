@@ -4,7 +4,8 @@ Pinned: OpenTelemetry semantic conventions **v1.41.0** (GenAI, status *developme
 release before the GenAI conventions moved to ``semantic-conventions-genai``, whose v0.1.0
 keeps every name used here). The names are written out, not imported from
 ``opentelemetry-semantic-conventions``, whose ``_incubating`` modules may rename them in a
-minor release; a test checks each against that package.
+minor release; a test checks each attribute name against that package (which has no
+constant for the event name, ``gen_ai.evaluation.result``).
 
 Everything here is plain data from plain data (the record, the request body, result rows): no
 OpenTelemetry import, so it is tested without an exporter and runs in the exporter's thread.

@@ -8,6 +8,7 @@ nothing new. ``endpoint`` is only for a config file that wants to name it itself
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Literal
 
@@ -66,4 +67,6 @@ def tracing_problems(tracing: Tracing) -> list[str]:
             "endpoint: must be an http(s) URL",
         ),
     ]
+    if tracing.enabled and importlib.util.find_spec("opentelemetry.sdk") is None:
+        checks.append((False, "enabled: needs the otel extra: pip install 'gradeproxy[otel]'"))
     return [f"tracing.{message}" for ok, message in checks if not ok]
