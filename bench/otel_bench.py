@@ -15,6 +15,7 @@ Run: ``python bench/otel_bench.py [--seconds 5]`` (needs wrk and the ``otel`` ex
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -118,7 +119,9 @@ def sink_main(port: int) -> None:
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
-def proxy_runs(seconds: int) -> None:
+def proxy_runs(seconds: int, rounds: int, ratios: list[float]) -> None:
+    """Off and on (at each sampling ratio) in turn, ``rounds`` times: the ratios are per round,
+    so a neighbour's load that comes and goes touches both sides of one ratio alike."""
     work = Path(tempfile.mkdtemp(prefix="gradeproxy-otel-bench-"))
     script = work / "post.lua"
     escaped = BODY.replace('"', '\\"')
@@ -135,36 +138,52 @@ def proxy_runs(seconds: int) -> None:
         f"tasks:\n  path: {work / 'tasks.jsonl'}\nresults:\n  path: {work / 'results.jsonl'}\n"
         "logging:\n  level: info\nshutdown:\n  drain_delay_s: 0\n"
     )
-    configs = {
-        "tracing off": base,
-        "tracing on, 100%": base
-        + f"tracing:\n  enabled: true\n  sample_ratio: 1.0\n  endpoint: http://127.0.0.1:{sink_port}\n",
+    configs = {"off": base}
+    for ratio in ratios:
+        configs[f"on {ratio:.0%}"] = base + (
+            f"tracing:\n  enabled: true\n  sample_ratio: {ratio}\n"
+            f"  endpoint: http://127.0.0.1:{sink_port}\n"
+        )
+    results: dict[str, dict[int, list[dict[str, float]]]] = {
+        name: {1: [], 16: []} for name in configs
     }
-    results: dict[str, dict[int, dict[str, float]]] = {}
     with (
         server([sys.executable, str(servers), "backend", str(backend_port)], backend_port, 0),
         server([sys.executable, __file__, "--serve-sink", str(sink_port)], sink_port, 0),
     ):
-        for name, text in configs.items():
-            config = work / f"{name.split(',')[0].replace(' ', '-')}.yaml"
-            config.write_text(text)
-            argv = [sys.executable, "-m", "grader.cli", "serve", "--config", str(config)]
-            with server(argv, proxy_port, 1):
-                url = f"http://127.0.0.1:{proxy_port}/v1/chat/completions"
-                results[name] = {c: wrk(url, c, seconds, script, 0) for c in (1, 16)}
-    print(f"{'':<18} {'conn':>4} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8}")
+        for _ in range(rounds):
+            for name, text in configs.items():
+                config = work / f"{name.replace(' ', '-').replace('%', '')}.yaml"
+                config.write_text(text)
+                argv = [sys.executable, "-m", "grader.cli", "serve", "--config", str(config)]
+                with server(argv, proxy_port, 1):
+                    url = f"http://127.0.0.1:{proxy_port}/v1/chat/completions"
+                    for conn in (1, 16):
+                        results[name][conn].append(wrk(url, conn, seconds, script, 0))
+    print(
+        f"{'':<10} {'conn':>4} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}   (medians of {rounds} rounds)"
+    )
     for name, by_conn in results.items():
-        for conn, r in by_conn.items():
+        for conn, runs in by_conn.items():
+            med = {k: statistics.median(r[k] for r in runs) for k in ("rps", "p50_ms", "p99_ms")}
             print(
-                f"{name:<18} {conn:>4} {r['rps']:>9,.0f} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {r['errors']:>8.0f}"
+                f"{name:<10} {conn:>4} {med['rps']:>9,.0f} {med['p50_ms']:>8.3f} {med['p99_ms']:>8.3f}"
             )
-    off, on = results["tracing off"], results["tracing on, 100%"]
     print()
-    for conn in (1, 16):
-        print(
-            f"throughput on / off at {conn:>2} conn: {on[conn]['rps'] / off[conn]['rps']:.3f}   (goal >= 0.95)"
-            f"   added p50 {on[conn]['p50_ms'] - off[conn]['p50_ms']:+.3f} ms, p99 {on[conn]['p99_ms'] - off[conn]['p99_ms']:+.3f} ms"
-        )
+    off = results["off"]
+    for name in configs:
+        if name == "off":
+            continue
+        for conn in (1, 16):
+            pairs = list(zip(off[conn], results[name][conn], strict=True))
+            ratio = statistics.median(b["rps"] / a["rps"] for a, b in pairs)
+            p50 = statistics.median(b["p50_ms"] - a["p50_ms"] for a, b in pairs)
+            p99 = statistics.median(b["p99_ms"] - a["p99_ms"] for a, b in pairs)
+            spread = ", ".join(f"{b['rps'] / a['rps']:.2f}" for a, b in pairs)
+            print(
+                f"throughput {name} / off at {conn:>2} conn: {ratio:.3f} (rounds: {spread})   (goal >= 0.95)"
+                f"   added p50 {p50:+.3f} ms, p99 {p99:+.3f} ms"
+            )
 
 
 def main() -> None:
@@ -173,6 +192,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=20000)
     parser.add_argument("--serve-sink", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--spans-only", action="store_true", help="part 1 only (no wrk needed)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ratios", default="1.0,0.05", help="sampling ratios with export on")
     args = parser.parse_args()
     if args.serve_sink:
         sink_main(args.serve_sink)
@@ -182,8 +203,11 @@ def main() -> None:
     )
     per_span(args.samples)
     if not args.spans_only:
-        print(f"\nthe proxy, every response graded, wrk {args.seconds}s per point:")
-        proxy_runs(args.seconds)
+        print(
+            f"\nthe proxy, every response graded, wrk {args.seconds}s per point, the proxy pinned"
+            " to CPU 1, backend, wrk and the OTLP sink on CPU 0:"
+        )
+        proxy_runs(args.seconds, args.rounds, [float(r) for r in args.ratios.split(",")])
 
 
 if __name__ == "__main__":
