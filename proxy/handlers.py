@@ -120,7 +120,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     if target.shadow is not None and task is not None and tasks is not None:
         # Started before the primary is awaited, so both legs run together.
         pair_id = _start_shadow(
-            request, target.shadow, key, skip is None, headers, body, task, tasks.digest, api
+            request, target.shadow, key, skip is None, headers, body, task, tasks.digest, api, span
         )
     submitted = False
 
@@ -256,6 +256,7 @@ def _start_shadow(
     task: Task,
     tasks_digest: str,
     api: Api | None,
+    span: SpanRecord | None,
 ) -> str | None:
     """Start the shadow copy of a graded request if it is sampled and a slot is free; its
     pair id, or None (the reason counted)."""
@@ -278,6 +279,9 @@ def _start_shadow(
         api=api,
         sample_id=request.headers.get(grading.sample_id_header),
     )
+    if span is not None:  # its own trace, linked to this one; the shadow sees its span
+        leg.span = span.shadow_leg(shadow.url, body, leg.pair_id, task.id)
+        leg.headers["traceparent"] = leg.span.traceparent
     return leg.pair_id if runner.start(leg) else None
 
 

@@ -80,6 +80,26 @@ class SpanRecord:
         self.upstream_failed = outcome.upstream_failed
         self.client_disconnected = outcome.client_disconnected
 
+    def shadow_leg(self, upstream: str, body: bytes, pair_id: str, task_id: str) -> SpanRecord:
+        """The record of this request's shadow copy: a trace of its own (sampled alike),
+        linked to this request's span (docs/shadow.md)."""
+        leg = begin(None, 1.0)
+        leg.sampled, leg.variant, leg.run = self.sampled, "shadow", self.run
+        leg.method, leg.path, leg.route, leg.request_id = (
+            self.method,
+            self.path,
+            self.route,
+            self.request_id,
+        )
+        leg.upstream, leg.request_body, leg.pair_id, leg.task_id = upstream, body, pair_id, task_id
+        leg.extra["link"] = (self.trace_id, self.server_span_id)
+        return leg
+
+    def shadow_ended(self, sent: float, finished: float, status: int, stream: bool) -> None:
+        """A shadow leg's exchange, read to its last byte (perf_counter readings)."""
+        self.upstream_started, self.upstream_finished, self.finished = sent, finished, finished
+        self.status, self.stream = status, stream
+
     def ns(self, perf: float | None) -> int:
         """A perf_counter reading as wall-clock nanoseconds (the handler's start as anchor)."""
         if perf is None:

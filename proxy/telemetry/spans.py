@@ -135,8 +135,10 @@ def build(
     attributes = _upstream_attributes(record, request, rows, call, settings)
     model = attributes.get("gen_ai.request.model")
     links: list[Link] = []
-    if record.variant == "shadow" and record.extra.get("primary_span") is not None:
-        links = [Link(record.extra["primary_span"])]
+    shadow = record.variant == "shadow"
+    if shadow and record.extra.get("link") is not None:
+        trace_id, span_id = record.extra["link"]
+        links = [Link(SpanContext(trace_id, span_id, False, _SAMPLED))]
     upstream = ReadableSpan(
         name=f"chat {model}" if model else "chat",
         context=upstream_context,
@@ -150,14 +152,15 @@ def build(
         end_time=record.ns(record.upstream_finished or record.finished),
         instrumentation_scope=SCOPE,
     )
+    route = _server_attributes(record)["http.route"]
     server = ReadableSpan(
-        name=f"{record.method} {_server_attributes(record)['http.route']}",
+        name=f"shadow {record.method} {route}" if shadow else f"{record.method} {route}",
         context=server_context,
         parent=parent,
         resource=resource,
         attributes=_server_attributes(record),
         links=links,
-        kind=SpanKind.SERVER,
+        kind=SpanKind.INTERNAL if shadow else SpanKind.SERVER,
         status=_status(record, server=True),
         start_time=record.start_ns,
         end_time=end_ns,

@@ -11,6 +11,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.pipeline.tracecontext import trace_context
@@ -234,3 +235,89 @@ async def test_an_unsampled_request_is_never_exported() -> None:
     assert CLIENT_TRACE not in {s.trace_id.hex() for s in otlp.spans}
     assert len(otlp.spans) == 2
     assert drops.exported["spans"] == 2
+
+
+LONG_PROMPT = "Zürich " * 2000
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["content-off", "content-on"])
+async def test_content_is_on_the_call_span_only_when_asked_and_cut(capture: bool) -> None:
+    drops = Drops()
+    span = record()
+    span.request_body = orjson.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": LONG_PROMPT}]}
+    )
+    answered = {**ROW, "answer": "A" * 100}
+    async with receiver() as otlp:
+        exporter = telemetry(otlp, drops, capture_content=capture, max_content_chars=64)
+        exporter.finish(span, [answered])
+        await otlp.until(spans=2)
+        await asyncio.to_thread(exporter.shutdown)
+    attrs = attributes(otlp.span("chat")[0].attributes)
+    server_attrs = attributes(otlp.span("POST")[0].attributes)
+    assert not any(isinstance(v, str) and "Zürich" in v for v in server_attrs.values())
+    if not capture:
+        assert "gen_ai.input.messages" not in attrs
+        assert "gen_ai.output.messages" not in attrs
+        return
+    (message,) = orjson.loads(attrs["gen_ai.input.messages"])
+    assert message == {"role": "user", "parts": [{"type": "text", "content": LONG_PROMPT[:64]}]}
+    (output,) = orjson.loads(attrs["gen_ai.output.messages"])
+    assert output["parts"] == [{"type": "text", "content": "A" * 64}]
+    assert output["finish_reason"] == "tool_calls"
+
+
+EPISODE_ROW = {
+    "kind": "episode",
+    "episode_id": "ep-7",
+    "columns": [
+        {
+            "name": "end_state_ok",
+            "type": "episode",
+            "passed": True,
+            "score": None,
+            "reason": "",
+            "reason_code": "ok",
+        },
+        {
+            "name": "authority_ok",
+            "type": "episode",
+            "passed": False,
+            "score": None,
+            "reason": "refund needs a supervisor",
+            "reason_code": "authority",
+        },
+        {
+            "name": "evidence_overlap",
+            "type": "episode",
+            "passed": True,
+            "score": 0.8,
+            "reason": "",
+            "reason_code": "ok",
+        },
+    ],
+}
+
+
+async def test_an_episode_row_is_one_result_per_column_on_its_last_turn() -> None:
+    drops = Drops()
+    async with receiver() as otlp:
+        exporter = telemetry(otlp, drops)
+        exporter.finish(record(), [EPISODE_ROW])
+        await otlp.until(spans=2)
+        await asyncio.to_thread(exporter.shutdown)
+    events = [attributes(e.attributes) for e in otlp.span("chat")[0].events]
+    assert [
+        (
+            e["gen_ai.evaluation.name"],
+            e["gen_ai.evaluation.score.label"],
+            e["gen_ai.evaluation.score.value"],
+            e["gradeproxy.episode"],
+        )
+        for e in events
+    ] == [
+        ("end_state_ok", "pass", 1.0, "ep-7"),
+        ("authority_ok", "fail", 0.0, "ep-7"),
+        ("evidence_overlap", "pass", 0.8, "ep-7"),
+    ]
+    assert events[1]["gen_ai.evaluation.explanation"] == "refund needs a supervisor"

@@ -85,7 +85,7 @@ async def test_with_tracing_on_the_upstream_sees_the_proxy_upstream_span(
     client_header: str | None,
     continues: bool,
 ) -> None:
-    headers = dict(GRADED)
+    headers = {**GRADED, "baggage": "user.id=alice-7"}
     if client_header is not None:
         headers["traceparent"] = client_header
     async with (
@@ -105,6 +105,9 @@ async def test_with_tracing_on_the_upstream_sees_the_proxy_upstream_span(
     assert match.group(2) == call.span_id.hex()  # the upstream's parent is the proxy's span
     assert call.parent_span_id == server.span_id
     assert (call.trace_id.hex() == CLIENT_TRACE) is continues
+    assert seen.headers["baggage"] == "user.id=alice-7"  # forwarded, never an attribute
+    values = [str(v) for span in otlp.spans for v in attributes(span.attributes).values()]
+    assert not [v for v in values if "alice-7" in v]
 
 
 async def _through(
@@ -170,3 +173,38 @@ async def test_the_client_gets_the_same_bytes_whatever_the_collector_does(
         assert response_id is not None
         assert {c["gen_ai.response.id"] for c in calls} == {response_id.group(1).decode()}
         assert {c["gen_ai.usage.output_tokens"] for c in calls} == {19}
+
+
+async def test_a_shadow_leg_is_its_own_trace_linked_to_the_primary(
+    backend: ScriptedBackend, backend_server: TestServer, tasks_file: Path, tmp_path: Path
+) -> None:
+    shadow = {"url": str(backend_server.make_url("/v1")), "sample_rate": 1.0}
+    upstream = {"url": str(backend_server.make_url("/v1")), "shadow": shadow}
+    async with (
+        receiver() as otlp,
+        proxy(
+            backend_server,
+            tasks_file,
+            tmp_path / "rows.jsonl",
+            upstream=upstream,
+            tracing=tracing(otlp.endpoint),
+        ) as live,
+    ):
+        assert (await post(live, GRADED))[0] == 200
+        await live.drained()
+        await otlp.until(spans=4)
+    (primary,) = otlp.span("POST")
+    (leg,) = otlp.span("shadow POST")
+    calls = {span.parent_span_id: span for span in otlp.span("chat")}
+    assert [(link.trace_id, link.span_id) for link in leg.links] == [
+        (primary.trace_id, primary.span_id)
+    ]
+    assert leg.trace_id != primary.trace_id
+    assert attributes(leg.attributes)["gradeproxy.variant"] == "shadow"
+    assert (
+        attributes(leg.attributes)["gradeproxy.pair_id"]
+        == attributes(primary.attributes)["gradeproxy.pair_id"]
+    )
+    seen = {s.headers["traceparent"].split("-")[2] for s in backend.seen}
+    assert seen == {calls[primary.span_id].span_id.hex(), calls[leg.span_id].span_id.hex()}
+    assert [e.name for e in calls[leg.span_id].events] == ["gen_ai.evaluation.result"]
