@@ -40,6 +40,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from proxy.pipeline.tracecontext import TraceContext
 from proxy.telemetry.record import SpanRecord, begin
+from proxy.telemetry.semconv import MAX_PARSED_BODY
 from proxy.telemetry.settings import Tracing
 from proxy.telemetry.spans import build
 
@@ -127,6 +128,8 @@ class Telemetry:
         if self._closing:
             self._drop_item(rows, "shutdown")
             return
+        if len(record.request_body) > MAX_PARSED_BODY:  # never read: never held in the queue
+            record.request_body = b""
         try:
             self._queue.put_nowait((record, rows, call))
         except queue.Full:

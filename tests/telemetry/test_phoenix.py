@@ -81,7 +81,12 @@ async def test_phoenix_holds_each_request_span_and_one_evaluation_per_column(
     sse_reply = Reply(body=wire("openai_single_tool.sse"), content_type=SSE, split_at=[50, 400])
     backend.replies.extend([json_reply, sse_reply, json_reply, json_reply])
     results = tmp_path / "rows.jsonl"
-    tracing = {"enabled": True, "endpoint": phoenix.base, "schedule_delay_s": 0.05}
+    tracing = {
+        "enabled": True,
+        "endpoint": phoenix.base,
+        "sample_ratio": 1.0,
+        "schedule_delay_s": 0.05,
+    }
     upstream = str(backend_server.make_url("/v1"))
     async with live_proxy(upstream, tasks_file, results, tracing=tracing) as live:
         await asyncio.to_thread(calls, f"{live.base}/v1")

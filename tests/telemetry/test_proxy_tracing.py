@@ -29,7 +29,13 @@ GRADED = {"X-Grade-Task": "weather.single", "X-Grade-Run": "otel"}
 
 
 def tracing(endpoint: str, **extra: Any) -> dict[str, Any]:
-    return {"enabled": True, "endpoint": endpoint, "schedule_delay_s": 0.05, **extra}
+    return {
+        "enabled": True,
+        "endpoint": endpoint,
+        "sample_ratio": 1.0,
+        "schedule_delay_s": 0.05,
+        **extra,
+    }
 
 
 @asynccontextmanager
