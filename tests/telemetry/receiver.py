@@ -43,6 +43,7 @@ class Receiver:
     logs: list[LogRecord] = field(default_factory=list)
     resources: list[dict[str, Any]] = field(default_factory=list)
     requests: int = 0
+    headers: list[dict[str, str]] = field(default_factory=list)  # of each export request
     arrived: asyncio.Event = field(default_factory=asyncio.Event)  # a request came in
     changed: asyncio.Event = field(default_factory=asyncio.Event)  # spans or logs were added
     _release: asyncio.Event = field(default_factory=asyncio.Event)
@@ -61,6 +62,7 @@ class Receiver:
     async def _take(self, request: web.Request, signal: str) -> web.Response:
         body = await request.read()
         self.requests += 1
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
         self.arrived.set()
         if self.mode == "hang":
             await self._release.wait()

@@ -321,3 +321,38 @@ async def test_an_episode_row_is_one_result_per_column_on_its_last_turn() -> Non
         ("evidence_overlap", "pass", 0.8, "ep-7"),
     ]
     assert events[1]["gen_ai.evaluation.explanation"] == "refund needs a supervisor"
+
+
+@pytest.mark.parametrize(
+    ("variables", "header"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "{base}"}, None),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "{base}/v1/traces"}, None),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "{base}", "OTEL_EXPORTER_OTLP_HEADERS": "x-team=evals"},
+            ("x-team", "evals"),
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "{base}", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"},
+            ("content-encoding", "gzip"),
+        ),
+    ],
+    ids=["endpoint", "traces-endpoint", "headers", "compression"],
+)
+async def test_the_standard_otlp_variables_choose_the_destination(
+    variables: dict[str, str], header: tuple[str, str] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drops = Drops()
+    async with receiver() as otlp:
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value.format(base=otlp.endpoint))
+        config = Tracing(enabled=True, schedule_delay_s=0.05)  # no endpoint in the config
+        exporter = Telemetry(config, drops.drop, drops.export)
+        exporter.start()
+        exporter.finish(record(), [ROW])
+        await otlp.until(spans=2)
+        await asyncio.to_thread(exporter.shutdown)
+    assert drops.exported["spans"] == 2
+    assert otlp.headers[0]["content-type"] == "application/x-protobuf"
+    if header is not None:
+        assert otlp.headers[0][header[0]] == header[1]
