@@ -237,7 +237,7 @@ def main() -> None:
     parser.add_argument("--serve-sink", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--spans-only", action="store_true", help="part 1 only (no wrk needed)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ratios", default="1.0,0.1", help="sampling ratios with export on")
+    parser.add_argument("--ratios", default="1.0,0.05", help="sampling ratios with export on")
     args = parser.parse_args()
     if args.serve_sink:
         sink_main(args.serve_sink)

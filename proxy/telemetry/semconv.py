@@ -1,8 +1,8 @@
 """Attribute names and values, by the GenAI semantic conventions this module pins.
 
 Pinned: OpenTelemetry semantic conventions **v1.41.0** (GenAI, status *development*: the last
-release before the GenAI conventions moved to ``semantic-conventions-genai``, whose v0.1.0
-keeps every name used here). The names are written out, not imported from
+release before the GenAI conventions moved to ``semantic-conventions-genai``, whose
+``gen_ai.evaluation.result`` has the same attributes). The names are written out, not imported from
 ``opentelemetry-semantic-conventions``, whose ``_incubating`` modules may rename them in a
 minor release; a test checks each attribute name against that package (which has no
 constant for the event name, ``gen_ai.evaluation.result``).
@@ -193,8 +193,9 @@ def _evaluation(column: Mapping[str, Any], response_id: str | None, **extra: Any
     attributes: dict[str, Any] = {
         "gen_ai.evaluation.name": str(column.get("name")),
         "gen_ai.evaluation.score.label": label,
-        "gen_ai.evaluation.explanation": _explanation(column)[:1024],
     }
+    if explanation := _explanation(column):  # recommended, not required: none for a bare pass
+        attributes["gen_ai.evaluation.explanation"] = explanation[:1024]
     score = column.get("score")
     if isinstance(score, int | float) and not isinstance(score, bool):
         attributes["gen_ai.evaluation.score.value"] = float(score)
@@ -212,7 +213,8 @@ def _evaluation(column: Mapping[str, Any], response_id: str | None, **extra: Any
 
 def evaluations(rows: Iterable[Mapping[str, Any]], response_id: str | None) -> list[dict[str, Any]]:
     """One ``gen_ai.evaluation.result`` (its attributes) per check column of every row: an
-    answer row's ``checks`` (with its choice), an episode row's ``columns``."""
+    answer row's ``checks`` (with its choice), an episode row's ``columns``. ``response_id``
+    for the log form only: a span event sits on the evaluated span itself."""
     out: list[dict[str, Any]] = []
     for row in rows:
         if row.get("kind") == "episode":

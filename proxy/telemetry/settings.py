@@ -27,7 +27,7 @@ class Tracing:
     enabled: bool = False
     # Of traces the proxy starts; a client's sampled flag decides for the traces it continues.
     # Not 1.0: the SDK's encoder costs a few hundred microseconds per request (docs/tracing.md).
-    sample_ratio: float = 0.1
+    sample_ratio: float = 0.05
     service_name: str | None = None  # unset: OTEL_SERVICE_NAME, else "gradeproxy"
     # A base URL like OTEL_EXPORTER_OTLP_ENDPOINT (the signal paths /v1/traces, /v1/logs are
     # added); unset: the OTEL_EXPORTER_OTLP_* variables, else http://localhost:4318.

@@ -111,10 +111,11 @@ def build(
     if record.parent_span_id is not None:
         parent = SpanContext(record.trace_id, record.parent_span_id, True, _SAMPLED)
     end_ns = record.ns(record.finished)
-    evaluations = semconv.evaluations(rows, call.get("id"))
+    as_events = settings.evaluation_events == "span"
+    evaluations = semconv.evaluations(rows, None if as_events else call.get("id"))
     events: list[Event] = []
     logs: list[ReadableLogRecord] = []
-    if settings.evaluation_events == "span":
+    if as_events:
         events = [Event(semconv.EVALUATION_EVENT, attrs, end_ns) for attrs in evaluations]
     else:
         span_in = trace.set_span_in_context(trace.NonRecordingSpan(upstream_context))

@@ -45,7 +45,7 @@ def test_a_bad_tracing_field_is_named(tracing: dict[str, Any], message: str) -> 
         ({}, Tracing()),
         (
             {"GRADEPROXY_TRACING_ENABLED": "true", "GRADEPROXY_TRACING_SAMPLE_RATIO": "0.25"},
-            Tracing(enabled=True, sample_ratio=0.25),  # the default is 0.1
+            Tracing(enabled=True, sample_ratio=0.25),  # the default is 0.05
         ),
         ({"GRADEPROXY_TRACING_EVALUATION_EVENTS": "LOG"}, Tracing(evaluation_events="log")),
     ],
