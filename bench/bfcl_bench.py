@@ -26,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grader.checks import CheckContext, Sample
+from grader.engine import checks_of
 from tests.bfcl.harness import MODEL, Case, Conformance
 
 CONTEXT = CheckContext()
@@ -34,7 +35,7 @@ CONTEXT = CheckContext()
 def _prepared(conf: Conformance, cases: list[Case]) -> list[dict[str, Any]]:
     rows = []
     for case in cases:
-        (check,) = conf.task(case.item).checks
+        (check,) = checks_of(conf.task(case.item))
         decoded = [] if case.calls is None else conf.decode(case.wire)
         tools = [
             {"type": "function", "function": {"name": n, "arguments": a}}

@@ -41,3 +41,10 @@ def test_the_import_contracts_are_kept() -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+def test_a_task_holds_definitions_so_grader_tasks_imports_no_check_code() -> None:
+    """Issue 12: the engine builds checks and the loader validates them, never the task model."""
+    contract = next(c for c in contracts() if c["source_modules"] == ["grader.tasks"])
+    forbidden = set(contract["forbidden_modules"])
+    assert {"grader.checks", "grader.engine", "grader.loader"} <= forbidden

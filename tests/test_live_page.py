@@ -248,7 +248,7 @@ def test_the_page_refreshes_itself(demo: tuple[str, Path], browser_context: Any)
 def test_invisible_characters_are_marked(demo: tuple[str, Path], browser_context: Any) -> None:
     """The page marks what the ring made visible: edge spaces, a tab, a zero-width space, a
     newline (the ring's own snapshot of a crafted answer, served in place of this process's)."""
-    from grader.tasks import parse_task
+    from grader.loader import parse_task
     from proxy.pipeline.record.failures import FailureRing
 
     base, _ = demo

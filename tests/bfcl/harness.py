@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.checks import CheckContext, Sample
+from grader.engine import checks_of
 from grader.importers.bfcl import NO_CALL_ANSWER, convert, tool_name
-from grader.tasks import parse_task
+from grader.loader import parse_task
 
 BFCL_VERSION = "2026.3.23"
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
@@ -285,7 +286,7 @@ class Conformance:
         return found
 
     def ours(self, case: Case) -> bool:
-        (check,) = self.task(case.item).checks
+        (check,) = checks_of(self.task(case.item))
         result = check.run(Sample.from_answer(case.wire), {}, CheckContext())
         return result.passed is True
 

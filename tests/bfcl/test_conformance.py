@@ -17,6 +17,8 @@ import pytest
 
 from grader.checks import Sample
 from grader.checks.call_sets import answer_calls
+from grader.checks.tool_call import ToolCallCheck
+from grader.engine import checks_of
 from tests.bfcl.harness import BfclMissingError, Conformance, disagreements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +86,8 @@ def test_fast_and_explained_matching_agree_on_the_corpus() -> None:
         pytest.skip(str(exc))
     pairs = 0
     for case in conformance.cases():
-        (check,) = conformance.task(case.item).checks
+        (check,) = checks_of(conformance.task(case.item))
+        assert isinstance(check, ToolCallCheck)
         expected = check.parallel or ((check.matcher,) if check.matcher is not None else ())
         for answer in answer_calls(Sample.from_answer(case.wire)):
             for exp in expected:

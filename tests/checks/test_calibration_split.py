@@ -12,8 +12,9 @@ import pytest
 from grader import grade, parse_task
 from grader._json import dumps, loads_exact
 from grader.cli import main
+from grader.loader import load_tasks
 from grader.report import Report
-from grader.tasks import TaskLoadError, load_tasks
+from grader.tasks import TaskLoadError
 
 JUDGE = "judge-2024-08-06"
 

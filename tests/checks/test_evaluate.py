@@ -16,7 +16,7 @@ from grader.checks import (
     build_check,
     check_digest,
 )
-from grader.engine import evaluate, evaluate_sync, overall
+from grader.engine import checks_of, evaluate, evaluate_sync, overall
 from grader.version import GRADER_RULES_VERSION
 from tests.checks.util import call, wire
 
@@ -140,7 +140,7 @@ def test_a_crashing_check_is_an_infrastructure_error(monkeypatch: pytest.MonkeyP
     def boom(*args: object) -> CheckResult:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(type(graded.checks[0]), "run", boom)
+    monkeypatch.setattr(type(checks_of(graded)[0]), "run", boom)
     outcome = evaluate_sync(graded, wire(EXPECTED))
     assert (outcome.passed, outcome.checks[0].reason_code) == (None, "check_error")
 

@@ -8,6 +8,7 @@ import pytest
 
 from grader import parse_task, score
 from grader.checks import CheckDefinitionError, build_check, build_checks
+from grader.engine import checks_of
 from grader.toolcall.extract import call_from_value
 from tests.checks.util import call, run, wire
 
@@ -36,7 +37,7 @@ TASK = parse_task(
     ],
 )
 def test_default_check_agrees_with_score(answer: str) -> None:
-    (check,) = TASK.checks
+    (check,) = checks_of(TASK)
     verdict = score(TASK, answer)
     result = run(check, answer)
     assert (result.name, result.type) == ("tool_call", "tool_call")

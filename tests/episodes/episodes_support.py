@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grader.tasks import Task, load_tasks
+from grader.loader import load_tasks
+from grader.tasks import Task
 
 ROOT = Path(__file__).resolve().parents[2]
 EPISODE_TASKS = load_tasks(ROOT / "config" / "tasks" / "episodes.jsonl")

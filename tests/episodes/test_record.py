@@ -15,7 +15,8 @@ from grader.episodes.columns import cited_ids, evidence_f1
 from grader.episodes.grade import episode_row
 from grader.episodes.log import from_chat, from_events, from_responses
 from grader.episodes.record import RecordError, parse_record
-from grader.tasks import TaskLoadError, load_tasks
+from grader.loader import load_tasks
+from grader.tasks import TaskLoadError
 
 SNAP = {"tickets": {"t_1": {"status": "open"}}}
 TOOLS = {"close": {"effects": [{"op": "cancel", "table": "tickets", "id": "arguments.id"}]}}

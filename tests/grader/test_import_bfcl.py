@@ -11,8 +11,9 @@ import pytest
 
 from grader.checks import CheckContext, Sample
 from grader.cli import main
+from grader.engine import checks_of
 from grader.importers.bfcl import BfclImportError, convert, openai_schema, tool_name
-from grader.tasks import load_tasks, parse_task
+from grader.loader import load_tasks, parse_task
 from tests.checks.util import call, wire
 
 FUNCTION = {
@@ -37,7 +38,7 @@ ANSWER = {
 
 
 def grade(task: dict[str, Any], answer: str) -> bool | None:
-    (check,) = parse_task(task).checks
+    (check,) = checks_of(parse_task(task))
     return check.run(Sample.from_answer(answer), {}, CheckContext()).passed
 
 

@@ -14,7 +14,7 @@ import pytest
 from grader._json import dumps, loads_exact
 from grader.cli import main
 from grader.engine import grade, offline_context
-from grader.tasks import load_tasks
+from grader.loader import load_tasks
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import JSON, Reply, ScriptedBackend, wire
 

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from grader.tasks import parse_task
+from grader.loader import parse_task
 from proxy.app import make_admin_app
 from proxy.pipeline.guard import KEY_HEADER, Guard
 from proxy.pipeline.record.failures import FailureRing, first_difference, visible_runs

@@ -12,8 +12,8 @@ from pytest_aiohttp import AiohttpClient
 
 from grader import load_tasks
 from grader._json import dumps, loads_exact
-from grader.api import digest_of
-from grader.tasks import parse_task
+from grader.loader import parse_task
+from grader.tasks import digest_of
 from grader.version import GRADER_RULES_VERSION
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import TASKS

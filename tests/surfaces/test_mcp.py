@@ -23,7 +23,7 @@ from grader import TaskSet, load_tasks, score_run
 from grader._json import dumps
 from grader.api import digest_of
 from grader.cli import mcp as mcp_command
-from grader.tasks import parse_task
+from grader.loader import parse_task
 from tests.surfaces.cases import (
     CHECKS_ONLY_TASK,
     FORECAST,

@@ -38,6 +38,7 @@ from grader._json import dumps, loads_exact
 from grader.checks import Judge, JudgeConfig, columns_of
 from grader.checks.model_graded import NO_JUDGE
 from grader.cli import main
+from grader.engine import checks_of
 from grader.toolcall.extract import Call
 from proxy.app import make_app
 from proxy.config import load_config
@@ -446,7 +447,7 @@ def verdict(row: dict[str, Any]) -> dict[str, Any]:
 def test_same_verdict_everywhere(runs: Runs, case: Case, surface: str) -> None:
     reference = runs.api[case.id]
     task = runs.task_set.tasks[case.task_id]
-    expected_columns = [c for check in task.checks for c in columns_of(check)]
+    expected_columns = [c for check in checks_of(task) for c in columns_of(check)]
     assert [c["name"] for c in reference["checks"]] == expected_columns
     got = runs.surfaces[surface][case.id]
     if surface == "mcp" and case.task_id in JUDGED:  # no judge on MCP: error, saying so
