@@ -46,6 +46,13 @@ class Tracing:
     shutdown_timeout_s: float = 5.0  # the most shutdown waits for the last batches
 
 
+def _sdk_installed() -> bool:
+    try:  # the parent package missing raises rather than answering None
+        return importlib.util.find_spec("opentelemetry.sdk") is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def tracing_problems(tracing: Tracing) -> list[str]:
     """What is wrong with a ``tracing`` section, each ``field: message``; empty: usable."""
     checks = [
@@ -68,6 +75,6 @@ def tracing_problems(tracing: Tracing) -> list[str]:
             "endpoint: must be an http(s) URL",
         ),
     ]
-    if tracing.enabled and importlib.util.find_spec("opentelemetry.sdk") is None:
+    if tracing.enabled and not _sdk_installed():
         checks.append((False, "enabled: needs the otel extra: pip install 'gradeproxy[otel]'"))
     return [f"tracing.{message}" for ok, message in checks if not ok]

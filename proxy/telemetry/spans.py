@@ -153,13 +153,14 @@ def build(
         end_time=record.ns(record.upstream_finished or record.finished),
         instrumentation_scope=SCOPE,
     )
-    route = _server_attributes(record)["http.route"]
+    server_attributes = _server_attributes(record)
+    route = server_attributes["http.route"]
     server = ReadableSpan(
         name=f"shadow {record.method} {route}" if shadow else f"{record.method} {route}",
         context=server_context,
         parent=parent,
         resource=resource,
-        attributes=_server_attributes(record),
+        attributes=server_attributes,
         links=links,
         kind=SpanKind.INTERNAL if shadow else SpanKind.SERVER,
         status=_status(record, server=True),

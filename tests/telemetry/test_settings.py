@@ -4,6 +4,8 @@ pinned attribute names against OpenTelemetry's own package, and the sampling rul
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -157,3 +159,34 @@ def test_the_results_a_dropped_request_would_have_made_are_counted(
     rows: list[dict[str, Any]] | None, count: int
 ) -> None:
     assert evaluation_count(rows) == count
+
+
+WITHOUT_OTEL = """
+import importlib.abc, sys
+
+class NoOtel(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(name)
+        return None
+
+sys.meta_path.insert(0, NoOtel())
+from proxy.app import make_app
+from proxy.config import ConfigError, load_config
+
+make_app(load_config(None, {"upstream": {"url": "http://127.0.0.1:9/v1"}}, environ={}))
+try:
+    load_config(None, {"upstream": {"url": "http://127.0.0.1:9/v1"},
+                       "tracing": {"enabled": True}}, environ={})
+except ConfigError as exc:
+    print(exc)
+"""
+
+
+def test_without_the_otel_extra_the_proxy_runs_and_tracing_says_what_is_missing() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_OTEL], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == (
+        "tracing.enabled: needs the otel extra: pip install 'gradeproxy[otel]'"
+    )
