@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.proxy.conftest import read_rows
 from tests.proxy.harness import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.proxy.live import Live, live_proxy
 from tests.telemetry.receiver import Receiver, attributes, receiver, refused_port
@@ -214,3 +215,29 @@ async def test_a_shadow_leg_is_its_own_trace_linked_to_the_primary(
     seen = {s.headers["traceparent"].split("-")[2] for s in backend.seen}
     assert seen == {calls[primary.span_id].span_id.hex(), calls[leg.span_id].span_id.hex()}
     assert [e.name for e in calls[leg.span_id].events] == ["gen_ai.evaluation.result"]
+
+
+async def test_the_log_form_through_the_proxy_matches_the_result_rows(
+    backend: ScriptedBackend, backend_server: TestServer, tasks_file: Path, tmp_path: Path
+) -> None:
+    results = tmp_path / "rows.jsonl"
+    async with receiver() as otlp:
+        settings = tracing(otlp.endpoint, evaluation_events="log")
+        async with proxy(backend_server, tasks_file, results, tracing=settings) as live:
+            assert (await post(live, GRADED))[0] == 200
+            await live.drained()
+            await otlp.until(spans=2, logs=1)
+    (row,) = read_rows(results)
+    (call,) = otlp.span("chat")
+    assert not call.events
+    assert [
+        (
+            log.span_id,
+            attributes(log.attributes)["gen_ai.evaluation.name"],
+            attributes(log.attributes)["gen_ai.response.id"],
+        )
+        for log in otlp.logs
+    ] == [
+        (call.span_id, column["name"], attributes(call.attributes)["gen_ai.response.id"])
+        for column in row["checks"]
+    ]
