@@ -6,7 +6,6 @@ Cases are the shipped tasks (config/tasks, config/tasks-judge) and small inline 
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +16,9 @@ from grader.checks import columns_of
 from grader.checks._base import BaseCheck
 from grader.engine import checks_of
 from grader.toolcall.extract import call_from_value
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
-TASKS = [*load_tasks(ROOT / "config" / "tasks"), *load_tasks(ROOT / "config" / "tasks-judge")]
+TASKS = [*load_tasks(REPO / "config" / "tasks"), *load_tasks(REPO / "config" / "tasks-judge")]
 GRADED = [t for t in TASKS if t.checks]  # episode-only tasks have no per-answer checks
 CALL = {"name": "route_ticket", "arguments": {"queue": "BILLING"}}
 QUEUE = {
