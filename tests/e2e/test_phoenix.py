@@ -18,10 +18,10 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
-from tests.proxy.conftest import read_rows
-from tests.proxy.harness import JSON, SSE, Reply, ScriptedBackend, wire
-from tests.proxy.live import live_proxy
-from tests.telemetry.phoenix import EXECUTABLE, Phoenix, phoenix_server
+from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
+from tests.support.live import live_proxy
+from tests.support.phoenix import EXECUTABLE, Phoenix, phoenix_server
+from tests.support.proxy import read_rows
 
 pytestmark = [
     pytest.mark.phoenix,

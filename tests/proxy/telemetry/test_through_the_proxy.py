@@ -17,10 +17,10 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from tests.proxy.conftest import read_rows
-from tests.proxy.harness import JSON, SSE, Reply, ScriptedBackend, wire
-from tests.proxy.live import Live, live_proxy
-from tests.telemetry.receiver import Receiver, attributes, receiver, refused_port
+from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
+from tests.support.live import Live, live_proxy
+from tests.support.otlp import Receiver, attributes, receiver, refused_port
+from tests.support.proxy import read_rows
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_PARENT = f"00-{CLIENT_TRACE}-00f067aa0ba902b7-01"

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.telemetry.receiver import refused_port
+from tests.support.otlp import refused_port
+from tests.support.paths import REPO
 
-VENV = Path(__file__).resolve().parents[2] / ".cache" / "phoenix-venv"
+VENV = REPO / ".cache" / "phoenix-venv"
 EXECUTABLE = VENV / "bin" / "phoenix"
 STARTUP_S = 240  # migrations and imports take a minute on a shared 2-core machine
 

@@ -17,7 +17,7 @@ import pytest
 from proxy.pipeline.tracecontext import trace_context
 from proxy.telemetry import SpanRecord, Tracing, begin
 from proxy.telemetry.export import Telemetry
-from tests.telemetry.receiver import Receiver, attributes, receiver, refused_port
+from tests.support.otlp import Receiver, attributes, receiver, refused_port
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
