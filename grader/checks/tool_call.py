@@ -2,7 +2,8 @@
 
 ``{"type": "tool_call", "name"}`` grades exactly as :func:`grader.match.match_call` does against
 the task's ``expected`` (and ``metadata.stale``); a task without ``checks`` gets this check,
-named ``tool_call``. Options (matching semantics live in :mod:`grader.checks.call_match`):
+named ``tool_call``. Options (matching semantics live in :mod:`grader.checks.call_match`,
+what each rule means for a value in :mod:`grader.checks.call_rules`):
 
 * ``expected`` — a call to grade against instead of the task's (then no stale call applies);
 * ``acceptable`` — ``{"arguments.<path>": [values...]}``: any listed value is accepted at that
@@ -42,17 +43,14 @@ from grader.checks._base import (
     Sample,
     Spec,
 )
-from grader.checks.call_match import (
+from grader.checks.call_match import AnswerCall, ExpectedCall, Mismatch, Rules
+from grader.checks.call_rules import (
     EVERY,
     NUMBER_TYPES,
     STRING_MODES,
-    AnswerCall,
-    ExpectedCall,
-    Mismatch,
     NumberType,
     Path,
     PathError,
-    Rules,
     StringMode,
     parse_path,
 )
@@ -318,21 +316,27 @@ class ToolCallCheck(BaseCheck):
                 f"expected {want} parallel calls, got {len(answers)}",
                 "parallel_count_mismatch",
             )
-        typed = [_typed(a, tools) is None for a in answers]
         expected = self.parallel
+        if tools is None:  # no schema strictness: every answer call may be matched
 
-        def fit(row: int, col: int) -> bool:
-            return typed[col] and expected[row].matches(answers[col])
+            def fit(row: int, col: int) -> bool:
+                return expected[row].matches(answers[col])
+
+        else:
+            typed = [_typed(a, tools) is None for a in answers]
+
+            def fit(row: int, col: int) -> bool:
+                return typed[col] and expected[row].matches(answers[col])
 
         partner = max_matching(want, len(answers), fit, perfect=True)
-        for index, got in enumerate(partner):
-            if got is None:
-                exp = self.parallel[index]
-                return self.result(
-                    False,
-                    f"expected call #{index} ({exp.name}) matches no call in the answer",
-                    "parallel_unmatched",
-                )
+        if None in partner:
+            index = partner.index(None)
+            exp = self.parallel[index]
+            return self.result(
+                False,
+                f"expected call #{index} ({exp.name}) matches no call in the answer",
+                "parallel_unmatched",
+            )
         if len(answers) > want:
             used = {p for p in partner if p is not None}
             extra = [i for i in range(len(answers)) if i not in used]
