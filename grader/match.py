@@ -15,7 +15,7 @@ from __future__ import annotations
 import orjson
 
 from grader.compare import first_difference
-from grader.extract import Call, extract
+from grader.extract import Call, Extraction, extract
 from grader.verdict import NO_CALL_REASON, Verdict
 
 _SHOWN = 60
@@ -24,6 +24,14 @@ _SHOWN = 60
 def _quoted(name: str) -> str:
     text = orjson.dumps(name).decode()
     return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+
+
+def no_call_verdict(found: Extraction) -> Verdict:
+    """The verdict of an answer in which ``extract`` found no usable call (``too_deep`` when
+    depth is what made a call unusable); for callers that extracted the answer already."""
+    if found.too_deep:
+        return Verdict(0, False, "answer nests deeper than the grader follows", "too_deep")
+    return Verdict(0, False, NO_CALL_REASON, "no_call")
 
 
 def match_call(expected: Call, stale: Call | None, answer: object) -> Verdict:
@@ -37,9 +45,7 @@ def match_call(expected: Call, stale: Call | None, answer: object) -> Verdict:
     found = extract(answer)
     call = found.call
     if call is None:
-        if found.too_deep:
-            return Verdict(0, False, "answer nests deeper than the grader follows", "too_deep")
-        return Verdict(0, False, NO_CALL_REASON, "no_call")
+        return no_call_verdict(found)
     graded = {"name": call.name, "arguments": call.arguments}
     if call.canonical == expected.canonical:
         return Verdict(1, False, "matches the expected call", "match", None, graded)

@@ -15,7 +15,7 @@ from grader._json import MAX_DEPTH, JSONError, loads_exact, value_depth
 from grader.checks._base import Sample
 from grader.checks.call_match import AnswerCall, Mismatch
 from grader.checks.call_rules import Path, path_text
-from grader.extract import extract
+from grader.extract import Extraction, extract
 
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
 
@@ -57,19 +57,27 @@ def usable_depth(call: AnswerCall) -> bool:
     if arguments is None:
         return False
     if call.shallow is None:
-        flat = not any(isinstance(value, dict | list) for value in arguments.values())
-        call.shallow = flat or value_depth(arguments) <= _DEPTH_OK
+        call.shallow = True
+        for value in arguments.values():
+            if isinstance(value, dict | list):
+                call.shallow = value_depth(arguments) <= _DEPTH_OK
+                break
     return call.shallow
 
 
-def answer_calls(sample: Sample) -> list[AnswerCall]:
+def answer_calls(sample: Sample, found: Extraction | None = None) -> list[AnswerCall]:
     """Every call of the answer, parsed once: each ``output_tools`` element (``arguments`` None
-    when unusable), else the one call extracted from the text. The same calls, in the same
-    order, as ``grader.checks._base.sample_calls``."""
+    when unusable), else the one call extracted from the text (``found``: the caller's own
+    extraction of it, so the text is scanned once). The same calls, in the same order, as
+    ``grader.checks._base.sample_calls``."""
     if sample.output_tools:
         return [_parsed(tool.get("function")) for tool in sample.output_tools]
-    found = extract(sample.answer).call
-    return [] if found is None else [AnswerCall(found.name, found.arguments)]
+    call = (found if found is not None else extract(sample.answer)).call
+    if call is None:
+        return []
+    answer = AnswerCall(call.name, call.arguments)
+    answer.shallow = True  # extract's call is usable: within the depth bound
+    return [answer]
 
 
 def max_matching(

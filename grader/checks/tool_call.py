@@ -62,7 +62,7 @@ from grader.checks.call_sets import (
 )
 from grader.checks.json_schema import FROM_REQUEST, request_schema
 from grader.extract import Call, call_from_value, extract
-from grader.match import match_call
+from grader.match import match_call, no_call_verdict
 from grader.verdict import Verdict
 
 MAX_PARALLEL = 64
@@ -241,7 +241,7 @@ class ToolCallCheck(BaseCheck):
         if self.expected is None:  # build() refuses this; kept total for the type checker
             return self.result(None, "no expected call", "check_error", error="no expected call")
         if self.matcher is not None:
-            return self._run_rules(self.matcher, sample, tools)
+            return self._run_rules(self.matcher, self.expected, sample, tools)
         return self._from_verdict(self._grade(self.expected, self.stale, sample.answer))
 
     def _grade(self, expected: Call, stale: Call | None, answer: str) -> Verdict:
@@ -250,27 +250,31 @@ class ToolCallCheck(BaseCheck):
         return match_call(expected, stale, answer)
 
     def _run_rules(
-        self, matcher: ExpectedCall, sample: Sample, tools: list[Any] | None
+        self, matcher: ExpectedCall, expected: Call, sample: Sample, tools: list[Any] | None
     ) -> CheckResult:
         """The single-call form with options: the last usable call (or the only call).
 
         Calls are read once (``answer_calls``): a ``tool_calls`` answer is not re-serialised
-        and re-extracted, and pre-parsed ``output_tools`` arguments are not parsed at all.
+        and re-extracted, and pre-parsed ``output_tools`` arguments are not parsed at all. A
+        text answer is extracted once: without a call, its extraction gives the verdict.
         """
-        calls = answer_calls(sample)
+        found = None if sample.output_tools else extract(sample.answer)
+        calls = answer_calls(sample, found)
         if self.count == "exactly_one" and len(calls) > 1:
             dup = any(_same(calls[0], c) for c in calls[1:])
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             return self.result(False, f"expected exactly one call, got {len(calls)}", code)
-        got = next((c for c in reversed(calls) if c.name is not None and usable_depth(c)), None)
+        got = _last_usable(calls)
         if got is None:
-            return self._from_verdict(self._grade(matcher_call(matcher), None, sample.answer))
+            if found is not None:  # text: extract's own no-call verdict
+                return self._from_verdict(no_call_verdict(found))
+            return self._from_verdict(self._grade(expected, None, sample.answer))
         miss = matcher.mismatch(got) or _typed(got, tools)
         if miss is None:
             return self._rules_result(None)
         if self.stale is not None:
-            found = call_from_value({"name": got.name, "arguments": got.arguments})
-            if found is not None and found.canonical == self.stale.canonical:
+            stale_found = call_from_value({"name": got.name, "arguments": got.arguments})
+            if stale_found is not None and stale_found.canonical == self.stale.canonical:
                 return self.result(
                     False,
                     "staleSchemaUsed: the call matches the pre-migration schema",
@@ -374,12 +378,12 @@ def _same(a: AnswerCall, b: AnswerCall) -> bool:
     return a.name == b.name and a.canonical("exact") == b.canonical("exact")
 
 
-def matcher_call(matcher: ExpectedCall) -> Call:
-    """The plain call of a compiled expected call (for grading.md's no-call verdicts)."""
-    call = call_from_value({"name": matcher.name, "arguments": matcher.arguments})
-    if call is None:  # pragma: no cover - built from a usable call
-        raise AssertionError("compiled expected call is not usable")
-    return call
+def _last_usable(calls: list[AnswerCall]) -> AnswerCall | None:
+    """grading.md's graded call: the last one with a name and usable arguments."""
+    for call in reversed(calls):
+        if call.name is not None and usable_depth(call):
+            return call
+    return None
 
 
 def default_check(expected: Call | None, stale: Call | None, where: str = "") -> ToolCallCheck:
