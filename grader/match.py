@@ -19,6 +19,9 @@ from grader.extract import Call, Extraction, extract
 from grader.verdict import NO_CALL_REASON, Verdict
 
 _SHOWN = 60
+# The two verdicts of an answer without a usable call: constant, and a Verdict is immutable.
+_NO_CALL = Verdict(0, False, NO_CALL_REASON, "no_call")
+_TOO_DEEP = Verdict(0, False, "answer nests deeper than the grader follows", "too_deep")
 
 
 def _quoted(name: str) -> str:
@@ -29,9 +32,7 @@ def _quoted(name: str) -> str:
 def no_call_verdict(found: Extraction) -> Verdict:
     """The verdict of an answer in which ``extract`` found no usable call (``too_deep`` when
     depth is what made a call unusable); for callers that extracted the answer already."""
-    if found.too_deep:
-        return Verdict(0, False, "answer nests deeper than the grader follows", "too_deep")
-    return Verdict(0, False, NO_CALL_REASON, "no_call")
+    return _TOO_DEEP if found.too_deep else _NO_CALL
 
 
 def match_call(expected: Call, stale: Call | None, answer: object) -> Verdict:

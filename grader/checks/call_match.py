@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from grader.canon import Canon, CArray, CObject, TooDeepError, kind_of
 from grader.checks._base import CheckReasonCode
@@ -30,9 +30,9 @@ from grader.checks.call_rules import (
 from grader.compare import first_difference
 
 
-@dataclass(frozen=True, slots=True)
-class Mismatch:
-    """Why a call did not match: a check reason code, the path, a human reason."""
+class Mismatch(NamedTuple):
+    """Why a call did not match: a check reason code, the path, a human reason (a tuple: one
+    is made per failing answer, and a frozen dataclass costs several times more to build)."""
 
     code: CheckReasonCode
     path: str | None
@@ -40,6 +40,14 @@ class Mismatch:
 
 
 _UNCOMPARABLE = object()
+
+
+def _leaf(value: Any, mode: StringMode) -> Any:
+    """``canon_in``, with :data:`_UNCOMPARABLE` for a value that cannot be compared."""
+    try:
+        return canon_in(value, mode)
+    except (TooDeepError, TypeError):
+        return _UNCOMPARABLE
 
 
 class AnswerCall:
@@ -66,13 +74,13 @@ class AnswerCall:
         found = cache.get(mode)
         if found is None:
             assert self.arguments is not None
-            found = cache[mode] = {}
-            for key, value in self.arguments.items():
-                try:
-                    found[key] = canon_in(value, mode)
-                except (TooDeepError, TypeError):
-                    found[key] = _UNCOMPARABLE
+            found = cache[mode] = {key: _leaf(v, mode) for key, v in self.arguments.items()}
         return found
+
+    def cached_leaves(self, mode: StringMode | None) -> dict[str, Any] | None:
+        """:meth:`leaves` if already computed (a one-off walk canonicalises only what it
+        reaches: the first difference usually comes before the last argument)."""
+        return None if mode is None or self._leaves is None else self._leaves.get(mode)
 
     def leaf(self, key: str, mode: StringMode) -> Any:
         """The canonical value of top-level argument ``key`` under ``mode`` (see :meth:`leaves`)."""
@@ -278,8 +286,8 @@ class ExpectedCall:
     def _keyed_mismatch(self, got: AnswerCall, args: dict[str, Any]) -> Mismatch | None:
         """:meth:`mismatch` through the per-key table (rules on top-level arguments only),
         reusing the answer's cached canonical values."""
-        table, mode = self._table, self._mode
-        leaves = got.leaves(mode) if mode is not None else None
+        table = self._table
+        leaves = got.cached_leaves(self._mode)
         known = args.keys() <= self._known
         for key in table if known else sorted(self._known | set(args)):
             entry, sub = table.get(key), (key,)
@@ -310,7 +318,7 @@ class ExpectedCall:
                     where,
                     f"{where}: expected {ARTICLE[kind or 'number']} {kind}, got {value[bad]!r}",
                 )
-            mine = leaves[key] if leaves is not None else got.leaf(key, entry.mode)
+            mine = leaves[key] if leaves is not None else _leaf(value, entry.mode)
             if mine is _UNCOMPARABLE:
                 where = path_text(sub)
                 return Mismatch("too_deep", where, f"{where} nests deeper than the grader follows")
@@ -318,6 +326,8 @@ class ExpectedCall:
                 continue
             if not entry.in_expected:
                 return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
+            if mine == entry.want:
+                continue
             found = _differ(entry.want, mine, sub, entry.accept is not None)
             if found is not None:
                 return found

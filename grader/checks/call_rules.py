@@ -24,7 +24,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from grader.canon import Canon, CArray, CBool, CObject, canon, normalise_string
+from grader._json import MAX_DEPTH
+from grader.canon import (
+    Canon,
+    CArray,
+    CBool,
+    CObject,
+    TooDeepError,
+    canon,
+    normalise_string,
+)
 from grader.errors import GraderError
 
 StringMode = Literal["exact", "casefold", "bfcl"]
@@ -88,11 +97,12 @@ def _fold_strings(value: Canon, mode: StringMode) -> Canon:
     return value
 
 
-def canon_in(value: Any, mode: StringMode) -> Canon:
+def canon_in(value: Any, mode: StringMode, depth: int = 0) -> Canon:
     """The canonical value under a string mode; raise ``TooDeepError``/``TypeError``.
 
-    Scalars, the values nearly every argument holds, are decided here without the generic walk
-    (the same results as :func:`grader.canon.canon` gives them)."""
+    The same value as folding the strings of :func:`grader.canon.canon`'s result, in one walk:
+    scalars, the values nearly every argument holds, are decided here directly, and arrays and
+    objects under a folding mode are rebuilt once instead of twice."""
     kind = type(value)
     if kind is str:
         plain = normalise_string(value)
@@ -105,7 +115,15 @@ def canon_in(value: Any, mode: StringMode) -> Canon:
         return int(value) if value.is_integer() else value
     if kind is bool:
         return CBool.TRUE if value else CBool.FALSE
-    return _fold_strings(canon(value), mode)
+    if value is None:
+        return None
+    if mode == "exact" or (kind is not list and kind is not dict):
+        return _fold_strings(canon(value, depth), mode)
+    if depth >= MAX_DEPTH:
+        raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
+    if kind is list:
+        return CArray(tuple(canon_in(v, mode, depth + 1) for v in value))
+    return CObject(tuple(sorted((k, canon_in(v, mode, depth + 1)) for k, v in value.items())))
 
 
 def is_number(value: Any) -> bool:

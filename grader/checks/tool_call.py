@@ -31,7 +31,8 @@ Paths are written as the grader reports them: ``arguments.filters.status``,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from grader.checks._base import (
@@ -66,6 +67,10 @@ from grader.match import match_call, no_call_verdict
 from grader.verdict import Verdict
 
 MAX_PARALLEL = 64
+# The details of a verdict without a path or stale call; read-only, since results that hold it
+# are shared (ToolCallCheck._constant).
+_NOT_STALE: Mapping[str, Any] = MappingProxyType({"path": None, "staleSchemaUsed": False})
+_CONSTANT_VERDICTS = frozenset({"no_call", "too_deep"})
 DEFAULT_DEFINITION: Mapping[str, Any] = {"name": "tool_call", "type": "tool_call"}
 COUNTS = ("last", "exactly_one")
 _RULE_KEYS = ("acceptable", "optional", "strings", "numbers")
@@ -147,6 +152,10 @@ class ToolCallCheck(BaseCheck):
     expect_no_call: bool = False
     count: str = "last"
     numbers_from_request: bool = False
+    # Results of outcomes that never vary (see _constant); not part of the check's identity.
+    results: dict[str, CheckResult] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @classmethod
     def build(
@@ -231,7 +240,7 @@ class ToolCallCheck(BaseCheck):
             name = _first_call_name(sample)
             if name is not None:
                 return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
-            return self.result(True, "no call, as expected", "match")
+            return self._constant("expected_no_call", True, "no call, as expected", "match")
         if self.numbers_from_request and not context.request_tools:
             reason = "numbers is 'from_request' but the request declared no tools"
             return self.result(None, reason, "no_request_tools", error=reason)
@@ -285,11 +294,8 @@ class ToolCallCheck(BaseCheck):
 
     def _rules_result(self, miss: Mismatch | None) -> CheckResult:
         if miss is None:
-            return self.result(
-                True,
-                "matches the expected call",
-                "match",
-                details={"path": None, "staleSchemaUsed": False},
+            return self._constant(
+                "match", True, "matches the expected call", "match", _NOT_STALE
             )
         return self.result(
             False,
@@ -305,6 +311,9 @@ class ToolCallCheck(BaseCheck):
         return self._grade(self.expected, self.stale, sample.answer)
 
     def _from_verdict(self, verdict: Verdict) -> CheckResult:
+        if verdict.reason_code in _CONSTANT_VERDICTS:  # one reason, no path: the same result
+            code = verdict.reason_code
+            return self._constant(code, False, verdict.reason, code, _NOT_STALE)
         return self.result(
             verdict.score == 1,
             verdict.reason,
@@ -350,7 +359,23 @@ class ToolCallCheck(BaseCheck):
             return self.result(
                 False, f"expected {want} parallel calls, got {len(answers)}: {what}", code
             )
-        return self.result(True, f"all {want} parallel calls matched", "match")
+        return self._constant("match", True, f"all {want} parallel calls matched", "match")
+
+    def _constant(
+        self,
+        key: str,
+        passed: bool,
+        reason: str,
+        code: CheckReasonCode,
+        details: Mapping[str, Any] | None = None,
+    ) -> CheckResult:
+        """A result that is the same for every answer with this outcome (a pass, a missing
+        call), built once per check: a CheckResult is immutable, and building one is a good
+        part of grading an answer. ``key`` names the outcome within this check."""
+        found = self.results.get(key)
+        if found is None:
+            found = self.results[key] = self.result(passed, reason, code, details=details)
+        return found
 
 
 def _first_call_name(sample: Sample) -> str | None:
