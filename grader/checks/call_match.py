@@ -74,7 +74,12 @@ class AnswerCall:
         found = cache.get(mode)
         if found is None:
             assert self.arguments is not None
-            found = cache[mode] = {key: _leaf(v, mode) for key, v in self.arguments.items()}
+            found = cache[mode] = {}
+            for key, value in self.arguments.items():
+                try:
+                    found[key] = canon_in(value, mode)
+                except (TooDeepError, TypeError):
+                    found[key] = _UNCOMPARABLE
         return found
 
     def cached_leaves(self, mode: StringMode | None) -> dict[str, Any] | None:
@@ -123,6 +128,7 @@ class _Key:
     want: Canon
     element: NumberType | None = None  # numbers "arguments.<key>[*]"
     number_ok: frozenset[type] = frozenset()  # value types that always meet ``number``
+    where: str = ""  # the reported path, ``arguments.<key>``
 
 
 # The Python types that meet a strict numeric type without asking number_fails (JSON gives no
@@ -211,6 +217,7 @@ class ExpectedCall:
                     want,
                     self.rules.numbers.get((key, EVERY)),
                     _NUMBER_OK[self.rules.numbers.get(path)],
+                    path_text(path),
                 )
             )
         return tuple(table)
@@ -290,12 +297,13 @@ class ExpectedCall:
         leaves = got.cached_leaves(self._mode)
         known = args.keys() <= self._known
         for key in table if known else sorted(self._known | set(args)):
-            entry, sub = table.get(key), (key,)
+            entry = table.get(key)
             if entry is None:
-                return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
+                where = path_text((key,))
+                return Mismatch("unexpected", where, f"{where} unexpected")
             if key not in args:
                 if entry.in_expected and not entry.optional:
-                    return Mismatch("missing", path_text(sub), f"{path_text(sub)} missing")
+                    return Mismatch("missing", entry.where, f"{entry.where} missing")
                 continue
             value = args[key]
             if (
@@ -303,7 +311,7 @@ class ExpectedCall:
                 and type(value) not in entry.number_ok
                 and number_fails(entry.number, value)
             ):
-                where = path_text(sub)
+                where = entry.where
                 return Mismatch(
                     "numeric_type_mismatch",
                     where,
@@ -311,7 +319,7 @@ class ExpectedCall:
                 )
             bad = None if entry.element is None else _element_fails(entry.element, value)
             if bad is not None:
-                where = path_text((*sub, bad))
+                where = path_text((key, bad))
                 kind = entry.element
                 return Mismatch(
                     "numeric_type_mismatch",
@@ -320,15 +328,15 @@ class ExpectedCall:
                 )
             mine = leaves[key] if leaves is not None else _leaf(value, entry.mode)
             if mine is _UNCOMPARABLE:
-                where = path_text(sub)
+                where = entry.where
                 return Mismatch("too_deep", where, f"{where} nests deeper than the grader follows")
             if entry.accept is not None and mine in entry.accept:
                 continue
             if not entry.in_expected:
-                return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
+                return Mismatch("unexpected", entry.where, f"{entry.where} unexpected")
             if mine == entry.want:
                 continue
-            found = _differ(entry.want, mine, sub, entry.accept is not None)
+            found = _differ(entry.want, mine, (key,), entry.accept is not None)
             if found is not None:
                 return found
         return None

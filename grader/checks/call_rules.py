@@ -105,10 +105,13 @@ def canon_in(value: Any, mode: StringMode, depth: int = 0) -> Canon:
     objects under a folding mode are rebuilt once instead of twice."""
     kind = type(value)
     if kind is str:
-        plain = normalise_string(value)
+        # normalise_string changes only a string with a comma or a leading "P" (a duration).
+        plain = normalise_string(value) if "," in value or value[:1] == "P" else value
         if mode == "exact" or type(plain) is not str:
             return plain
-        return plain.casefold() if mode == "casefold" else bfcl_standardize(plain)
+        if mode == "bfcl":
+            return plain.translate(_BFCL_TABLE).lower()  # bfcl_standardize, inlined
+        return plain.casefold()
     if kind is int:
         return value
     if kind is float:

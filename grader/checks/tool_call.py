@@ -333,7 +333,8 @@ class ToolCallCheck(BaseCheck):
         if tools is None:  # no schema strictness: every answer call may be matched
 
             def fit(row: int, col: int) -> bool:
-                return expected[row].matches(answers[col])
+                exp, got = expected[row], answers[col]
+                return exp.name == got.name and exp.matches(got)
 
         else:
             typed = [_typed(a, tools) is None for a in answers]
@@ -400,7 +401,25 @@ def _typed(call: AnswerCall, tools: list[Any] | None) -> Mismatch | None:
 
 
 def _same(a: AnswerCall, b: AnswerCall) -> bool:
-    return a.name == b.name and a.canonical("exact") == b.canonical("exact")
+    """Whether two answer calls are the same call (canonically: ``1`` and ``1.0`` are)."""
+    if a.name != b.name:
+        return False
+    if _identical(a.arguments, b.arguments):  # a repeated call is usually written identically
+        return True
+    return a.canonical("exact") == b.canonical("exact")
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """The same JSON value, types included (Python's ``True == 1`` does not count): identical
+    values have identical canonical forms, so only a False needs the canonical comparison."""
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is dict:
+        return a.keys() == b.keys() and all(_identical(v, b[k]) for k, v in a.items())
+    if kind is list:
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def _last_usable(calls: list[AnswerCall]) -> AnswerCall | None:
