@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from grader.canon import Canon, CArray, CObject, TooDeepError, kind_of
 from grader.checks._base import CheckReasonCode
+from grader.checks.call_answer import UNCOMPARABLE, AnswerCall, leaf_in
 from grader.checks.call_rules import (
     ARTICLE,
     EVERY,
@@ -37,71 +38,6 @@ class Mismatch(NamedTuple):
     code: CheckReasonCode
     path: str | None
     reason: str
-
-
-_UNCOMPARABLE = object()
-
-
-def _leaf(value: Any, mode: StringMode) -> Any:
-    """``canon_in``, with :data:`_UNCOMPARABLE` for a value that cannot be compared."""
-    try:
-        return canon_in(value, mode)
-    except (TooDeepError, TypeError):
-        return _UNCOMPARABLE
-
-
-class AnswerCall:
-    """One call from the answer, parsed once; canonical forms cached per string mode (the whole
-    arguments, and every top-level argument at once), so matching it against many expected
-    calls canonicalises each value once. A plain slotted class: one is built per answer call,
-    and its caches are made only when a comparison needs them."""
-
-    __slots__ = ("_canon", "_leaves", "arguments", "name", "shallow")
-
-    def __init__(self, name: str | None, arguments: dict[str, Any] | None) -> None:
-        self.name = name
-        self.arguments = arguments
-        self.shallow: bool | None = None  # nesting within extract's bound; None: not yet known
-        self._canon: dict[StringMode, Canon | None] | None = None
-        self._leaves: dict[StringMode, dict[str, Any]] | None = None
-
-    def leaves(self, mode: StringMode) -> dict[str, Any]:
-        """Each top-level argument's canonical value under ``mode`` (cached);
-        :data:`_UNCOMPARABLE` for one that cannot be compared."""
-        cache = self._leaves
-        if cache is None:
-            cache = self._leaves = {}
-        found = cache.get(mode)
-        if found is None:
-            assert self.arguments is not None
-            found = cache[mode] = {}
-            for key, value in self.arguments.items():
-                try:
-                    found[key] = canon_in(value, mode)
-                except (TooDeepError, TypeError):
-                    found[key] = _UNCOMPARABLE
-        return found
-
-    def cached_leaves(self, mode: StringMode | None) -> dict[str, Any] | None:
-        """:meth:`leaves` if already computed (a one-off walk canonicalises only what it
-        reaches: the first difference usually comes before the last argument)."""
-        return None if mode is None or self._leaves is None else self._leaves.get(mode)
-
-    def leaf(self, key: str, mode: StringMode) -> Any:
-        """The canonical value of top-level argument ``key`` under ``mode`` (see :meth:`leaves`)."""
-        return self.leaves(mode)[key]
-
-    def canonical(self, mode: StringMode) -> Canon | None:
-        """The arguments' canonical value under ``mode``; None when they cannot be compared."""
-        cache = self._canon
-        if cache is None:
-            cache = self._canon = {}
-        if mode not in cache:
-            try:
-                cache[mode] = canon_in(self.arguments, mode)
-            except (TooDeepError, TypeError):
-                cache[mode] = None
-        return cache[mode]
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +186,7 @@ class ExpectedCall:
             if entry.element is not None and _element_fails(entry.element, value) is not None:
                 return False
             mine = leaves[key] if leaves is not None else got.leaf(key, entry.mode)
-            if mine is _UNCOMPARABLE:
+            if mine is UNCOMPARABLE:
                 return False
             if entry.accept is not None and mine in entry.accept:
                 continue
@@ -326,8 +262,8 @@ class ExpectedCall:
                     where,
                     f"{where}: expected {ARTICLE[kind or 'number']} {kind}, got {value[bad]!r}",
                 )
-            mine = leaves[key] if leaves is not None else _leaf(value, entry.mode)
-            if mine is _UNCOMPARABLE:
+            mine = leaves[key] if leaves is not None else leaf_in(value, entry.mode)
+            if mine is UNCOMPARABLE:
                 where = entry.where
                 return Mismatch("too_deep", where, f"{where} nests deeper than the grader follows")
             if entry.accept is not None and mine in entry.accept:

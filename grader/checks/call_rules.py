@@ -113,7 +113,8 @@ def canon_in(value: Any, mode: StringMode, depth: int = 0) -> Canon:
             return plain.translate(_BFCL_TABLE).lower()  # bfcl_standardize, inlined
         return plain.casefold()
     if kind is int:
-        return value
+        number: int = value
+        return number
     if kind is float:
         return int(value) if value.is_integer() else value
     if kind is bool:

@@ -44,17 +44,15 @@ from grader.checks._base import (
     Sample,
     Spec,
 )
-from grader.checks.call_match import AnswerCall, ExpectedCall, Mismatch, Rules
-from grader.checks.call_rules import (
-    EVERY,
-    NUMBER_TYPES,
-    STRING_MODES,
-    NumberType,
-    Path,
-    PathError,
-    StringMode,
-    parse_path,
+from grader.checks.call_answer import AnswerCall
+from grader.checks.call_match import ExpectedCall, Mismatch
+from grader.checks.call_options import (
+    RULE_KEYS,
+    compile_call,
+    read_parallel,
+    read_rules,
 )
+from grader.checks.call_options import call_of as call_of  # re-exported: build.py reads it
 from grader.checks.call_sets import (
     answer_calls,
     max_matching,
@@ -66,81 +64,12 @@ from grader.extract import Call, call_from_value, extract
 from grader.match import match_call, no_call_verdict
 from grader.verdict import Verdict
 
-MAX_PARALLEL = 64
 # The details of a verdict without a path or stale call; read-only, since results that hold it
 # are shared (ToolCallCheck._constant).
 _NOT_STALE: Mapping[str, Any] = MappingProxyType({"path": None, "staleSchemaUsed": False})
 _CONSTANT_VERDICTS = frozenset({"no_call", "too_deep"})
 DEFAULT_DEFINITION: Mapping[str, Any] = {"name": "tool_call", "type": "tool_call"}
 COUNTS = ("last", "exactly_one")
-_RULE_KEYS = ("acceptable", "optional", "strings", "numbers")
-_ENTRY_KEYS = frozenset({"name", "arguments", "function", "type", "id", *_RULE_KEYS})
-
-
-def call_of(value: Any) -> Call | None:
-    """A task-style call: an object (wrappers allowed) or a JSON string holding one."""
-    return extract(value).call if isinstance(value, str) else call_from_value(value)
-
-
-def _path(spec: Spec, key: str, text: Any) -> Path:
-    try:
-        path = parse_path(text)
-    except PathError as exc:
-        raise spec.error(key, str(exc)) from None
-    every = [i for i, step in enumerate(path) if step == EVERY]
-    if every and (not key.endswith("numbers") or every != [len(path) - 1]):
-        raise spec.error(key, f"path {text!r}: '[*]' is allowed only at the end of a numbers path")
-    return path
-
-
-def _rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | None = None) -> Rules:
-    """Read ``acceptable``/``optional``/``strings``/``numbers`` from ``raw`` over ``base``."""
-    acceptable = dict(base.acceptable) if base else {}
-    acc_raw = raw.get("acceptable", {})
-    if not isinstance(acc_raw, dict):
-        raise spec.error(f"{where}acceptable", "must map argument paths to lists of values")
-    for text, values in acc_raw.items():
-        if not isinstance(values, list) or not values:
-            raise spec.error(f"{where}acceptable", f"{text!r} needs a non-empty list of values")
-        acceptable[_path(spec, f"{where}acceptable", text)] = tuple(values)
-    opt_raw = raw.get("optional", [])
-    if not isinstance(opt_raw, list):
-        raise spec.error(f"{where}optional", "must be a list of argument paths")
-    optional = set(base.optional) if base else set()
-    optional.update(_path(spec, f"{where}optional", p) for p in opt_raw)
-    strings: StringMode = base.strings if base else "exact"
-    string_paths = dict(base.string_paths) if base else {}
-    str_raw = raw.get("strings")
-    if isinstance(str_raw, str):
-        str_raw = {"default": str_raw}
-    if str_raw is not None:
-        if not isinstance(str_raw, dict):
-            raise spec.error(f"{where}strings", f"must be one of {STRING_MODES} or an object")
-        for text, mode in str_raw.items():
-            if mode not in STRING_MODES:
-                raise spec.error(f"{where}strings", f"{mode!r} is not one of {STRING_MODES}")
-            if text == "default":
-                strings = mode
-            else:
-                string_paths[_path(spec, f"{where}strings", text)] = mode
-    numbers: dict[Path, NumberType] = dict(base.numbers) if base else {}
-    num_raw = raw.get("numbers", {})
-    if num_raw == FROM_REQUEST and not where:
-        num_raw = {}  # the check's numbers_from_request flag; read by build()
-    if not isinstance(num_raw, dict):
-        raise spec.error(f"{where}numbers", "must map argument paths to 'integer' or 'number'")
-    for text, kind in num_raw.items():
-        if kind not in NUMBER_TYPES:
-            raise spec.error(f"{where}numbers", f"{kind!r} is not one of {NUMBER_TYPES}")
-        numbers[_path(spec, f"{where}numbers", text)] = kind
-    return Rules(acceptable, frozenset(optional), strings, string_paths, numbers)
-
-
-def _compile(spec: Spec, key: str, call: Call, rules: Rules) -> ExpectedCall:
-    try:
-        return ExpectedCall(call.name, call.arguments, rules)
-    except (ValueError, TypeError) as exc:
-        raise spec.error(key, f"holds a value the grader cannot compare: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +97,7 @@ class ToolCallCheck(BaseCheck):
         spec = Spec(
             definition,
             where,
-            frozenset({"expected", "parallel", "expect_no_call", "count", *_RULE_KEYS}),
+            frozenset({"expected", "parallel", "expect_no_call", "count", *RULE_KEYS}),
         )
         expected, stale = task_expected, task_stale
         if "expected" in definition:
@@ -181,9 +110,9 @@ class ToolCallCheck(BaseCheck):
         count = definition.get("count", "last")
         if count not in COUNTS:
             raise spec.error("count", f"must be one of {', '.join(COUNTS)}")
-        rules = _rules(spec, definition, "")
-        has_rules = any(key in definition for key in _RULE_KEYS)
-        parallel = cls._parallel(spec, definition.get("parallel"), rules)
+        rules = read_rules(spec, definition, "")
+        has_rules = any(key in definition for key in RULE_KEYS)
+        parallel = read_parallel(spec, definition.get("parallel"), rules)
         if no_call and (has_rules or parallel or "expected" in definition):
             raise spec.error("expect_no_call", "cannot be combined with other options")
         if parallel and "count" in definition:
@@ -194,7 +123,7 @@ class ToolCallCheck(BaseCheck):
             )
         matcher = None
         if expected is not None and not parallel and (has_rules or count != "last"):
-            matcher = _compile(spec, "acceptable", expected, rules)
+            matcher = compile_call(spec, "acceptable", expected, rules)
         return cls(
             spec.name,
             "tool_call",
@@ -207,31 +136,6 @@ class ToolCallCheck(BaseCheck):
             count,
             definition.get("numbers") == FROM_REQUEST,
         )
-
-    @staticmethod
-    def _parallel(spec: Spec, raw: Any, rules: Rules) -> tuple[ExpectedCall, ...]:
-        if raw is None:
-            return ()
-        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_PARALLEL:
-            raise spec.error("parallel", f"must be a list of 1 to {MAX_PARALLEL} calls")
-        calls = []
-        for index, value in enumerate(raw):
-            own: Mapping[str, Any] = {}
-            unknown = sorted(set(value) - _ENTRY_KEYS) if isinstance(value, dict) else []
-            if unknown:
-                known = ", ".join(sorted(_ENTRY_KEYS))
-                raise spec.error(
-                    f"parallel[{index}]", f"has unknown field {unknown[0]!r} ({known})"
-                )
-            if isinstance(value, dict) and any(key in value for key in _RULE_KEYS):
-                own = value
-                value = {k: v for k, v in value.items() if k not in _RULE_KEYS}
-            call = call_of(value)
-            if call is None:
-                raise spec.error(f"parallel[{index}]", "is not a usable call {name, arguments}")
-            entry_rules = _rules(spec, own, f"parallel[{index}].", rules) if own else rules
-            calls.append(_compile(spec, f"parallel[{index}]", call, entry_rules))
-        return tuple(calls)
 
     # --- grading ----------------------------------------------------------------------------
 
@@ -294,9 +198,7 @@ class ToolCallCheck(BaseCheck):
 
     def _rules_result(self, miss: Mismatch | None) -> CheckResult:
         if miss is None:
-            return self._constant(
-                "match", True, "matches the expected call", "match", _NOT_STALE
-            )
+            return self._constant("match", True, "matches the expected call", "match", _NOT_STALE)
         return self.result(
             False,
             miss.reason,
