@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from grader._json import dumps
-from proxy.capture import StreamCapture
-from proxy.capture_responses import ResponsesStreamCapture
-from proxy.sse import SSEDecoder
+from proxy.pipeline.capture.chat import StreamCapture
+from proxy.pipeline.capture.responses import ResponsesStreamCapture
+from proxy.pipeline.capture.sse import SSEDecoder
 
 CHUNK = 64 * 1024
 

@@ -32,10 +32,10 @@ from typing import Any
 from grader import parse_task
 from grader._json import dumps
 from grader.tasks import Task
-from proxy.grading import GIL_SWITCH_INTERVAL_S, GradeQueue
-from proxy.jobs import GradeJob
-from proxy.metrics import ProxyMetrics
-from proxy.results import ResultWriter
+from proxy.pipeline.grade import GradeJob
+from proxy.pipeline.queue import GIL_SWITCH_INTERVAL_S, GradeQueue
+from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.results import ResultWriter
 
 CALL = {"name": "f", "arguments": {"a": "x"}}
 PLAIN = parse_task({"id": "plain", "expected": CALL})

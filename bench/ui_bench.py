@@ -3,7 +3,7 @@ adding a failing answer to the inspector's ring (both run on the loop).
 
 Figures, never assertions. The scoreboard is timed for task sets of growing size (every task
 with two models, three results, two variants and one check column); the ring for answers of
-the inspector's shown size (proxy/failures.py SHOWN_CHARS) from the typical (a JSON tool call)
+the inspector's shown size (proxy/pipeline/record/failures.py SHOWN_CHARS) from the typical (a JSON tool call)
 to the worst (every character invisible). Run: ``python bench/ui_bench.py``.
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Callable
 from functools import partial
 
 from grader import parse_task
-from proxy.failures import SHOWN_CHARS, FailureRing
-from proxy.metrics import ProxyMetrics
-from proxy.ui import scoreboard
+from proxy.pipeline.record.failures import SHOWN_CHARS, FailureRing
+from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.surfaces.ui import scoreboard
 
 TASK = parse_task({"id": "t", "expected": {"name": "f", "arguments": {"a": 1}}})
 

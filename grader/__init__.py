@@ -7,6 +7,13 @@ curated in ``__all__`` (a test keeps it complete).
 """
 
 from grader._json import MAX_DEPTH
+from grader.analysis.calibration import (
+    Calibration,
+    CalibrationError,
+    bias_corrected_pass_rate,
+    calibrate,
+    tpr_tnr,
+)
 from grader.api import (
     GradedAnswer,
     RunResult,
@@ -15,13 +22,6 @@ from grader.api import (
     grade_run_async,
     score_run,
     task_from_dict,
-)
-from grader.calibration import (
-    Calibration,
-    CalibrationError,
-    bias_corrected_pass_rate,
-    calibrate,
-    tpr_tnr,
 )
 from grader.checks import (
     CHECK_REASON_CODES,
@@ -46,8 +46,6 @@ from grader.engine import (
     grade_async,
     offline_context,
 )
-from grader.extract import Call, Extraction, extract
-from grader.match import match_call
 from grader.report import CheckTally, Report, Tally
 from grader.rows import (
     LIVE_FIELDS,
@@ -69,6 +67,8 @@ from grader.tasks import (
     load_tasks,
     parse_task,
 )
+from grader.toolcall.extract import Call, Extraction, extract
+from grader.toolcall.match import match_call
 from grader.verdict import NO_CALL_REASON, REASON_CODES, ReasonCode, Verdict
 from grader.version import GRADER_RULES_VERSION, __version__
 

@@ -33,7 +33,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grader.canon import canonical_json
 from grader.checks import CheckContext, JudgeClient
 from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
@@ -50,6 +49,7 @@ from grader.tasks import (
     parse_task,
     tasks_digest,
 )
+from grader.toolcall.canon import canonical_json
 from grader.verdict import Verdict
 
 __all__ = [

@@ -15,7 +15,7 @@ What an outcome holds:
 
 * ``checks`` — one column per check (``policy`` expands to one per behaviour), each with its
   digest; a task without ``checks`` has grading.md's tool-call check as its only column,
-  graded by :func:`grader.match.match_call` directly (the fast path);
+  graded by :func:`grader.toolcall.match.match_call` directly (the fast path);
 * ``result`` — ``pass | fail | stale | error`` by the task's ``pass_rule`` (``all``, ``any`` or
   one check or column name). A column the rule reads that could not reach a verdict
   (``passed is None``) makes the result ``error``: infrastructure, out of every denominator.
@@ -48,8 +48,8 @@ from grader.checks import (
 )
 from grader.checks.judge import Judge, as_judge
 from grader.checks.tool_call import ToolCallCheck, default_check
-from grader.match import match_call
 from grader.tasks import Task
+from grader.toolcall.match import match_call
 from grader.verdict import Verdict
 
 Result = Literal["pass", "fail", "stale", "error"]

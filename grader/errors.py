@@ -12,12 +12,12 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── NoExpectedCallError(LookupError)   grader.tasks      .expected of a checks-only task
     ├── UnknownTaskError(LookupError)      grader.api        an answer names no loaded task
     ├── ScoreRequestError(ValueError)      grader.api        a scoring request off a wire
-    ├── CalibrationError(ValueError)       grader.calibration labels that cannot calibrate
+    ├── CalibrationError(ValueError)       grader.analysis   labels that cannot calibrate
     ├── AdvisoryError(ValueError)          grader.advisory   an advisory mark or record unusable
-    ├── GateError(ValueError)              grader.gate       a promotion gate file or run unusable
+    ├── GateError(ValueError)              grader.analysis   a promotion gate file or run unusable
     ├── JSONError(ValueError)              grader._json      not JSON the grader accepts
     │   └── JSONTooDeepError               grader._json      nested past the parser's bound
-    ├── TooDeepError(ValueError)           grader.canon      a value past MAX_DEPTH
+    ├── TooDeepError(ValueError)           grader.toolcall   a value past MAX_DEPTH
     ├── PatternError(ValueError)           grader.patterns   a pattern RE2 cannot bound
     ├── RecordError(ValueError)            grader.episodes   a grader record (seed 001) is unusable
     ├── BfclImportError(ValueError)        grader.importers  a BFCL file the importer cannot read

@@ -8,8 +8,8 @@ forbidden call beside the right one would score 1), so :func:`score` refuses suc
 
 from __future__ import annotations
 
-from grader.match import match_call
 from grader.tasks import Task, TaskHasChecksError
+from grader.toolcall.match import match_call
 from grader.verdict import Verdict
 
 

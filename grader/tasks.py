@@ -37,11 +37,11 @@ from typing import Any
 
 from grader._json import JSONError, loads_exact
 from grader.advisory import AdvisoryError, split_advisory
-from grader.canon import canonical_json
 from grader.checks import Check, CheckDefinitionError, build_checks
 from grader.episodes.record import EpisodeRecord, RecordError, parse_record
 from grader.errors import GraderError
-from grader.extract import Call, call_from_value, extract
+from grader.toolcall.canon import canonical_json
+from grader.toolcall.extract import Call, call_from_value, extract
 from grader.version import GRADER_RULES_VERSION
 
 # Every top-level key a task may have. ``metadata`` is open (users' annotations); inside a

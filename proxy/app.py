@@ -20,18 +20,18 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from grader.checks import Judge, JudgeConfig
 from proxy.config import Config
 from proxy.errors import BodyTooLargeError, ProxyError
-from proxy.failures import FailureRing
-from proxy.grading import GradeQueue
-from proxy.guard import Guard
 from proxy.handlers import grading_health, livez, proxy_handler, readyz
-from proxy.judge import AiohttpJudgeClient
+from proxy.judge_client import AiohttpJudgeClient
 from proxy.logs import get_logger
-from proxy.metrics import ModelLabels, ProxyMetrics
-from proxy.pairs import PairTracker
-from proxy.results import ResultWriter
-from proxy.routing import Router
-from proxy.scoring_api import add_scoring_routes
-from proxy.shadow import ShadowRunner, make_session
+from proxy.pipeline.guard import Guard
+from proxy.pipeline.queue import GradeQueue
+from proxy.pipeline.record.failures import FailureRing
+from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
+from proxy.pipeline.record.results import ResultWriter
+from proxy.pipeline.route import Router
+from proxy.pipeline.watchdog import Watchdog, watch_forever
+from proxy.shadow.pairs import PairTracker
+from proxy.shadow.runner import ShadowRunner, make_session
 from proxy.state import (
     CONFIG,
     LIFECYCLE,
@@ -48,9 +48,9 @@ from proxy.state import (
     Lifecycle,
     QueueSlot,
 )
+from proxy.surfaces.scoring_http import add_scoring_routes
+from proxy.surfaces.ui import FAILURES, add_ui_routes
 from proxy.taskstore import TaskStore
-from proxy.ui import FAILURES, add_ui_routes
-from proxy.watchdog import Watchdog, watch_forever
 
 log = get_logger("gradeproxy.app")
 
@@ -112,7 +112,7 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
 
 
 def add_admin_routes(target: web.Application, proxy_app: web.Application) -> None:
-    """/metrics, /livez, /readyz and the live page (proxy/ui.py), on the proxy app or on a
+    """/metrics, /livez, /readyz and the live page (proxy/surfaces/ui.py), on the proxy app or on a
     separate admin app."""
     if target is not proxy_app:  # the admin app reads the proxy's state objects
         target[CONFIG] = proxy_app[CONFIG]
@@ -149,7 +149,10 @@ def _guard(config: Config, watchdog: Watchdog) -> Guard:
 
 
 async def _watching(app: web.Application) -> AsyncIterator[None]:
-    """One scan task for every connection of the proxy and admin sites (proxy/watchdog.py)."""
+    """One scan task for every connection of the proxy and admin sites.
+
+    The watchdog itself is proxy/pipeline/watchdog.py.
+    """
     task = asyncio.create_task(watch_forever(app[WATCHDOG]), name="client-watchdog")
     yield
     task.cancel()

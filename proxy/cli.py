@@ -34,10 +34,10 @@ from aiohttp import web
 
 from proxy.app import make_admin_app, make_app
 from proxy.config import Config, ConfigError, Route, Upstream, load_config, url_warnings
-from proxy.grading import GIL_SWITCH_INTERVAL_S
 from proxy.logs import configure_logging, get_logger
+from proxy.pipeline.queue import GIL_SWITCH_INTERVAL_S
+from proxy.pipeline.watchdog import WatchedRunner
 from proxy.state import LIFECYCLE, TASKS, WATCHDOG, Lifecycle
-from proxy.watchdog import WatchedRunner
 
 # aiohttp cancels what is left this long after shutdown has cut the relays itself.
 CUT_MARGIN_S = 1.0

@@ -4,8 +4,8 @@ Everything that decides *whether* a response is graded (or shadowed) happens her
 the skip counters are complete: no task header, unknown task, sampled out, upstream error
 status, client disconnected, a full queue, or a task named on a route that is not graded
 (``GRADED_ROUTES``: chat completions and the Responses API). A shadow copy is admitted and
-started here (proxy/shadow.py) but never awaited: the client's response depends on the primary
-alone.
+started here (proxy/shadow/runner.py) but never awaited: the client's response depends on
+the primary alone.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from grader.tasks import Task, TaskSet
-from proxy.capture import stream_answered
-from proxy.capture_responses import responses_stream_answered
-from proxy.episodes import turn_of
 from proxy.errors import DrainingError, ProxyError
-from proxy.forward import Relay, relay, request_headers, upstream_url
-from proxy.guard import STRIP, TRACE
-from proxy.jobs import Api, GradeJob, sampled
 from proxy.logs import get_logger
-from proxy.routing import ShadowTarget
-from proxy.shadow import ShadowLeg, shadow_headers
+from proxy.pipeline.capture.chat import stream_answered
+from proxy.pipeline.capture.responses import responses_stream_answered
+from proxy.pipeline.episodes import turn_of
+from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
+from proxy.pipeline.grade import Api, GradeJob, sampled
+from proxy.pipeline.guard import STRIP, TRACE
+from proxy.pipeline.route import ShadowTarget
+from proxy.shadow.runner import ShadowLeg, shadow_headers
 from proxy.state import (
     CONFIG,
     LIFECYCLE,
@@ -103,7 +103,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     headers = request_headers(
         request.headers,
         private_prefixes=("x-grade-", "x-gradeproxy-", grading.meta_header_prefix),
-        # The header that carried the inbound key (proxy/guard.py) never goes upstream.
+        # The header that carried the inbound key (proxy/pipeline/guard.py) never goes upstream.
         private_names=(
             grading.task_header,
             grading.run_header,

@@ -9,14 +9,14 @@ import aiohttp
 from aiohttp import web
 
 from proxy.config import Config
-from proxy.forward import Relay
-from proxy.grading import GradeQueue
-from proxy.metrics import ProxyMetrics
-from proxy.pairs import PairTracker
-from proxy.routing import Router
-from proxy.shadow import ShadowRunner
+from proxy.pipeline.forward import Relay
+from proxy.pipeline.queue import GradeQueue
+from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.route import Router
+from proxy.pipeline.watchdog import Watchdog
+from proxy.shadow.pairs import PairTracker
+from proxy.shadow.runner import ShadowRunner
 from proxy.taskstore import TaskStore
-from proxy.watchdog import Watchdog
 
 
 @dataclass(slots=True)

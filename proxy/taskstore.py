@@ -10,7 +10,7 @@ from pathlib import Path
 
 from grader.tasks import TaskLoadError, TaskSet, load_tasks, task_files
 from proxy.logs import get_logger
-from proxy.metrics import ProxyMetrics
+from proxy.pipeline.record.metrics import ProxyMetrics
 
 log = get_logger("gradeproxy.tasks")
 

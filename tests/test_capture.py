@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
+from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
 
 WIRE = pathlib.Path(__file__).parent / "fixtures" / "wire"
 RESPONSES_PREFIX = "openai_responses_"
@@ -973,8 +973,8 @@ def test_internal_bug_is_reported_not_raised(surface: str, monkeypatch: pytest.M
     def broken(*_: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("proxy.capture._Choice.add_delta", broken)
-    monkeypatch.setattr("proxy.capture._message_answer", broken)
+    monkeypatch.setattr("proxy.pipeline.capture.chat._Choice.add_delta", broken)
+    monkeypatch.setattr("proxy.pipeline.capture.chat._message_answer", broken)
     if surface == "stream":
         result = _capture([_sse(_chunk({"content": "a"}))])
     else:

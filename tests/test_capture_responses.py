@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.capture import Answer, CaptureResult
-from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
+from proxy.pipeline.capture.chat import Answer, CaptureResult
+from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
 from tests import responses_wire as rw
 
 FILES = rw.files()
@@ -369,7 +369,7 @@ def test_internal_bug_is_reported_not_raised(surface: str, monkeypatch: pytest.M
     def broken(output: list[Any]) -> tuple[Answer, bool]:
         raise KeyError("bug")
 
-    monkeypatch.setattr("proxy.capture_responses._output_answer", broken)
+    monkeypatch.setattr("proxy.pipeline.capture.responses._output_answer", broken)
     name = "openai_responses_single_tool." + ("sse" if surface == "stream" else "json")
     if surface == "stream":
         stream = ResponsesStreamCapture()

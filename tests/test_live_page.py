@@ -249,7 +249,7 @@ def test_invisible_characters_are_marked(demo: tuple[str, Path], browser_context
     """The page marks what the ring made visible: edge spaces, a tab, a zero-width space, a
     newline (the ring's own snapshot of a crafted answer, served in place of this process's)."""
     from grader.tasks import parse_task
-    from proxy.failures import FailureRing
+    from proxy.pipeline.record.failures import FailureRing
 
     base, _ = demo
     ring = FailureRing(5, capture_answer=True)
@@ -279,8 +279,8 @@ def test_episodes_are_shown_with_their_columns(
     """Two replayed episodes (one passing, one with a forbidden delete) counted into a registry
     the way the grade queue counts them; the page shows that registry's episode numbers."""
     from grader.cli import main
-    from proxy.metrics import ProxyMetrics
-    from proxy.ui import scoreboard
+    from proxy.pipeline.record.metrics import ProxyMetrics
+    from proxy.surfaces.ui import scoreboard
     from tests.episodes.episodes_support import GOOD_BILLING, GOOD_BILLING_FINAL, Step, chat
 
     task = "billing.duplicate_charge.episode"
@@ -343,8 +343,8 @@ def test_a_task_shows_its_error_rate(
     demo: tuple[str, Path], browser_context: Any, passed: int, errors: int, shown: str
 ) -> None:
     """The task row's error cell: error rows over all rows (errors are out of "graded")."""
-    from proxy.metrics import ProxyMetrics
-    from proxy.ui import scoreboard
+    from proxy.pipeline.record.metrics import ProxyMetrics
+    from proxy.surfaces.ui import scoreboard
 
     metrics = ProxyMetrics()
     metrics.task_info.labels("t.err", "none").set(1)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.sse import SSEDecoder, SSEEvent
+from proxy.pipeline.capture.sse import SSEDecoder, SSEEvent
 
 
 def _decode(chunks: list[bytes], *, flush: bool = False) -> list[SSEEvent]:

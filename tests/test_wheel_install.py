@@ -141,9 +141,13 @@ def test_wheel_runs_its_demo_outside_the_source_tree(tmp_path: Path) -> None:
     assert (work / "results" / "demo.jsonl").is_file()
     schema = gradeproxy(venv, "config-schema", cwd=work)
     assert (schema.returncode, '"title": "gradeproxy config"' in schema.stdout) == (0, True)
-    # The live page is package data too (proxy/ui.html), read from the installed wheel.
+    # The live page is package data too (proxy/surfaces/ui.html), read from the installed wheel.
     page = subprocess.run(
-        [str(python), "-c", "import proxy.ui, sys; sys.stdout.buffer.write(proxy.ui.PAGE)"],
+        [
+            str(python),
+            "-c",
+            "import proxy.surfaces.ui, sys; sys.stdout.buffer.write(proxy.surfaces.ui.PAGE)",
+        ],
         capture_output=True,
         cwd=work,
         check=True,

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from grader._json import JSONError, dumps, loads_exact
-from grader.canon import canonical_json
 from grader.errors import GraderError
-from grader.extract import call_from_value, extract
+from grader.toolcall.canon import canonical_json
+from grader.toolcall.extract import call_from_value, extract
 from grader.verdict import ReasonCode
 from grader.version import GRADER_RULES_VERSION
 

@@ -13,13 +13,13 @@ from typing import Any
 
 from grader.checks._base import Check, CheckDefinitionError
 from grader.checks.json_schema import JsonSchemaCheck
-from grader.checks.judge_checks import JudgeCheck
+from grader.checks.model_graded import JudgeCheck
 from grader.checks.multi import MultiCheck
 from grader.checks.policy import PolicyCheck
 from grader.checks.similarity import SimilarityCheck
 from grader.checks.string_check import StringCheck
 from grader.checks.tool_call import ToolCallCheck, call_of, default_check
-from grader.extract import Call
+from grader.toolcall.extract import Call
 
 PASS_RULES = ("all", "any")
 _REFUSED = {

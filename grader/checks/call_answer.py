@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.canon import Canon, TooDeepError
 from grader.checks.call_rules import StringMode, canon_in
+from grader.toolcall.canon import Canon, TooDeepError
 
 UNCOMPARABLE = object()  # a value canon cannot read (too deep, not JSON): it matches nothing
 

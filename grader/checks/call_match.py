@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from grader.canon import Canon, CArray, CObject, TooDeepError, kind_of
 from grader.checks._base import CheckReasonCode
 from grader.checks.call_answer import UNCOMPARABLE, AnswerCall, leaf_in
 from grader.checks.call_rules import (
@@ -28,7 +27,8 @@ from grader.checks.call_rules import (
     number_fails,
     path_text,
 )
-from grader.compare import first_difference
+from grader.toolcall.canon import Canon, CArray, CObject, TooDeepError, kind_of
+from grader.toolcall.diff import first_difference
 
 
 class Mismatch(NamedTuple):

@@ -24,7 +24,7 @@ from grader.checks.call_rules import (
     parse_path,
 )
 from grader.checks.json_schema import FROM_REQUEST
-from grader.extract import Call, call_from_value, extract
+from grader.toolcall.extract import Call, call_from_value, extract
 
 MAX_PARALLEL = 64
 RULE_KEYS = ("acceptable", "optional", "strings", "numbers")

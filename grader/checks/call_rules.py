@@ -25,7 +25,8 @@ import re
 from typing import Any, Literal
 
 from grader._json import MAX_DEPTH
-from grader.canon import (
+from grader.errors import GraderError
+from grader.toolcall.canon import (
     Canon,
     CArray,
     CBool,
@@ -34,7 +35,6 @@ from grader.canon import (
     canon,
     normalise_string,
 )
-from grader.errors import GraderError
 
 StringMode = Literal["exact", "casefold", "bfcl"]
 STRING_MODES: tuple[StringMode, ...] = ("exact", "casefold", "bfcl")
@@ -100,9 +100,9 @@ def _fold_strings(value: Canon, mode: StringMode) -> Canon:
 def canon_in(value: Any, mode: StringMode, depth: int = 0) -> Canon:
     """The canonical value under a string mode; raise ``TooDeepError``/``TypeError``.
 
-    The same value as folding the strings of :func:`grader.canon.canon`'s result, in one walk:
-    scalars, the values nearly every argument holds, are decided here directly, and arrays and
-    objects under a folding mode are rebuilt once instead of twice."""
+    The same value as folding the strings of :func:`grader.toolcall.canon.canon`'s result, in
+    one walk: scalars, the values nearly every argument holds, are decided here directly, and
+    arrays and objects under a folding mode are rebuilt once instead of twice."""
     kind = type(value)
     if kind is str:
         # normalise_string changes only a string with a comma or a leading "P" (a duration).

@@ -16,7 +16,7 @@ from grader.checks._base import Sample
 from grader.checks.call_answer import AnswerCall
 from grader.checks.call_match import Mismatch
 from grader.checks.call_rules import Path, path_text
-from grader.extract import Extraction, extract
+from grader.toolcall.extract import Extraction, extract
 
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
 

@@ -38,10 +38,10 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
 from grader._json import JSONError, loads_exact
-from grader.canon import TooDeepError, canonical_json
 from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec, sample_calls
 from grader.checks._schema import PatternError, UnresolvableRefError, safe_validator, schema_errors
-from grader.extract import top_level_object_spans
+from grader.toolcall.canon import TooDeepError, canonical_json
+from grader.toolcall.extract import top_level_object_spans
 
 FROM_REQUEST = "from_request"
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object"}

@@ -1,4 +1,4 @@
-"""The LLM judge: the client wrapper the judge checks share (``grader.checks.judge_checks``).
+"""The LLM judge: the client wrapper the judge checks share (``grader.checks.model_graded``).
 
 Rules (seed 002, docs/grading.md "LLM judge"):
 

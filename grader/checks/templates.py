@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from grader._json import JSONError, dumps, loads_exact
-from grader.canon import TooDeepError, canonical_json
 from grader.checks._base import CheckDefinitionError, Sample
 from grader.errors import GraderError
+from grader.toolcall.canon import TooDeepError, canonical_json
 
 if TYPE_CHECKING:
     from grader.checks._base import BaseCheck, CheckResult

@@ -1,7 +1,7 @@
 """``tool_call``: grading.md's tool-call grader as a check, with BFCL-style options.
 
-``{"type": "tool_call", "name"}`` grades exactly as :func:`grader.match.match_call` does against
-the task's ``expected`` (and ``metadata.stale``); a task without ``checks`` gets this check,
+``{"type": "tool_call", "name"}`` grades exactly as :func:`grader.toolcall.match.match_call` does
+against the task's ``expected`` (and ``metadata.stale``); a task without ``checks`` gets this check,
 named ``tool_call``. Options (matching semantics live in :mod:`grader.checks.call_match`,
 what each rule means for a value in :mod:`grader.checks.call_rules`):
 
@@ -60,8 +60,8 @@ from grader.checks.call_sets import (
     usable_depth,
 )
 from grader.checks.json_schema import FROM_REQUEST, request_schema
-from grader.extract import Call, call_from_value, extract
-from grader.match import match_call, no_call_verdict
+from grader.toolcall.extract import Call, call_from_value, extract
+from grader.toolcall.match import match_call, no_call_verdict
 from grader.verdict import Verdict
 
 # The details of a verdict without a path or stale call; read-only, since results that hold it
@@ -158,8 +158,8 @@ class ToolCallCheck(BaseCheck):
         return self._from_verdict(self._grade(self.expected, self.stale, sample.answer))
 
     def _grade(self, expected: Call, stale: Call | None, answer: str) -> Verdict:
-        """:func:`grader.match.match_call` against ``expected``: grading.md's grader, unchanged
-        (the options go through the matcher, ``_run_rules``)."""
+        """:func:`grader.toolcall.match.match_call` against ``expected``: grading.md's grader,
+        unchanged (the options go through the matcher, ``_run_rules``)."""
         return match_call(expected, stale, answer)
 
     def _run_rules(

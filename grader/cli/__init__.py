@@ -34,7 +34,7 @@ _SERVER_COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], 
         server_args.add_serve_arguments,
     ),
     "config-schema": (
-        "proxy.config_schema",
+        "proxy.config.schema",
         "print the config file's JSON Schema (generated from the code) for editors and CI",
         lambda parser: None,
     ),

@@ -26,7 +26,7 @@ from typing import Any
 
 from grader._json import dumps
 from grader.advisory import CALIBRATION_KIND
-from grader.calibration import (
+from grader.analysis.calibration import (
     UNSPLIT,
     Calibration,
     CalibrationError,

@@ -1,11 +1,12 @@
 """``gradeproxy compare``: primary vs shadow over the proxy's result rows, pair by pair.
 
 Reads one or more result files (JSONL, as ``results.path`` writes them; rotated files too),
-pairs the rows by ``pair_id`` and ``choice`` (grader/compare_runs.py), and prints per task and
+pairs the rows by ``pair_id`` and ``choice`` (grader/analysis/paired.py), and prints per task and
 per mutation kind the two pass and stale rates, wins/losses/ties and the exact McNemar p-value;
 ``--json`` prints the same as one JSON object. Exit 0 when the comparison ran (whatever it
 says), 2 on unreadable input, naming file and line, with nothing printed on stdout.
-``--gate GATE.yaml`` turns it into a promotion decision (grader/cli/gate.py, grader/gate.py).
+``--gate GATE.yaml`` turns it into a promotion decision (grader/cli/gate.py,
+grader/analysis/gate.py).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from grader._json import dumps
+from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
 from grader.cli._io import InputError, read_jsonl
-from grader.compare_runs import RESULTS, Comparison, Leg, Summary, summarise
 
 
 def register(sub: Any) -> None:

@@ -1,4 +1,4 @@
-"""``gradeproxy compare --gate GATE.yaml``: the promotion decision (grader/gate.py).
+"""``gradeproxy compare --gate GATE.yaml``: the promotion decision (grader/analysis/gate.py).
 
 Two inputs, one decision: ``--results FILE...`` (live rows: the ``primary`` variant is the
 baseline, the ``shadow`` the candidate, paired by ``pair_id`` and ``choice``) or ``--baseline
@@ -17,8 +17,16 @@ from typing import Any
 import yaml
 
 from grader._json import dumps
+from grader.analysis.gate import (
+    GateError,
+    Item,
+    SuiteResult,
+    check_frozen,
+    evaluate,
+    exit_code,
+    parse_gate,
+)
 from grader.cli._io import InputError, read_jsonl
-from grader.gate import GateError, Item, SuiteResult, check_frozen, evaluate, exit_code, parse_gate
 
 GRADED = ("pass", "fail", "stale")
 

@@ -3,7 +3,7 @@
 ``gradeproxy regrade --results ROWS... --tasks NEW --out DIFF.jsonl [--judge CFG] [--json]``
 reads result rows (offline rows, or the proxy's ``grades.jsonl``: its rotations ``.5`` … ``.1``
 are read first unless ``--no-rotations``),
-grades each stored answer against the new task set (``grader/regrade.py``), writes one JSON
+grades each stored answer against the new task set (``grader/analysis/regrade.py``), writes one JSON
 line per changed column, and prints counts per task, per check and per mutation kind.
 
 Exit 0 when the re-grade ran, whatever changed; exit 2 on unreadable input (``file:line``), an
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from grader._json import dumps
+from grader.analysis.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
 from grader.checks.judge import Judge
 from grader.cli._io import InputError, jsonl_bytes, read_jsonl, write_atomically
 from grader.cli.parquet import with_rotations
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
-from grader.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
 from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
 
 

@@ -1,6 +1,6 @@
 """Agent episodes: a whole run graded against seed 001's grader record (docs/episodes.md).
 
-Pure like the rest of ``grader``: no aiohttp, no I/O. The proxy (proxy/episodes.py) and
+Pure like the rest of ``grader``: no aiohttp, no I/O. The proxy (proxy/pipeline/episodes.py) and
 ``gradeproxy replay`` (grader/cli/replay.py) share every line of it, so an episode gives the same
 row live and offline. Layout::
 

@@ -1,7 +1,7 @@
 """Grade one episode into one row: replay, columns, and the counts a reader joins on.
 
-The live proxy (proxy/episodes.py) and ``gradeproxy replay`` both call :func:`episode_row`, so
-an episode gives the same row both ways; the proxy only adds its live-traffic fields.
+The live proxy (proxy/pipeline/episodes.py) and ``gradeproxy replay`` both call :func:`episode_row`,
+so an episode gives the same row both ways; the proxy only adds its live-traffic fields.
 
 Role: the episode's own role (``X-Grade-Role`` live, ``role`` on an offline line) wins over the
 record's ``role``, which wins over ``item.role``.
@@ -13,12 +13,12 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from grader.canon import canonical_json
 from grader.checks import CheckContext, Judge, Sample
 from grader.episodes.columns import columns
 from grader.episodes.log import EpisodeLog
 from grader.episodes.record import EpisodeRecord
 from grader.episodes.replay import replay
+from grader.toolcall.canon import canonical_json
 from grader.version import GRADER_RULES_VERSION
 
 Result = Literal["pass", "fail", "error"]

@@ -18,8 +18,8 @@ from typing import Any, Literal, Protocol
 
 import re2
 
-from grader.canon import TooDeepError, canon
 from grader.patterns import PatternError, compile_pattern
+from grader.toolcall.canon import TooDeepError, canon
 
 RuleCode = Literal[
     "policy_ok",

@@ -99,7 +99,7 @@ class Bundle:
 class RootCause:
     """The rule form: phrases the final answer states (case-insensitive, spaces collapsed);
     or the judge form: a ``label_model``/``score_model`` check (a rubric of facts) that reads
-    the final answer as ``{{sample.output_text}}`` (grader.checks.judge_checks)."""
+    the final answer as ``{{sample.output_text}}`` (grader.checks.model_graded)."""
 
     any_of: tuple[str, ...]
     all_of: tuple[str, ...]

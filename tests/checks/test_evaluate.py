@@ -169,7 +169,7 @@ def test_digest_is_sha256_of_canonical_definition_and_rules_version() -> None:
     assert len(a.digest) == 7 + 64
     import hashlib
 
-    from grader.canon import canonical_json
+    from grader.toolcall.canon import canonical_json
 
     text = GRADER_RULES_VERSION + "\n" + canonical_json(QUEUE)
     assert a.digest == "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -19,7 +19,7 @@ from pytest_aiohttp import AiohttpClient
 from grader._json import dumps
 from grader.checks import CheckContext, CheckDefinitionError, Sample, build_check
 from grader.patterns import PatternError, compile_pattern, search
-from proxy.scoring_api import PREFIX, add_scoring_routes
+from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
 from tests.proxy.harness import Listener
 
 EVIL = "a" * 64 + "!"  # against ^(a+)+$, Python's re takes ~2**64 steps

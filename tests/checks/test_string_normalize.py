@@ -16,7 +16,7 @@ from pytest_aiohttp import AiohttpClient
 from grader.checks import CheckDefinitionError, build_check
 from grader.checks.string_check import exact_match_normalize
 from grader.cli import main
-from proxy.scoring_api import PREFIX, add_scoring_routes
+from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
 from tests.checks.util import run
 
 

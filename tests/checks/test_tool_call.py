@@ -8,7 +8,7 @@ import pytest
 
 from grader import parse_task, score
 from grader.checks import CheckDefinitionError, build_check, build_checks
-from grader.extract import call_from_value
+from grader.toolcall.extract import call_from_value
 from tests.checks.util import call, run, wire
 
 EXPECTED = call("create_event", summary="Retro", duration="PT1H", attendees=["a@x.io"])

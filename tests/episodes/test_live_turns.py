@@ -1,4 +1,4 @@
-"""proxy/episodes.py without sockets: which response ends an episode, what counts as an
+"""proxy/pipeline/episodes.py without sockets: which response ends an episode, what counts as an
 incomplete history, and that no request or answer, however odd, makes it raise."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.episodes import EpisodeTurn, grade_turn, turn_of
+from proxy.pipeline.episodes import EpisodeTurn, grade_turn, turn_of
 from tests.episodes.episodes_support import GOOD_BILLING, GOOD_BILLING_FINAL, chat, responses, task
 
 BILLING = task("billing.duplicate_charge.episode")

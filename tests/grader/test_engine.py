@@ -29,9 +29,9 @@ from grader import (
     parse_task,
 )
 from grader._json import dumps
-from grader.extract import Call
 from grader.report import Report
 from grader.rows import TOOL_CALL_FIELDS, answer_row
+from grader.toolcall.extract import Call
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = load_tasks(ROOT / "config" / "tasks")

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader._json import dumps, loads_exact
+from grader.analysis.gate import Item, evaluate, ids_digest, parse_gate
 from grader.cli import main
-from grader.gate import Item, evaluate, ids_digest, parse_gate
 
 GATE = {
     "drift_budget": {"noise_tolerance_pts": 1, "hard_fail_threshold_pts": 5},

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from grader import parse_task, score
 from grader._json import SEARCH_WINDOW, dumps, loads_exact
-from grader.canon import canon, to_plain
-from grader.extract import extract
+from grader.toolcall.canon import canon, to_plain
+from grader.toolcall.extract import extract
 
 json_scalars = (
     st.none()

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from grader._json import dumps, loads_exact
+from grader.analysis.regrade import CHANGES, classify
 from grader.cli import main
-from grader.regrade import CHANGES, classify
 
 
 def jsonl(path: Path, rows: list[Any]) -> Path:

@@ -1,5 +1,5 @@
-"""Client timeouts (proxy/watchdog.py): slow headers, slow bodies and idle sockets are closed
-and counted; a slow but steady client and a silent streamed response are never cut."""
+"""Client timeouts (proxy/pipeline/watchdog.py): slow headers, slow bodies and idle sockets
+are closed and counted; a slow but steady client and a silent streamed response are never cut."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import yaml
 
 from grader.cli import main
 from proxy.config import Config, ConfigError, load_config, url_warnings
-from proxy.config_schema import config_schema
+from proxy.config.schema import config_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 V1 = {"upstream": {"url": "http://127.0.0.1:8000/v1"}}

@@ -26,7 +26,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.guard import dot_segment
+from proxy.pipeline.guard import dot_segment
 from tests.proxy.conftest import TASK_LINES
 from tests.proxy.harness import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.proxy.live import Live, live_proxy

@@ -247,7 +247,8 @@ async def test_checks_whose_cost_grows_run_off_the_event_loop(
     import threading
 
     from grader._json import dumps
-    from proxy import grading, jobs
+    from proxy.pipeline import grade as jobs
+    from proxy.pipeline import queue as grading
 
     with tasks_file.open("ab") as out:
         out.write(dumps(SCHEMA_TASK) + b"\n")

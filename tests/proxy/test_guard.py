@@ -11,9 +11,9 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 
-from proxy.guard import dot_segment
 from proxy.logs import configure_logging
-from proxy.tracecontext import trace_context
+from proxy.pipeline.guard import dot_segment
+from proxy.pipeline.tracecontext import trace_context
 from tests.proxy.harness import ScriptedBackend
 from tests.proxy.live import live_proxy, raw_exchange, status_of
 

@@ -9,8 +9,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.guard import dot_segment
-from proxy.tracecontext import MAX_BAGGAGE, MAX_TRACESTATE, trace_context
+from proxy.pipeline.guard import dot_segment
+from proxy.pipeline.tracecontext import MAX_BAGGAGE, MAX_TRACESTATE, trace_context
 
 _DECODE = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
 

@@ -14,8 +14,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from grader._json import loads_exact
-from proxy.metrics import ProxyMetrics
-from proxy.results import ResultWriter
+from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.results import ResultWriter
 from proxy.state import LIFECYCLE, TASKS
 from proxy.taskstore import TaskStore
 from tests.proxy.conftest import TASK_LINES, ProxyFactory

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from grader._json import loads_exact
-from proxy.results import ResultsWriteError, ResultWriter
+from proxy.pipeline.record.results import ResultsWriteError, ResultWriter
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import Reply, ScriptedBackend, wire
 from tests.proxy.test_live_grading import metric_value

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.decoding import CaptureBuffer
+from proxy.pipeline.decoding import CaptureBuffer
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import JSON, SSE, Reply, ScriptedBackend, wire
 

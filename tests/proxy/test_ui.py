@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from grader.tasks import parse_task
 from proxy.app import make_admin_app
-from proxy.failures import FailureRing, first_difference, visible_runs
-from proxy.guard import KEY_HEADER, Guard
-from proxy.metrics import ProxyMetrics
-from proxy.ui import inspector_allowed, scoreboard
+from proxy.pipeline.guard import KEY_HEADER, Guard
+from proxy.pipeline.record.failures import FailureRing, first_difference, visible_runs
+from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.surfaces.ui import inspector_allowed, scoreboard
 from tests.proxy.conftest import ProxyFactory, rows_of
 from tests.proxy.harness import Reply, ScriptedBackend
 

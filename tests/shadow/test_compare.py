@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from grader.analysis.paired import mcnemar_exact
 from grader.cli import main
-from grader.compare_runs import mcnemar_exact
 from tests.shadow.conftest import ProxyFactory, settle
 from tests.shadow.harness import PlanBackend, plan_request
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.metrics import ProxyMetrics
-from proxy.pairs import PairTracker
+from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.shadow.pairs import PairTracker
 from proxy.state import PAIRS
 from tests.shadow.conftest import ProxyFactory, metric, settle
 from tests.shadow.harness import PlanBackend, plan_request

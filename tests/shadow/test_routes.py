@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from proxy import routing
 from proxy.config import ConfigError, load_config
+from proxy.pipeline import route as routing
 from tests.shadow.conftest import ProxyFactory, metric, settle
 from tests.shadow.harness import PlanBackend, plan_request
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.jobs import sampled
+from proxy.pipeline.grade import sampled
 from tests.shadow.conftest import ProxyFactory, metric, settle
 from tests.shadow.harness import PlanBackend, plan_request
 
@@ -20,7 +20,7 @@ KEYS = [f"conversation-{n}" for n in range(2000)] + ["", "ü", "x" * 1000]
 RATES = [0.0, 0.01, 0.1, 0.5, 0.9, 1.0]
 SCRIPT = """
 import json, sys
-from proxy.jobs import sampled
+from proxy.pipeline.grade import sampled
 keys, rates = json.load(sys.stdin)
 print(json.dumps([[sampled(k, r) for k in keys] for r in rates]))
 """

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grader._json import dumps
-from proxy.scoring_api import PREFIX, add_scoring_routes
+from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
 
 CHECK_TYPES = [
     "string_check",

@@ -22,8 +22,8 @@ from openai.types.fine_tuning.alpha import GraderRunResponse, GraderValidateResp
 from pytest_aiohttp import AiohttpClient
 
 from grader._json import dumps, loads_exact
-from proxy import scoring_api
-from proxy.scoring_api import ERROR_DETAILS, ERROR_FLAGS, PREFIX, add_scoring_routes
+from proxy.surfaces import scoring_http as scoring_api
+from proxy.surfaces.scoring_http import ERROR_DETAILS, ERROR_FLAGS, PREFIX, add_scoring_routes
 
 Client = TestClient[web.Request, web.Application]
 RUN, VALIDATE = f"{PREFIX}/graders/run", f"{PREFIX}/graders/validate"

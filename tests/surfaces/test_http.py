@@ -15,9 +15,9 @@ from grader._json import dumps, loads_exact
 from grader.api import digest_of
 from grader.tasks import parse_task
 from grader.version import GRADER_RULES_VERSION
-from proxy.metrics import ProxyMetrics
-from proxy.scoring_api import PREFIX, BadRequestError, add_scoring_routes
+from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import TASKS
+from proxy.surfaces.scoring_http import PREFIX, BadRequestError, add_scoring_routes
 from proxy.taskstore import TaskStore
 from tests.surfaces.cases import (
     CHECKS_ONLY_TASK,

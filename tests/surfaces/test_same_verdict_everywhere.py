@@ -36,9 +36,9 @@ from mcp import Client, StdioServerParameters
 from grader import OFFLINE_FIELDS, Task, TaskSet, grade_run_async, load_tasks
 from grader._json import dumps, loads_exact
 from grader.checks import Judge, JudgeConfig, columns_of
-from grader.checks.judge_checks import NO_JUDGE
+from grader.checks.model_graded import NO_JUDGE
 from grader.cli import main
-from grader.extract import Call
+from grader.toolcall.extract import Call
 from proxy.app import make_app
 from proxy.config import load_config
 from proxy.state import QUEUE, TASKS

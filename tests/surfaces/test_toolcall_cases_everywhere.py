@@ -28,9 +28,9 @@ from pytest_aiohttp import AiohttpClient
 from grader import TaskSet, load_tasks, score_run
 from grader._json import dumps, loads_exact
 from grader.cli import main
-from proxy.metrics import ProxyMetrics
-from proxy.scoring_api import PREFIX, add_scoring_routes
+from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import TASKS
+from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
 from proxy.taskstore import TaskStore
 from tests.surfaces.cases import (
     CASE_IDS,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from grader.canon import Canon, CArray, CObject, kind_of, to_plain
+from grader.toolcall.canon import Canon, CArray, CObject, kind_of, to_plain
 from grader.verdict import ReasonCode
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

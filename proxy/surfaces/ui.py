@@ -3,13 +3,14 @@
 No build step and no CDN: ``ui.html`` is one file of HTML, CSS and a small script that fetches
 the two JSON documents every few seconds. The scoreboard is read from the same Prometheus
 registry ``/metrics`` exports, so the page and a scrape can never disagree; the failure inspector
-reads this process's :class:`~proxy.failures.FailureRing`.
+reads this process's :class:`~proxy.pipeline.record.failures.FailureRing`.
 
 Raw answers are customer content (seed 003), so ``/ui/failures.json`` is served on the admin
 port, or on the traffic port only to a loopback client or to a request carrying a valid inbound
-key (``auth.keys_env``, checked by the guard's own :meth:`~proxy.guard.Guard.has_valid_key`);
-anyone else gets 403 and the page says where to look. The scoreboard's counts carry no content
-and stay open. Also here: ``/`` (links to the page, ``/metrics`` and ``/readyz``) and
+key (``auth.keys_env``, checked by the guard's own
+:meth:`~proxy.pipeline.guard.Guard.has_valid_key`); anyone else gets 403 and the page says where to
+look. The scoreboard's counts carry no content and stay open. Also here: ``/`` (links to the page,
+``/metrics`` and ``/readyz``) and
 ``/health`` (the answer of ``/readyz``).
 """
 
@@ -25,14 +26,14 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.failures import FailureRing
-from proxy.guard import Guard
 from proxy.handlers import readyz
-from proxy.metrics import ProxyMetrics
+from proxy.pipeline.guard import Guard
+from proxy.pipeline.record.failures import FailureRing
+from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import METRICS, QUEUE_SLOT
 
 FAILURES = web.AppKey("failures", FailureRing)
-PAGE = files("proxy").joinpath("ui.html").read_bytes()
+PAGE = files("proxy.surfaces").joinpath("ui.html").read_bytes()
 RESULTS = ("pass", "stale", "fail")
 # Pages refresh every 3 s; several open pages share one reading of the registry.
 BOARD_MAX_AGE_S = 1.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from proxy._coerce import ConfigError
+from proxy.config.coerce import ConfigError
 
 if TYPE_CHECKING:
     from proxy.config import Config

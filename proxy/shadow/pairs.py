@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from proxy.metrics import ProxyMetrics
+from proxy.pipeline.record.metrics import ProxyMetrics
 
 Variant = Literal["primary", "shadow"]
 Results = Mapping[int, str]  # choice index -> pass | fail | stale

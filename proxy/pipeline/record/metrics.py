@@ -45,8 +45,8 @@ SKIP_REASONS = (
     "empty_response",
     "unsupported_route",
     "shutdown",
-    # agent episodes (proxy/episodes.py): a turn that is not the last of an episode-only task,
-    # an episode whose history the request does not carry whole, an episode over a limit
+    # agent episodes (proxy/pipeline/episodes.py): a turn that is not the last of an episode-only
+    # task, an episode whose history the request does not carry whole, an episode over a limit
     "episode_turn",
     "episode_incomplete",
     "episode_limit",

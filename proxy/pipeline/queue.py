@@ -25,13 +25,13 @@ from typing import Any, Literal
 from grader.checks import Judge
 from grader.engine import grade_async
 from grader.rows import live_row
-from proxy.episodes import judge_episode
-from proxy.failures import FailureRing
-from proxy.jobs import GradeJob, grade_job, runs_off_loop
 from proxy.logs import get_logger
-from proxy.metrics import ProxyMetrics
-from proxy.pairs import PairTracker
-from proxy.results import ResultsWriteError, ResultWriter
+from proxy.pipeline.episodes import judge_episode
+from proxy.pipeline.grade import GradeJob, grade_job, runs_off_loop
+from proxy.pipeline.record.failures import FailureRing
+from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.results import ResultsWriteError, ResultWriter
+from proxy.shadow.pairs import PairTracker
 
 log = get_logger("gradeproxy.grading")
 
@@ -258,7 +258,8 @@ class GradeQueue:
     def _count_and_write(self, job: GradeJob, rows: list[dict[str, Any]], latency: float) -> None:
         metrics = self.metrics
         for row in rows:
-            if self.failures is not None:  # the live page's inspector (proxy/failures.py)
+            # the live page's inspector (proxy/pipeline/record/failures.py)
+            if self.failures is not None:
                 self.failures.add(job.task, row)
             if row.get("kind") == "episode":  # its columns are episode metrics, not checks
                 row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}

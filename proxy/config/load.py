@@ -1,13 +1,8 @@
-"""The proxy's configuration: one YAML file, ``GRADEPROXY_*`` environment overrides, CLI flags.
+"""Loading the config: the file, ``GRADEPROXY_*`` overrides, then validation across sections.
 
-Precedence, lowest first: defaults, the file, the environment, command-line flags. Unknown keys
-are errors, and every error names the field (``upstream.url: must be an http(s) URL``,
-``routes[1].shadow.sample_rate: must be within 0..1``), so a bad config fails at start and
-never half-applies. Secrets appear only as environment variable *names* (``api_key_env``);
-their values are read at start and never logged.
-
-``routes`` and the ``shadow`` blocks are structured (a list, nested mappings) and come from the
-file or from ``overrides`` only; ``GRADEPROXY_*`` variables override scalar fields.
+The sections themselves are plain frozen dataclasses (``proxy.config.model``); everything that
+reads a file, the environment or checks one section against another lives here, so the model
+stays a description of what can be configured.
 """
 
 from __future__ import annotations
@@ -16,228 +11,17 @@ import dataclasses
 import difflib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Any, get_type_hints
 
 import yaml
 
 from grader.checks import JudgeConfig
-from proxy._coerce import ConfigError, coerce, plain
-from proxy._coerce import section as build_section
-from proxy._urls import check_base_url, url_warnings
-from proxy._yamlpos import field_line, yaml_error_line
-
-__all__ = ["Config", "ConfigError", "load_config", "url_warnings"]
-
-ENV_PREFIX = "GRADEPROXY_"
-
-
-@dataclass(frozen=True, slots=True)
-class Listen:
-    host: str = "127.0.0.1"
-    port: int = 8080
-
-
-@dataclass(frozen=True, slots=True)
-class Admin:
-    port: int | None = None  # serve /metrics, /livez, /readyz on their own port
-    host: str | None = None  # default: listen.host
-
-
-@dataclass(frozen=True, slots=True)
-class Shadow:
-    """A candidate upstream that gets a copy of sampled graded requests (docs/shadow.md)."""
-
-    url: str = ""
-    api_key_env: str | None = None  # unset: no Authorization (the client's is never sent)
-    model: str | None = None  # rewrite `model` in the shadow's copy of the request body
-    sample_rate: float = 1.0  # of the requests that are graded (same sampling key)
-    max_concurrency: int = 8  # shadow requests in flight at once; more are skipped, not queued
-    timeout_s: float = 60.0  # the whole shadow exchange, read to its last byte
-    stream: Literal["same", "never"] = "same"  # never: ask for a plain JSON body
-    allow_non_v1_path: bool = False  # url's path does not end in /v1, on purpose
-
-
-@dataclass(frozen=True, slots=True)
-class Upstream:
-    url: str = ""
-    api_key_env: str | None = None
-    connect_timeout_s: float = 10.0
-    idle_timeout_s: float = 300.0  # between two reads of the upstream body; no total timeout
-    shadow: Shadow | None = None
-    allow_non_v1_path: bool = False  # url's path does not end in /v1, on purpose
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Requests whose body's ``model`` matches ``match`` (an fnmatch glob) go to ``url``."""
-
-    match: str = ""
-    url: str = ""
-    api_key_env: str | None = None
-    connect_timeout_s: float = 10.0
-    idle_timeout_s: float = 300.0
-    shadow: Shadow | None = None
-    allow_non_v1_path: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Tasks:
-    path: Path | None = None
-    watch: bool = False
-    watch_interval_s: float = 2.0
-    # A task set that fails to load at start stops `serve` (exit 1) unless this is true: then
-    # the proxy forwards ungraded and /readyz says why until a reload succeeds.
-    allow_start_without: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Grading:
-    task_header: str = "X-Grade-Task"
-    run_header: str = "X-Grade-Run"
-    # The row's ``sample_id`` (joins live rows to offline ones and to run metadata).
-    sample_id_header: str = "X-Grade-Sample-Id"
-    meta_header_prefix: str = "X-Grade-Meta-"
-    queue_size: int = 10000
-    workers: int = 2
-    sample_rate: float = 1.0
-    # The sampling key of both grading and shadow sampling: this header (e.g. a conversation
-    # id) when the request has it, else the request id.
-    sampling_header: str | None = None
-    inline_max_bytes: int = 16384  # larger responses are graded in a thread, off the event loop
-    pair_max_pending: int = 10000  # shadow pairs waiting for their second leg
-    pair_ttl_s: float = 900.0  # how long a pair waits for its second leg
-    # Jobs waiting while none was taken off the queue for this long: grading is stuck.
-    stuck_after_s: float = 30.0
-    # Agent episodes (docs/episodes.md): the header that ties turns into one episode (its
-    # value is the episode id), the role, and the header that marks the last turn.
-    episode_header: str = "X-Grade-Episode"
-    role_header: str = "X-Grade-Role"
-    episode_end_header: str = "X-Grade-Episode-End"
-    episode_max_turns: int = 200
-    episode_max_calls: int = 1000
-    episode_max_bytes: int = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Results:
-    path: Path | None = Path("results/grades.jsonl")
-    max_bytes: int = 100 * 1024 * 1024
-    backups: int = 5
-    capture_answer: bool = True
-    # The one cap on the answer a row stores (``truncated: true`` beyond it); grading reads all.
-    max_answer_chars: int = 65536
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_body_bytes: int = 64 * 1024 * 1024  # a declared larger Content-Length: 413 at once
-    max_capture_bytes: int = 16 * 1024 * 1024  # decoded response bytes kept for grading
-
-
-@dataclass(frozen=True, slots=True)
-class Client:
-    """Client-side timeouts (nginx's client_header_timeout, client_body_timeout and
-    keepalive_timeout), enforced by one watchdog over all connections (proxy/watchdog.py)."""
-
-    header_timeout_s: float = 60.0  # first byte of a request to the end of its headers
-    body_timeout_s: float = 60.0  # between two reads of a request body (never the response)
-    idle_timeout_s: float = 60.0  # a connection with no request in progress
-
-
-@dataclass(frozen=True, slots=True)
-class Auth:
-    """Inbound client keys (docs/operations.md#inbound-keys); off while ``keys_env`` is unset."""
-
-    keys_env: str | None = None  # names a variable holding comma-separated keys
-    protect_metrics: bool = True  # /metrics needs a key too (/livez and /readyz never do)
-
-
-@dataclass(frozen=True, slots=True)
-class Shutdown:
-    drain_delay_s: float = 5.0
-    grace_period_s: float = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Metrics:
-    models: tuple[str, ...] = ()  # allow-list of model label values; others become "other"
-    max_models: int = 20  # without an allow-list: first N models seen, then "other"
-
-
-@dataclass(frozen=True, slots=True)
-class Logging:
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["json", "console"] = "json"
-
-
-@dataclass(frozen=True, slots=True)
-class Judge:
-    """The LLM judge for ``label_model``/``score_model`` checks (off the hot path, like all)."""
-
-    endpoint: str | None = None  # an OpenAI-compatible base URL ending in /v1
-    model: str | None = None  # pinned default for checks that name none (no `latest` aliases)
-    api_key_env: str | None = None
-    timeout_s: float = 30.0
-    max_concurrency: int = 4
-    retries: int = 2
-    allow_non_v1_path: bool = False  # endpoint's path does not end in /v1, on purpose
-
-
-@dataclass(frozen=True, slots=True)
-class Scoring:
-    """The scoring HTTP routes under /grading/v1 (docs/scoring.md); off by default."""
-
-    enabled: bool = False
-    max_batch: int = 1000
-    on_admin_port: bool = False  # serve /grading/v1 on admin.port, not the traffic port
-
-
-@dataclass(frozen=True, slots=True)
-class Ui:
-    """The live page at /ui (docs/operations.md#the-live-page)."""
-
-    # Failing and stale answers kept in memory for the inspector, per process; 0: none.
-    failure_ring_size: int = 100
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    listen: Listen = field(default_factory=Listen)
-    admin: Admin = field(default_factory=Admin)
-    upstream: Upstream = field(default_factory=Upstream)
-    routes: tuple[Route, ...] = ()
-    tasks: Tasks = field(default_factory=Tasks)
-    grading: Grading = field(default_factory=Grading)
-    results: Results = field(default_factory=Results)
-    limits: Limits = field(default_factory=Limits)
-    client: Client = field(default_factory=Client)
-    auth: Auth = field(default_factory=Auth)
-    shutdown: Shutdown = field(default_factory=Shutdown)
-    metrics: Metrics = field(default_factory=Metrics)
-    logging: Logging = field(default_factory=Logging)
-    judge: Judge = field(default_factory=Judge)
-    scoring: Scoring = field(default_factory=Scoring)
-    ui: Ui = field(default_factory=Ui)
-
-    def upstream_api_key(self) -> str | None:
-        """The upstream key from the environment variable the config names, if any."""
-        name = self.upstream.api_key_env
-        return os.environ.get(name) if name else None
-
-    def inbound_keys(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-        """The client keys from ``auth.keys_env`` (comma-separated); empty: no inbound auth."""
-        name = self.auth.keys_env
-        if not name:
-            return ()
-        value = (os.environ if environ is None else environ).get(name, "")
-        return tuple(key.strip() for key in value.split(",") if key.strip())
-
-    def redacted(self) -> dict[str, Any]:
-        """The effective config for the start-up log line: names of secrets, never values."""
-        data: dict[str, Any] = plain(self)
-        return data
+from proxy.config.coerce import ConfigError, coerce, plain
+from proxy.config.coerce import section as build_section
+from proxy.config.model import ENV_PREFIX, Config, Judge, Shadow
+from proxy.config.urls import check_base_url
+from proxy.config.yamlpos import field_line, yaml_error_line
 
 
 def _check_secret(where: str, name: str | None) -> None:

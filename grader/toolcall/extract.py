@@ -32,7 +32,7 @@ from grader._json import (
     loads_exact,
     value_depth,
 )
-from grader.canon import Canon, CObject, TooDeepError, canon
+from grader.toolcall.canon import Canon, CObject, TooDeepError, canon
 
 _PROSE = re.compile(r"[{\[]")
 # Inside a span: skip everything up to the next bracket in one match, whole JSON strings

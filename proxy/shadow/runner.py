@@ -29,13 +29,13 @@ from yarl import URL
 
 from grader._json import JSONError, dumps, loads_exact
 from grader.tasks import Task
-from proxy.decoding import CaptureBuffer
-from proxy.grading import GradeQueue
-from proxy.jobs import Api, GradeJob
 from proxy.logs import get_logger
-from proxy.metrics import ProxyMetrics
-from proxy.pairs import PairTracker
-from proxy.routing import ShadowTarget
+from proxy.pipeline.decoding import CaptureBuffer
+from proxy.pipeline.grade import Api, GradeJob
+from proxy.pipeline.queue import GradeQueue
+from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.route import ShadowTarget
+from proxy.shadow.pairs import PairTracker
 
 log = get_logger("gradeproxy.shadow")
 
@@ -75,7 +75,7 @@ def shadow_body(body: bytes, model: str | None, stream: Literal["same", "never"]
 def shadow_headers(primary: CIMultiDict[str], api_key: str | None) -> CIMultiDict[str]:
     """The primary's upstream headers without credentials, plus the shadow's own key."""
     headers = CIMultiDict((k, v) for k, v in primary.items() if k.lower() not in _CREDENTIALS)
-    # Only the codings proxy/decoding.py reads: a shadow's answer is graded, never relayed.
+    # Only the codings proxy/pipeline/decoding.py reads: a shadow's answer is graded, never relayed.
     headers["Accept-Encoding"] = "gzip, deflate"
     if api_key is not None:
         headers["Authorization"] = f"Bearer {api_key}"

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import orjson
 
-from grader.compare import first_difference
-from grader.extract import Call, Extraction, extract
+from grader.toolcall.diff import first_difference
+from grader.toolcall.extract import Call, Extraction, extract
 from grader.verdict import NO_CALL_REASON, Verdict
 
 _SHOWN = 60

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from proxy._accumulate import (
+from proxy.pipeline.capture.accumulate import (
     _MAX_MESSAGE,
     Answer,
     _CaptureError,
@@ -38,7 +38,7 @@ from proxy._accumulate import (
     _nonempty_str,
     _parse_json,
 )
-from proxy.sse import SSEDecoder
+from proxy.pipeline.capture.sse import SSEDecoder
 
 __all__ = ["Answer", "CaptureResult", "StreamCapture", "answers_from_body", "stream_answered"]
 

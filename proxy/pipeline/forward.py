@@ -19,7 +19,6 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy.decoding import CaptureBuffer
 from proxy.errors import (
     DrainingError,
     ProxyError,
@@ -29,6 +28,7 @@ from proxy.errors import (
     in_band_error,
 )
 from proxy.logs import escape_text
+from proxy.pipeline.decoding import CaptureBuffer
 
 # RFC 9110 §7.6.1 plus the non-standard Proxy-Connection; every header named in Connection too.
 HOP_BY_HOP = frozenset(
@@ -47,7 +47,7 @@ HOP_BY_HOP = frozenset(
 )
 # aiohttp sets Host and Content-Length itself. Accept-Encoding passes as the client sent it
 # (and none is added when it sent none), so Content-Encoding comes back to the client that
-# asked for it, undecoded: the proxy never inflates what it relays (proxy/decoding.py).
+# asked for it, undecoded: the proxy never inflates what it relays (proxy/pipeline/decoding.py).
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
 _NO_AUTO_HEADERS = frozenset({"Accept-Encoding"})
 # aiohttp re-frames the body (Content-Length or chunked); Content-Encoding passes through.

@@ -14,7 +14,7 @@ openai-python): the terminal event's ``response.output`` when it carries one, el
 as ``response.output_item.done`` finalised them, else as ``output_item.added`` and the
 argument and text deltas built them. A stream that ends without a terminal event was cut off;
 ``response.failed`` and ``error`` events are upstream errors. Nothing here raises on what a
-backend sends (see ``proxy/capture.py``).
+backend sends (see ``proxy/pipeline/capture/chat.py``).
 
 The single answer is choice 0, and its ``finish_reason`` is translated into chat's vocabulary
 so rows of both APIs compare: ``tool_calls`` / ``stop`` for a completed response,
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from proxy._accumulate import (
+from proxy.pipeline.capture.accumulate import (
     Answer,
     _arguments_text,
     _CaptureError,
@@ -36,8 +36,8 @@ from proxy._accumulate import (
     _parse_json,
     wire_call,
 )
-from proxy.capture import CaptureResult, _internal_error
-from proxy.sse import SSEDecoder
+from proxy.pipeline.capture.chat import CaptureResult, _internal_error
+from proxy.pipeline.capture.sse import SSEDecoder
 
 __all__ = ["ResponsesStreamCapture", "responses_from_body", "responses_stream_answered"]
 
@@ -168,7 +168,7 @@ def responses_from_body(body: bytes) -> CaptureResult:
         return _result(payload, output)
     except _CaptureError as exc:
         return CaptureResult(answers={}, error=str(exc))
-    except Exception as exc:  # see proxy.capture._internal_error
+    except Exception as exc:  # see proxy.pipeline.capture.chat._internal_error
         return CaptureResult(answers={}, error=_internal_error(exc))
 
 
@@ -209,7 +209,7 @@ class ResponsesStreamCapture:
                 self._event(event.event, event.data)
         except _CaptureError as exc:
             self._error = str(exc)
-        except Exception as exc:  # see proxy.capture._internal_error
+        except Exception as exc:  # see proxy.pipeline.capture.chat._internal_error
             self._error = _internal_error(exc)
 
     def finish(self) -> CaptureResult:
@@ -220,7 +220,7 @@ class ResponsesStreamCapture:
                     self._event(event.event, event.data)
             except _CaptureError as exc:
                 self._error = str(exc)
-            except Exception as exc:  # see proxy.capture._internal_error
+            except Exception as exc:  # see proxy.pipeline.capture.chat._internal_error
                 self._error = _internal_error(exc)
         elif not self._finished:
             self._decoder.close()

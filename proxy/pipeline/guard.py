@@ -12,10 +12,10 @@ In order, each step cheap and before the body is read:
    Bearer``, compared in constant time with every configured key; 401 otherwise. /livez and
    /readyz are always open, /metrics unless ``auth.protect_metrics``. The header that carried
    the key is never forwarded (see :data:`STRIP`).
-3. **Trace headers**, validated once (proxy/tracecontext.py) into ``request[TRACE]``.
+3. **Trace headers**, validated once (proxy/pipeline/tracecontext.py) into ``request[TRACE]``.
 4. **An early 413** from a declared ``Content-Length`` over ``limits.max_body_bytes``, before
    one byte of the body is read, with ``Connection: close``.
-5. **The body read**, under the watchdog's body timeout (proxy/watchdog.py): a client that
+5. **The body read**, under the watchdog's body timeout (proxy/pipeline/watchdog.py): a client that
    stops sending gets a 408. Handlers then get the body from aiohttp's cache.
 """
 
@@ -34,8 +34,8 @@ from proxy.errors import (
     ClientTimeoutError,
     InvalidKeyError,
 )
-from proxy.tracecontext import TraceContext, trace_context
-from proxy.watchdog import BodyReadTimeoutError, Conn, Phase, Watchdog
+from proxy.pipeline.tracecontext import TraceContext, trace_context
+from proxy.pipeline.watchdog import BodyReadTimeoutError, Conn, Phase, Watchdog
 
 __all__ = ["KEY_HEADER", "STRIP", "TRACE", "Guard", "dot_segment"]
 
@@ -113,7 +113,7 @@ class Guard:
 
     def has_valid_key(self, request: web.Request) -> bool:
         """Whether keys are configured and ``request`` carries one of them: what lets a remote
-        client read the failure inspector (proxy/ui.py) on the traffic port. Without keys
+        client read the failure inspector (proxy/surfaces/ui.py) on the traffic port. Without keys
         configured, no request has one."""
         if not self._keys:
             return False

@@ -19,8 +19,8 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import orjson
 
-from proxy._coerce import plain
 from proxy.config import Config
+from proxy.config.coerce import plain
 
 
 def _type(hint: Any) -> dict[str, Any]:

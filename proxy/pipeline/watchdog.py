@@ -13,9 +13,9 @@ connection (and a handler, and its buffer) for ever. nginx bounds each phase; so
 
 Each connection's protocol is wrapped in :class:`_Watched`, which notes its phase and the time
 of its last progress (one ``loop.time()`` per received chunk while headers or a body are
-awaited, nothing otherwise); the request middleware (proxy/guard.py) moves it into and out of
-the body and handler phases. One task scans all connections every ``tick`` seconds instead of
-one timer per read. A header or idle timeout closes the socket (a header timeout answers 408
+awaited, nothing otherwise); the request middleware (proxy/pipeline/guard.py) moves it into and out
+of the body and handler phases. One task scans all connections every ``tick`` seconds instead of one
+timer per read. A header or idle timeout closes the socket (a header timeout answers 408
 first); a body timeout fails the body read, so the client gets a 408 in OpenAI's error shape.
 Every close is counted in ``gradeproxy_client_timeouts_total{phase}``.
 """

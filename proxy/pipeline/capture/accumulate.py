@@ -1,7 +1,8 @@
-"""Delta accumulation for ``proxy.capture``: the state machine behind one choice's answer.
+"""Delta accumulation for ``proxy.pipeline.capture.chat``: one choice's answer, delta by delta.
 
 Kept apart from the public capture API so each file reads as one concern: this one knows how
-real servers bend openai-python's ``accumulate_delta`` rules (see ``proxy/capture.py``).
+real servers bend openai-python's ``accumulate_delta`` rules (see
+``proxy/pipeline/capture/chat.py``).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A :class:`GradeJob` is built on the hot path without parsing anything; :func:`gr
 pure-CPU step the grade queue runs on it (inline for small responses, in the grading thread
 otherwise): capture the copy (chat completions or the Responses API), grade every answer with
 the one engine (``grader.engine``), build the rows (``grader.rows``), and hand an agent
-episode's turn to ``proxy.episodes``. Nothing here touches the event loop, the metrics or the
-result file: the queue (``proxy.grading``) records what this returns.
+episode's turn to ``proxy.pipeline.episodes``. Nothing here touches the event loop, the
+metrics or the result file: the queue (``proxy.pipeline.queue``) records what this returns.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from grader.checks import CheckContext
 from grader.engine import grade, needs_judge, reads_request_tools
 from grader.rows import Live, live_row
 from grader.tasks import Task
-from proxy.capture import Answer, CaptureResult, StreamCapture, answers_from_body
-from proxy.capture_responses import ResponsesStreamCapture, responses_from_body
-from proxy.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
+from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
+from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
+from proxy.pipeline.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
 
 # The APIs whose responses the proxy can capture, by the route label they are counted under.
 Api = Literal["chat_completions", "responses"]
@@ -60,7 +60,7 @@ class GradeJob:
     variant: Literal["primary", "shadow"] = "primary"
     pair_id: str | None = None  # set on both legs of a shadowed request
     api: Api = "chat_completions"  # which wire format ``response`` is in
-    episode: EpisodeTurn | None = None  # a turn of an agent episode (proxy/episodes.py)
+    episode: EpisodeTurn | None = None  # a turn of an agent episode (proxy/pipeline/episodes.py)
     role: str | None = None  # the role header: policy authority reads it over item.role
     sample_id: str | None = None  # the sample-id header
     upstream_request_id: str | None = None  # the upstream's x-request-id
