@@ -41,8 +41,11 @@ SEARCH_WINDOW = 256 * 1024
 
 
 def _has_run(text: str) -> bool:
-    # surrogatepass: a lone surrogate (kept by the stdlib path) encodes instead of raising.
-    return _ZEROS in text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ZERO)
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (the stdlib path keeps it): encode it as is
+        data = text.encode("utf-8", "surrogatepass")
+    return _ZEROS in data.translate(_DIGITS_TO_ZERO)
 
 
 def has_long_digit_run(text: str) -> bool:

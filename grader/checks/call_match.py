@@ -216,7 +216,7 @@ class ExpectedCall:
                 return Mismatch(
                     "too_deep", "arguments", "arguments nest deeper than the grader follows"
                 )
-            return _differ(self._canon, mine, (), False)
+            return _differ(self._canon, mine, "arguments", False)
         try:
             if self._keys is not None:
                 return self._keyed_mismatch(got, got.arguments)
@@ -272,7 +272,7 @@ class ExpectedCall:
                 return Mismatch("unexpected", entry.where, f"{entry.where} unexpected")
             if mine == entry.want:
                 continue
-            found = _differ(entry.want, mine, (key,), entry.accept is not None)
+            found = _differ(entry.want, mine, entry.where, entry.accept is not None)
             if found is not None:
                 return found
         return None
@@ -331,14 +331,15 @@ class ExpectedCall:
 
     @staticmethod
     def _plain(want: Any, got: Any, path: Path, mode: StringMode, listed: bool) -> Mismatch | None:
-        return _differ(canon_in(want, mode), canon_in(got, mode), path, listed)
+        where = path_text(path) if path else "arguments"
+        return _differ(canon_in(want, mode), canon_in(got, mode), where, listed)
 
 
-def _differ(a: Canon, b: Canon, path: Path, listed: bool) -> Mismatch | None:
-    """The first difference of two canonical values below ``path`` (grading.md's order)."""
+def _differ(a: Canon, b: Canon, where: str, listed: bool) -> Mismatch | None:
+    """The first difference of two canonical values below ``where``, the reported path
+    (grading.md's order)."""
     if a == b:
         return None
-    where = path_text(path) if path else "arguments"
     if isinstance(a, CObject | CArray) and isinstance(b, CObject | CArray):
         diff = first_difference(a, b, where)
         if diff is not None:
