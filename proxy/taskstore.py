@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from grader.tasks import TaskLoadError, TaskSet, load_tasks, task_files
+from grader.loader import load_tasks
+from grader.tasks import TaskLoadError, TaskSet, task_files
 from proxy.logs import get_logger
 from proxy.pipeline.record.metrics import ProxyMetrics
 

@@ -35,15 +35,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from grader.checks._base import (
-    BaseCheck,
-    CheckContext,
-    CheckDefinitionError,
-    CheckReasonCode,
-    CheckResult,
-    Sample,
-    Spec,
-)
+from grader.checks._base import BaseCheck, CheckDefinitionError, CheckReasonCode, CheckResult, Spec
 from grader.checks.call_answer import AnswerCall
 from grader.checks.call_match import ExpectedCall, Mismatch
 from grader.checks.call_options import (
@@ -60,6 +52,7 @@ from grader.checks.call_sets import (
     usable_depth,
 )
 from grader.checks.json_schema import FROM_REQUEST, request_schema
+from grader.checks.sample import CheckContext, Sample
 from grader.toolcall.extract import Call, call_from_value, extract
 from grader.toolcall.match import match_call, no_call_verdict
 from grader.verdict import Verdict
