@@ -274,14 +274,36 @@ def grade(
     return _outcome(task, results, _verdict_of(task, checks, sample))
 
 
+# The columns of the checks that need no judge, in the task's check order (None where a judge
+# check stands): computed where CPU is cheap (the proxy's grading process) and finished by
+# :func:`grade_async` where the judge's client lives.
+LocalColumns = tuple[CheckResult | None, ...]
+
+
+def local_columns(
+    task: Task,
+    answer: str,
+    context: CheckContext | None = None,
+    item: Mapping[str, Any] | None = None,
+) -> LocalColumns:
+    """Every column :func:`grade_async` computes without the judge, judge slots left None."""
+    sample, row, ctx = _prepare(task, answer, item, context)
+    return tuple(None if c.needs_judge else run_check(c, sample, row, ctx) for c in checks_of(task))
+
+
 async def grade_async(
     task: Task,
     answer: object,
     context: CheckContext | None = None,
     item: Mapping[str, Any] | None = None,
     judge: Judge | JudgeClient | None = None,
+    local: LocalColumns | None = None,
 ) -> Outcome:
-    """:func:`grade`, with judge checks sent (concurrently) to ``judge``."""
+    """:func:`grade`, with judge checks sent (concurrently) to ``judge``.
+
+    ``local`` is :func:`local_columns` of the same answer, computed elsewhere: only the judge
+    checks run here then. The verdict is the same either way (one code path assembles it).
+    """
     client = as_judge(judge)
     if client is None or not needs_judge(task) or not isinstance(answer, str):
         return grade(task, answer, context, item)
@@ -292,7 +314,14 @@ async def grade_async(
             *(arun_check(c, sample, row, ctx, client) for c in checks if c.needs_judge)
         )
     )
-    results = [next(judged) if c.needs_judge else run_check(c, sample, row, ctx) for c in checks]
+    fits = local is not None and len(local) == len(checks)
+    results: list[CheckResult] = []
+    for index, check in enumerate(checks):
+        column = local[index] if fits and local is not None else None
+        if check.needs_judge:
+            results.append(next(judged))
+        else:  # a column the caller did not bring is computed here
+            results.append(column or run_check(check, sample, row, ctx))
     return _outcome(task, results, _verdict_of(task, checks, sample))
 
 

@@ -51,7 +51,14 @@ SKIP_REASONS = (
     "episode_incomplete",
     "episode_limit",
 )
-GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker")
+GRADING_ERROR_KINDS = (
+    "capture",
+    "grader",
+    "check",
+    "results_write",
+    "worker",
+    "grader_process",
+)
 CHECK_RESULTS = ("pass", "fail", "error")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
@@ -245,9 +252,15 @@ class ProxyMetrics:
             "Grade workers that ended and were restarted by the supervisor.",
             registry=reg,
         )
+        self.process_restarts = Counter(
+            "gradeproxy_grade_process_restarts_total",
+            "Grading processes (grading.isolation: process) that ended and were restarted.",
+            registry=reg,
+        )
         self.grading_healthy = Gauge(
             "gradeproxy_grading_healthy",
-            "1 while every grade worker runs and the queue is not stuck, else 0.",
+            "1 while every grade worker (and the grading process) runs and the queue is not"
+            " stuck, else 0.",
             registry=reg,
         )
         self.client_timeouts = Counter(
