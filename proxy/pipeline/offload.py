@@ -46,6 +46,11 @@ class GradingProcessDiedError(RuntimeError):
     """The grading process ended while it had this job: nothing was graded."""
 
 
+class NotPicklableError(TypeError):
+    """A job or call that cannot cross the pipe (a check holding a compiled validator): the
+    caller grades it in a thread instead."""
+
+
 class GraderError(RuntimeError):
     """``grade_job`` raised in the child (the same grader bug would have raised in a thread)."""
 
@@ -60,8 +65,8 @@ def context() -> BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-# An outbox item: (seq, "grade", wire) or (seq, "call", (function, args)).
-Item = tuple[int, str, Any]
+# An outbox item: (seq, "grade" | "call", the pickled wire form or (function, args)).
+Item = tuple[int, str, bytes]
 
 
 @dataclass(slots=True)
@@ -89,6 +94,7 @@ class GradingProcess:
         self.pid: int | None = None  # the running child's, once it said it is ready
         self.restarts = 0
         self.jobs_sent = 0
+        self.calls_sent = 0
         self.tasks_inlined = 0  # jobs that carried their task (the child had not its set)
         self._seq = 0
         # Every unanswered item, in the order sent; the child answers in that order. The
@@ -145,6 +151,9 @@ class GradingProcess:
                     attempt = 0
                 else:
                     self._answer(message)
+                # readexactly does not yield while the buffer holds the next message: yield, so
+                # a 10,000-row answer is unpickled between other requests, never all at once.
+                await asyncio.sleep(0)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass  # the child is gone
         finally:
@@ -217,11 +226,19 @@ class GradingProcess:
         asyncio.get_running_loop().create_task(self._send_tasks(tasks), name="grading-tasks")
 
     async def _send_tasks(self, tasks: TaskSet) -> None:
-        blob = await asyncio.to_thread(pickle.dumps, ("tasks", tasks.digest, tasks), PICKLE)
+        try:
+            blob = await asyncio.to_thread(pickle.dumps, ("tasks", tasks.digest, tasks), PICKLE)
+        except Exception as exc:  # its jobs carry their tasks, or are graded in a thread
+            log.error("task_set_not_picklable", digest=tasks.digest, error=repr(exc)[:300])
+            return
         self._tasks_blob = (tasks.digest, blob)
         if self._writer is not None:  # else the next child's "ready" sends it
             self._writer.write(_HEADER.pack(len(blob)) + blob)
             keep(self._child_sets, tasks.digest, None)
+
+    def holds(self, digest: str) -> bool:
+        """Whether the running child holds the task set ``digest`` (jobs then refer to it)."""
+        return self.up and digest in self._child_sets
 
     def _ref(self, job: GradeJob) -> TaskRef:
         if job.tasks_digest in self._child_sets:
@@ -230,9 +247,13 @@ class GradingProcess:
         return ("task", job.task)
 
     def _enqueue(self, kind: str, payload: Any) -> asyncio.Future[Any]:
+        try:  # each item alone: one that cannot be pickled fails here, not a whole batch
+            blob = pickle.dumps(payload, PICKLE)
+        except Exception as exc:
+            raise NotPicklableError(repr(exc)[:300]) from exc
         loop = asyncio.get_running_loop()
         self._seq += 1
-        item: Item = (self._seq, kind, payload)
+        item: Item = (self._seq, kind, blob)
         future: asyncio.Future[Any] = loop.create_future()
         self._sent[self._seq] = _Sent(future, item)
         self._outbox.append(item)
@@ -242,13 +263,20 @@ class GradingProcess:
         return future
 
     def grade(self, job: GradeJob) -> asyncio.Future[Graded]:
-        """Grade ``job`` in the child; jobs submitted in one tick go as one batch."""
+        """Grade ``job`` in the child; jobs submitted in one tick go as one batch.
+
+        Raises :class:`NotPicklableError` at once for a job that cannot cross the pipe.
+        """
+        future = self._enqueue("grade", job_wire(job, self._ref(job)))
         self.jobs_sent += 1
-        return self._enqueue("grade", job_wire(job, self._ref(job)))
+        return future
 
     def call(self, function: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        """Run a picklable module-level ``function(*args)`` in the child (heavy checks)."""
-        return self._enqueue("call", (function, args))
+        """Run a module-level ``function(*args)`` in the child (heavy checks); raises
+        :class:`NotPicklableError` at once when the arguments cannot cross the pipe."""
+        future = self._enqueue("call", (function, args))
+        self.calls_sent += 1
+        return future
 
     def _write(self, message: tuple[Any, ...]) -> None:
         assert self._writer is not None
@@ -260,7 +288,7 @@ class GradingProcess:
         if self._writer is None:  # not up yet: the items wait for the child's "ready"
             return
         outbox, self._outbox = self._outbox, []
-        batch: list[tuple[int, Any]] = []
+        batch: list[tuple[int, bytes]] = []
         for seq, kind, payload in outbox:
             if kind == "grade":
                 batch.append((seq, payload))
@@ -270,7 +298,7 @@ class GradingProcess:
                 self._write(("grade", batch, self.capture_answer, self.max_answer_chars))
                 batch = []
             if kind == "call":
-                self._write(("call", seq, *payload))
+                self._write(("call", seq, payload))
         if batch:
             self._write(("grade", batch, self.capture_answer, self.max_answer_chars))
 

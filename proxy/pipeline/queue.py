@@ -33,7 +33,7 @@ from grader.tasks import TaskSet
 from proxy.logs import get_logger
 from proxy.pipeline.episodes import judge_episode
 from proxy.pipeline.grade import Graded, GradeJob, grade_job, runs_off_loop
-from proxy.pipeline.offload import GradingProcess, GradingProcessDiedError
+from proxy.pipeline.offload import GradingProcess, GradingProcessDiedError, NotPicklableError
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.results import ResultsWriteError, ResultWriter
@@ -241,14 +241,16 @@ class GradeQueue:
     async def run_heavy(self, function: Any, *args: Any) -> Any:
         """Run a heavy check off the event loop where grading runs (the scoring API's path)."""
         if self.process is not None:
-            return await self.process.call(function, *args)
+            with contextlib.suppress(NotPicklableError):  # e.g. a check holding a validator
+                return await self.process.call(function, *args)
         return await asyncio.to_thread(function, *args)
 
     async def _grade(self, job: GradeJob) -> Graded:
         if job.size <= self.inline_max_bytes and not runs_off_loop(job.task):
             return grade_job(job, self.capture_answer, self.max_answer_chars)
         if self.process is not None:
-            return await self.process.grade(job)
+            with contextlib.suppress(NotPicklableError):  # graded in the thread instead
+                return await self.process.grade(job)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._executor, grade_job, job, self.capture_answer, self.max_answer_chars
