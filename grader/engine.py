@@ -9,6 +9,8 @@ The same task and answer therefore give the same columns, the same ``result`` an
 
     grade(task, answer, context=None, item=None)              -> Outcome   judge columns: error
     await grade_async(task, answer, context, item, judge)     -> Outcome   judge checks called
+    local_columns(task, answer, context, item)                -> the columns needing no judge
+    await grade_async(..., judge, local=columns)              -> Outcome   only the judge runs
     offline_context(task, row)                                -> CheckContext for a row offline
 
 What an outcome holds:
