@@ -193,7 +193,9 @@ class GradeQueue:
         return True
 
     async def stop(self, timeout_s: float | None = None) -> None:
-        """Drain, then stop the workers and the grading thread."""
+        """Drain (the jobs in the grading process included), then stop the workers, the
+        grading process and the threads, all within ``timeout_s``."""
+        started = time.monotonic()
         drained = await self.drain(timeout_s)
         if not drained:
             log.error("grade_queue_not_drained", left=self._queue.qsize())
@@ -204,8 +206,14 @@ class GradeQueue:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
         self._workers.clear()
-        if self.process is not None:  # drained: the child holds nothing now, or the grace ran out
-            await self.process.stop(timeout_s)
+        if self.process is not None:
+            # Drained: the child holds nothing and ends at once. Not drained: the grace is spent.
+            left: float | None = 0.0
+            if drained and timeout_s is not None:
+                left = max(timeout_s - (time.monotonic() - started), 1.0)
+            elif drained:
+                left = None
+            await self.process.stop(left)
         self._executor.shutdown(wait=True)
         self._writer_executor.shutdown(wait=True)
 

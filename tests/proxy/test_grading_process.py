@@ -32,6 +32,7 @@ from tests.proxy.test_live_checks import judge_app
 from tests.proxy.test_live_grading import metric_value
 
 Client = TestClient[web.Request, web.Application]
+ROOT = Path(__file__).resolve().parents[2]
 TAGGED = {"X-Grade-Task": "weather.schema"}
 # A schema check always runs off the loop, so every one of these jobs goes to the child.
 SCHEMA_TASK = {
@@ -347,3 +348,87 @@ async def test_both_isolation_modes_write_the_same_rows(
     thread, process = ({k: v for k, v in r.items() if k not in varying} for r in rows.values())
     assert thread == process
     assert offload.context().get_start_method() in ("forkserver", "spawn")
+
+
+def children(pid: int) -> list[int]:
+    """A process's children, forked by any of its threads (Linux's /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(part) for part in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def grading_child(serve_pid: int) -> int | None:
+    """The grading process: the fork server's child (or, with spawn, the server's own)."""
+    for pid in children(serve_pid):
+        grand = children(pid)
+        if grand:
+            return grand[0]
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+@pytest.mark.parametrize("group_signal", [False, True], ids=["sigterm_to_serve", "sigterm_to_both"])
+async def test_sigterm_drains_the_jobs_queued_in_the_child(
+    tmp_path: Path,
+    schema_tasks: Path,
+    backend_server: TestServer,
+    group_signal: bool,
+) -> None:
+    """`gradeproxy serve` gets SIGTERM while its grading process holds jobs it has not started
+    (the child is paused): the process exits 0 once every job is graded and written. A SIGTERM
+    to the child as well (a signal to the process group) changes nothing."""
+    import sys
+
+    import aiohttp
+
+    from tests.proxy.harness import free_port
+
+    port, results = free_port(), tmp_path / "results.jsonl"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"upstream:\n  url: {backend_server.make_url('/v1')}\nlisten:\n  port: {port}\n"
+        f"tasks:\n  path: {schema_tasks}\nresults:\n  path: {results}\n"
+        "grading:\n  workers: 1\n"
+        "shutdown:\n  drain_delay_s: 0\n  grace_period_s: 60\nlogging:\n  level: warning\n"
+    )
+    serve = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "grader.cli", "serve", "--config", str(config)),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    base, jobs = f"http://127.0.0.1:{port}", 8
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(600):
+                try:
+                    async with session.get(f"{base}/healthz/grading") as health:
+                        if health.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail("the proxy never became ready")
+            child = grading_child(serve.pid)
+            assert child is not None
+            os.kill(child, signal.SIGSTOP)
+            for _ in range(jobs):
+                url = f"{base}/v1/chat/completions"
+                async with session.post(url, data=b"{}", headers=TAGGED) as response:
+                    assert response.status == 200
+                    await response.read()
+        serve.send_signal(signal.SIGTERM)
+        if group_signal:
+            os.kill(child, signal.SIGTERM)
+        os.kill(child, signal.SIGCONT)
+        assert await asyncio.wait_for(serve.wait(), 60) == 0
+    finally:
+        if serve.returncode is None:
+            serve.kill()
+            await serve.wait()
+    text = await asyncio.to_thread(results.read_text)
+    assert text.count('"result":"pass"') == jobs
