@@ -432,3 +432,28 @@ async def test_sigterm_drains_the_jobs_queued_in_the_child(
             await serve.wait()
     text = await asyncio.to_thread(results.read_text)
     assert text.count('"result":"pass"') == jobs
+
+
+@pytest.mark.parametrize(
+    ("environ", "isolation"),
+    [
+        ({}, "process"),
+        ({"GRADEPROXY_GRADING_ISOLATION": "thread"}, "thread"),
+        ({"GRADEPROXY_GRADING_ISOLATION": "process"}, "process"),
+        (
+            {"GRADEPROXY_GRADING_ISOLATION": "fork"},
+            "grading.isolation: must be one of process|thread",
+        ),
+    ],
+    ids=["default", "thread_from_environment", "process_from_environment", "fork_refused"],
+)
+def test_isolation_is_configured_like_every_key(environ: dict[str, str], isolation: str) -> None:
+    from proxy.config import ConfigError, load_config
+
+    overrides = {"upstream": {"url": "http://127.0.0.1:8000/v1"}}
+    found: str
+    try:
+        found = load_config(None, overrides, environ=environ).grading.isolation
+    except ConfigError as exc:
+        found = str(exc)
+    assert found.startswith(isolation)
