@@ -1,6 +1,6 @@
 """BFCL's AST checker vs our tool_call check, timed from the same input.
 
-Input: every answer of the conformance corpus (tests/bfcl/harness.py: BFCL_v4 python and
+Input: every answer of the conformance corpus (tests/support/bfcl.py: BFCL_v4 python and
 irrelevance items, ten mutation kinds, about 18,400 answers), as the tool-call JSON a client
 receives. Two figures per checker, answers per second, best of ``--repeat`` runs:
 
@@ -26,7 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grader.checks import CheckContext, Sample
-from tests.bfcl.harness import MODEL, Case, Conformance
+from grader.engine import checks_of
+from tests.support.bfcl import MODEL, Case, Conformance
 
 CONTEXT = CheckContext()
 
@@ -34,7 +35,7 @@ CONTEXT = CheckContext()
 def _prepared(conf: Conformance, cases: list[Case]) -> list[dict[str, Any]]:
     rows = []
     for case in cases:
-        (check,) = conf.task(case.item).checks
+        (check,) = checks_of(conf.task(case.item))
         decoded = [] if case.calls is None else conf.decode(case.wire)
         tools = [
             {"type": "function", "function": {"name": n, "arguments": a}}

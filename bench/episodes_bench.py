@@ -21,7 +21,7 @@ from typing import Any
 from grader.episodes.grade import episode_row
 from grader.episodes.log import from_chat
 from grader.episodes.record import EpisodeRecord
-from grader.tasks import load_tasks
+from grader.loader import load_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 FINAL = "Order ord_7 was charged twice: pay_1002 duplicates pay_1001; inv_501 cancelled."

@@ -46,6 +46,7 @@ from grader.engine import (
     grade_async,
     offline_context,
 )
+from grader.loader import load_tasks, parse_task
 from grader.report import CheckTally, Report, Tally
 from grader.rows import (
     LIVE_FIELDS,
@@ -58,14 +59,13 @@ from grader.rows import (
 from grader.score import score
 from grader.tasks import (
     TASK_KEYS,
+    CheckDefinition,
     NoExpectedCallError,
     Task,
     TaskHasChecksError,
     TaskLoadError,
     TaskSet,
     build_task_set,
-    load_tasks,
-    parse_task,
 )
 from grader.toolcall.extract import Call, Extraction, extract
 from grader.toolcall.match import match_call
@@ -88,6 +88,7 @@ __all__ = [
     "Call",
     "Check",
     "CheckContext",
+    "CheckDefinition",
     "CheckDefinitionError",
     "CheckReasonCode",
     "CheckResult",

@@ -1,4 +1,4 @@
-"""The Python scoring API, and the request readers the wire surfaces share.
+"""The Python scoring API: grade answers against tasks into rows and a run report.
 
 Every surface grades through :mod:`grader.engine` and writes :mod:`grader.rows`' row, so a row
 and a run report have one shape everywhere (grading.md: "per-mutation-kind breakdowns and the
@@ -17,11 +17,10 @@ stale rate ride on every run report")::
 "request"?}``: the offline context of a ``from_request`` schema, see
 :func:`grader.engine.offline_context`).
 
-The wire surfaces (HTTP, MCP) read their requests with :func:`resolve_item` and
-:func:`resolve_items`, so a bad request gets the same :class:`ScoreRequestError` (message,
-``param`` naming the field, ``code``) on both. Unlike :func:`score`, those reject a non-string
-answer: on a typed wire a non-string is a malformed request (grading.md failure mode 11),
-while the Python API takes untyped JSON and scores it 0 with ``not_a_string``.
+The wire surfaces' request readers (:func:`resolve_item`, :func:`resolve_items`,
+:class:`ScoreRequestError`, :func:`request_digest`) live in :mod:`grader.score_requests` and
+are re-exported here, where the surfaces import them: reading a request off a wire is its own
+concern (every refusal names a field and a code), grading it is this module's.
 
 Pure like the rest of ``grader/``: no I/O beyond :func:`load_tasks`, and never aiohttp.
 """
@@ -37,19 +36,12 @@ from grader.checks import CheckContext, JudgeClient
 from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.errors import GraderError
+from grader.loader import load_tasks, parse_task
 from grader.report import Report
 from grader.rows import answer_row, carried_conflicts, offline_row
 from grader.score import score
-from grader.tasks import (
-    Task,
-    TaskLoadError,
-    TaskSet,
-    build_task_set,
-    load_tasks,
-    parse_task,
-    tasks_digest,
-)
-from grader.toolcall.canon import canonical_json
+from grader.score_requests import ScoreRequestError, request_digest, resolve_item, resolve_items
+from grader.tasks import Task, TaskSet, build_task_set, digest_of
 from grader.verdict import Verdict
 
 __all__ = [
@@ -146,16 +138,6 @@ def task_from_dict(obj: object, *, source: str = "<dict>") -> Task:
     return parse_task(obj, source)
 
 
-def digest_of(tasks: Iterable[Task]) -> str:
-    """The digest of the distinct task definitions graded against (inline tasks have no file).
-
-    Copies of one definition count once, and the order they came in never changes the digest,
-    so it equals ``load_tasks(...).digest`` for a file holding exactly those tasks.
-    """
-    distinct = {canonical_json(dict(task.raw)): task.raw for task in tasks}
-    return tasks_digest(distinct[key] for key in sorted(distinct))
-
-
 def _items(pairs: Iterable[Sequence[Any]]) -> list[Item]:
     """``(task, answer)`` or ``(task, answer, context)``; a missing context is the offline one."""
     items: list[Item] = []
@@ -250,164 +232,3 @@ def score_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -
     checks are now never skipped: CHANGELOG.)
     """
     return grade_run(tasks, answers)
-
-
-class ScoreRequestError(GraderError, ValueError):
-    """A scoring request read off a wire is unusable.
-
-    ``param`` names the offending field as a client wrote it (``answer``, ``items[3].task_id``)
-    and ``code`` is one of ``missing_required_parameter``, ``invalid_type``, ``invalid_value``,
-    ``unknown_task``, ``invalid_task``, ``batch_too_large`` or ``no_task_set``.
-    """
-
-    def __init__(self, message: str, *, param: str | None, code: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.code = code
-
-
-def _field(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def resolve_item(
-    obj: object, tasks: TaskSet | None, *, where: str = ""
-) -> tuple[Task, str, CheckContext]:
-    """Read one ``{"task_id" | "task", "answer", "tools"?, "request"?}`` object.
-
-    Returns ``(task, answer, context)``: the context is the offline one
-    (:func:`grader.engine.offline_context`: the item's ``tools`` or ``request.tools``, else the
-    task's). ``where`` prefixes every ``param`` (``items[2]``); ``tasks`` answers ``task_id``
-    look-ups (``None``: no task set, so only inline tasks work).
-    """
-    if not isinstance(obj, dict):
-        raise ScoreRequestError(
-            f"{where or 'the request body'} must be an object "
-            f'{{"task_id" or "task", "answer"}}, not {_json_type(obj)}',
-            param=where or None,
-            code="invalid_type",
-        )
-    has_id, has_task = "task_id" in obj, "task" in obj
-    if has_id and has_task:
-        raise ScoreRequestError(
-            f"send either '{_field(where, 'task_id')}' or '{_field(where, 'task')}', not both",
-            param=_field(where, "task"),
-            code="invalid_value",
-        )
-    if not has_id and not has_task:
-        raise ScoreRequestError(
-            f"missing required parameter: '{_field(where, 'task_id')}' "
-            f"(or an inline task definition as '{_field(where, 'task')}')",
-            param=_field(where, "task_id"),
-            code="missing_required_parameter",
-        )
-    if "answer" not in obj:
-        raise ScoreRequestError(
-            f"missing required parameter: '{_field(where, 'answer')}'",
-            param=_field(where, "answer"),
-            code="missing_required_parameter",
-        )
-    answer = obj["answer"]
-    if not isinstance(answer, str):
-        raise ScoreRequestError(
-            f"'{_field(where, 'answer')}' must be a string (the raw model output), "
-            f"not {_json_type(answer)}",
-            param=_field(where, "answer"),
-            code="invalid_type",
-        )
-    for key in ("tools", "request"):
-        expected = list if key == "tools" else dict
-        if key in obj and not isinstance(obj[key], expected):
-            raise ScoreRequestError(
-                f"'{_field(where, key)}' must be "
-                + ("an array of tool definitions" if key == "tools" else "an object")
-                + f", not {_json_type(obj[key])}",
-                param=_field(where, key),
-                code="invalid_type",
-            )
-    task = _inline_task(obj["task"], where) if has_task else _task_by_id(obj, tasks, where)
-    return task, answer, offline_context(task, obj)
-
-
-def _inline_task(definition: object, where: str) -> Task:
-    try:
-        return task_from_dict(definition, source=_field(where, "task"))
-    except TaskLoadError as exc:
-        raise ScoreRequestError(
-            str(exc), param=_field(where, "task"), code="invalid_task"
-        ) from None
-
-
-def _task_by_id(obj: dict[str, Any], tasks: TaskSet | None, where: str) -> Task:
-    task_id = obj["task_id"]
-    param = _field(where, "task_id")
-    if not isinstance(task_id, str):
-        raise ScoreRequestError(
-            f"'{param}' must be a string, not {_json_type(task_id)}",
-            param=param,
-            code="invalid_type",
-        )
-    if tasks is None:
-        raise ScoreRequestError(
-            f"'{param}' needs a loaded task set and none is configured; "
-            f"send the task definition inline as '{_field(where, 'task')}'",
-            param=param,
-            code="no_task_set",
-        )
-    task = tasks.get(task_id)
-    if task is None:
-        raise ScoreRequestError(
-            f"unknown task id {task_id!r} in '{param}' (the task set holds {len(tasks)} tasks)",
-            param=param,
-            code="unknown_task",
-        )
-    return task
-
-
-def resolve_items(
-    items: object, tasks: TaskSet | None, *, where: str = "items", max_batch: int | None = None
-) -> list[tuple[Task, str, CheckContext]]:
-    """Read a batch: every item is checked before any is graded (all or nothing)."""
-    if not isinstance(items, list):
-        raise ScoreRequestError(
-            f'\'{where}\' must be an array of {{"task_id" or "task", "answer"}} objects, '
-            f"not {_json_type(items)}",
-            param=where,
-            code="invalid_type",
-        )
-    if max_batch is not None and len(items) > max_batch:
-        raise ScoreRequestError(
-            f"'{where}' holds {len(items)} items; this server grades at most {max_batch} "
-            "per request: split the batch",
-            param=where,
-            code="batch_too_large",
-        )
-    return [resolve_item(item, tasks, where=f"{where}[{i}]") for i, item in enumerate(items)]
-
-
-def request_digest(pairs: Sequence[Sequence[Any]], tasks: TaskSet | None) -> str:
-    """The digest a wire request's report carries.
-
-    All tasks from the loaded set: that set's digest, the one ``gradeproxy grade`` prints and
-    ``gradeproxy_build_info`` exports. Any inline task: the digest of the distinct tasks used.
-    """
-    if tasks is not None and all(tasks.get(pair[0].id) is pair[0] for pair in pairs):
-        return tasks.digest
-    return digest_of(pair[0] for pair in pairs)

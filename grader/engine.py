@@ -26,6 +26,11 @@ What an outcome holds:
   single-call ``tool_call`` check, options applied; else ``match_call`` on the task's calls);
 * ``warnings`` — from the columns (a judge of the same family as the graded model …).
 
+A task holds check *definitions* (grader/tasks.py); the engine builds the checks
+(:func:`checks_of`) once per process, cached by the task's ``checks_digest`` (the loader hands
+over the checks it built to validate the task, so a loaded task is never built twice), bounded
+at ``_BUILT_MAX`` tasks, oldest out first.
+
 Judge checks reach the judge through the :class:`~grader.checks.JudgeClient` protocol; without
 one their column is ``error`` (``judge_unavailable``) with a reason that says how to configure
 one, never a fail. A check that raises is a bug: a ``check_error`` column, never an exception.
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -48,9 +54,11 @@ from grader.checks import (
     Sample,
     columns_of,
 )
+from grader.checks.build import build_check
+from grader.checks.json_schema import FROM_REQUEST
 from grader.checks.judge import Judge, as_judge
 from grader.checks.tool_call import ToolCallCheck, default_check
-from grader.tasks import Task
+from grader.tasks import CheckDefinition, Task
 from grader.toolcall.match import match_call
 from grader.verdict import Verdict
 
@@ -101,9 +109,48 @@ class Outcome:
 TaskOutcome = Outcome
 
 
+# Built checks, by the task's ``checks_digest``: a task holds only its check definitions
+# (grader/tasks.py), so the engine builds them, once per process; the loader hands over the
+# ones it built to validate a task. Bounded, oldest first out, for a proxy that reloads forever.
+_BUILT: dict[str, tuple[Check, ...]] = {}
+_BUILT_MAX = 1 << 16
+_BUILT_LOCK = threading.Lock()
+
+
+def build_task_checks(task: Task) -> tuple[Check, ...]:
+    """Build a task's checks from its definitions (digests as the definitions say)."""
+    if not task.has_checks:  # grading.md's check, also for a task built by hand without any
+        return (default_check(task.expected_call, task.stale),)
+    built = (
+        build_check(d.definition, d.where, expected=task.expected_call, stale=task.stale)
+        for d in task.checks
+    )
+    return tuple(
+        check if check.digest == d.digest else dataclasses.replace(check, digest=d.digest)  # type: ignore[type-var]
+        for check, d in zip(built, task.checks, strict=True)
+    )
+
+
+def remember_checks(task: Task, checks: tuple[Check, ...]) -> None:
+    """Keep a task's built checks for :func:`checks_of` (a task built by hand is never kept).
+
+    Writers take a lock (the proxy grades in threads and may load a task set meanwhile);
+    readers do not: a lookup is one dict read."""
+    if not task.checks_digest:
+        return
+    with _BUILT_LOCK:
+        if len(_BUILT) >= _BUILT_MAX:
+            del _BUILT[next(iter(_BUILT))]
+        _BUILT[task.checks_digest] = checks
+
+
 def checks_of(task: Task) -> tuple[Check, ...]:
-    """The task's checks; a task built by hand without any gets grading.md's check."""
-    return task.checks or (default_check(task.expected_call, task.stale),)
+    """The task's built checks: from the cache, else built from its definitions and kept."""
+    checks = _BUILT.get(task.checks_digest)
+    if checks is None:
+        checks = build_task_checks(task)
+        remember_checks(task, checks)
+    return checks
 
 
 def needs_judge(task: Task) -> bool:
@@ -114,7 +161,7 @@ def reads_request_tools(task: Task) -> bool:
     """Whether a check reads the request's tools (a ``from_request`` schema): a live row keeps
     them then, and a row without them cannot be graded again (``gradeproxy regrade``)."""
     return task.has_checks and any(
-        check.type == "json_schema" and getattr(check, "schema", True) is None
+        check.type == "json_schema" and check.definition.get("schema") == FROM_REQUEST
         for check in task.checks
     )
 
@@ -137,7 +184,7 @@ def _result(passed: bool | None, stale: bool) -> Result:
     return "stale" if stale else "fail"
 
 
-def _tool_call_column(check: Check, verdict: Verdict) -> CheckResult:
+def _tool_call_column(check: Check | CheckDefinition, verdict: Verdict) -> CheckResult:
     return CheckResult(
         check.name,
         check.type,
@@ -160,7 +207,7 @@ _COLUMNS_MAX = 4096
 def _fast(task: Task, answer: object) -> Outcome:
     """A task without checks: one ``match_call``, its verdict the only column."""
     verdict = match_call(task.expected, task.stale, answer)
-    (check,) = task.checks or checks_of(task)
+    (check,) = task.checks or checks_of(task)  # a definition: no check is built here
     key = (check.digest, check.name, verdict.reason_code, verdict.reason, verdict.path)
     column = _COLUMNS.get(key)
     if column is None:

@@ -1,4 +1,4 @@
-"""Task files: loading, validation, and the digest that names what a result was graded against.
+"""What a task is: its validated definition, the check definitions it lists, and the digests.
 
 A task file is JSONL, one task a line::
 
@@ -11,37 +11,29 @@ must have ``expected``; with it, ``expected`` is needed only by checks that grad
 ``episode`` is seed 001's grader record for whole agent runs (docs/episodes.md); a task with
 only an ``episode`` has no per-turn checks at all.
 
-The top-level keys a task may have are named once, in :data:`TASK_KEYS`; any other key fails
-loading with ``file:line``, the key and a "did you mean" suggestion, and the keys of seed 001's
-grader record (:data:`RECORD_KEYS`) at the top level are refused with a message pointing into
-``episode``, where they are graded: a key that is read by nobody must never look enforced.
-``metadata`` stays open for users' own annotations.
+The top-level keys a task may have are named once, here, in :data:`TASK_KEYS` (and seed 001's
+record keys, refused at the top level, in :data:`RECORD_KEYS`); :mod:`grader.loader` refuses any
+other key with ``file:line`` and a "did you mean" suggestion.
 
-A :class:`Task` pickles as its definition (``raw`` and ``source``) and is rebuilt, validated
-again, on the other side: built checks hold compiled validators that do not pickle, and a
-grading process must grade with exactly the checks the definition gives.
-
-Loading is all-or-nothing: the first problem stops it with ``file:line: message`` and nothing
-half-loaded is returned, so a bad edit can never replace a good task set in a running proxy.
+A task holds check *definitions* (:class:`CheckDefinition`: the validated mapping, its name,
+type, digest and columns), never built checks: building them is the engine's job
+(:func:`grader.engine.checks_of`, cached by :attr:`Task.checks_digest`), and validating them is
+the loader's. This module therefore imports no check implementation (a ``lint-imports``
+contract), which is what breaks the old cycle tasks → checks → tool_call → score → tasks.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader._json import JSONError, loads_exact
-from grader.advisory import AdvisoryError, split_advisory
-from grader.checks import Check, CheckDefinitionError, build_checks
-from grader.episodes.record import EpisodeRecord, RecordError, parse_record
+from grader.episodes.values import EpisodeRecord
 from grader.errors import GraderError
 from grader.toolcall.canon import canonical_json
-from grader.toolcall.extract import Call, call_from_value, extract
+from grader.toolcall.extract import Call
 from grader.version import GRADER_RULES_VERSION
 
 # Every top-level key a task may have. ``metadata`` is open (users' annotations); inside a
@@ -73,8 +65,6 @@ RECORD_KEYS: tuple[str, ...] = (
     "side_effects",
     "rubric",
 )
-# Names from other formats that mean one of ours (too far apart for a spelling suggestion).
-_ALIASES = {"task_id": "id", "grader": "checks", "graders": "checks", "expected_call": "expected"}
 
 
 class TaskLoadError(GraderError, ValueError):
@@ -92,12 +82,35 @@ class TaskHasChecksError(GraderError, ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class CheckDefinition:
+    """One validated check definition: what the task says, not the code that grades it.
+
+    Plain data, so a task pickles, compares and prints as what its file says. ``definition`` is
+    the mapping as validated (``advisory``/``calibration`` taken off, grader/advisory.py);
+    ``digest`` is the column digest every result row carries (a cited calibration record
+    included); ``where`` is the definition's place in the task (``checks[2]``; empty for the
+    tool-call check of a task without ``checks``), which the engine builds it under.
+    """
+
+    name: str
+    type: str
+    digest: str
+    definition: Mapping[str, Any]
+    columns: tuple[str, ...]
+    needs_judge: bool = False
+    where: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
-    """One gradable task: its checks, the expected call and the stale pre-migration call.
+    """One gradable task: its check definitions, the expected call and the stale one.
 
     ``expected_call`` is None only for a task whose ``checks`` need no expected call; reading
     :attr:`expected` on such a task raises :class:`NoExpectedCallError`, so code written for
     tasks that always have one (``score()``) fails loudly instead of grading against nothing.
+    ``checks_digest`` names everything the built checks depend on (:func:`checks_digest`):
+    the engine's cache of built checks is keyed by it; a task built by hand has ``""`` and is
+    built afresh each time it is graded.
     """
 
     id: str
@@ -107,10 +120,11 @@ class Task:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
-    checks: tuple[Check, ...] = ()
+    checks: tuple[CheckDefinition, ...] = ()
     episode: EpisodeRecord | None = None  # seed 001's grader record (docs/episodes.md)
     # Names of advisory checks (grader/advisory.py): shown, never part of the verdict.
     advisory: frozenset[str] = frozenset()
+    checks_digest: str = ""
 
     @property
     def expected(self) -> Call:
@@ -146,12 +160,6 @@ class Task:
             item.setdefault("prompt", prompt)
         return item
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle the definition; the other side rebuilds (and re-validates) the checks."""
-        if not self.raw:
-            raise TypeError(f"task {self.id!r} was built by hand: only parsed tasks pickle")
-        return (parse_task, (dict(self.raw), self.source))
-
 
 @dataclass(frozen=True, slots=True)
 class TaskSet:
@@ -174,109 +182,15 @@ class TaskSet:
         return self.tasks.get(task_id)
 
 
-def _call(value: Any, what: str) -> Call:
-    """A task's call: an object (wrappers allowed) or a JSON string holding one."""
-    call = extract(value).call if isinstance(value, str) else call_from_value(value)
-    if call is None:
-        raise TaskLoadError(
-            f"{what} is not a usable call: it needs a string 'name' and an object 'arguments'"
-        )
-    return call
-
-
-def _unknown_key(key: str, label: str) -> TaskLoadError:
-    if key in RECORD_KEYS:
-        return TaskLoadError(
-            f"{label}'{key}' is a grader-record key (seed 001): it is graded inside the task's "
-            "'episode' record (docs/episodes.md), never at the top level, where it would be "
-            "mistaken for an enforced check; move it under 'episode' (or 'metadata' to keep it "
-            "as an annotation)"
-        )
-    close = [_ALIASES[key]] if key in _ALIASES else []
-    close = close or difflib.get_close_matches(key, TASK_KEYS, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(TASK_KEYS)}"
-    return TaskLoadError(f"{label}unknown key {key!r}: {hint}")
-
-
-def check_task_keys(obj: Mapping[str, Any]) -> None:
-    """Refuse a top-level key no part of the grader reads (see :data:`TASK_KEYS`)."""
-    for key in obj:
-        if key not in TASK_KEYS:
-            task_id = obj.get("id")
-            label = f"task {task_id!r}: " if isinstance(task_id, str) and task_id else ""
-            raise _unknown_key(str(key), label)
-
-
-def parse_task(obj: Any, source: str = "<memory>") -> Task:
-    """Validate one task definition; raise :class:`TaskLoadError` naming ``source``."""
-    try:
-        if not isinstance(obj, dict):
-            raise TaskLoadError(f"a task must be a JSON object, got {type(obj).__name__}")
-        check_task_keys(obj)
-        task_id = obj.get("id")
-        if not isinstance(task_id, str) or not task_id:
-            raise TaskLoadError("'id' must be a non-empty string")
-        if "expected" not in obj and "checks" not in obj and "episode" not in obj:
-            raise TaskLoadError(f"task {task_id!r} has no 'expected' call")
-        episode = None
-        if "episode" in obj:
-            try:
-                episode = parse_record(obj["episode"])
-            except RecordError as exc:
-                raise TaskLoadError(f"task {task_id!r}: {exc}") from None
-        expected = None
-        if "expected" in obj:
-            expected = _call(obj["expected"], f"task {task_id!r}: 'expected'")
-        metadata = obj.get("metadata")
-        if metadata is None:
-            metadata = {}
-        if not isinstance(metadata, dict):
-            raise TaskLoadError(f"task {task_id!r}: 'metadata' must be an object")
-        stale = None
-        if metadata.get("stale") is not None:
-            stale = _call(metadata["stale"], f"task {task_id!r}: 'metadata.stale'")
-            if expected is None:
-                raise TaskLoadError(
-                    f"task {task_id!r}: 'metadata.stale' needs an 'expected' call beside it"
-                )
-            if stale.canonical == expected.canonical:
-                raise TaskLoadError(
-                    f"task {task_id!r}: 'metadata.stale' equals 'expected' after "
-                    "canonicalisation, so a correct answer would be flagged stale"
-                )
-        kind = metadata.get("mutationKind")
-        if kind is not None and not isinstance(kind, str):
-            raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
-        try:
-            episode_only = "expected" not in obj and "checks" not in obj
-            advice = split_advisory(obj, source)
-            checks = (
-                ()
-                if episode_only
-                else tuple(
-                    dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
-                    if i in advice.digests
-                    else check
-                    for i, check in enumerate(build_checks(advice.task))
-                )
-            )
-            advisory = advice.names
-        except (CheckDefinitionError, AdvisoryError) as exc:
-            raise TaskLoadError(f"task {task_id!r}: {exc}") from None
-    except TaskLoadError as exc:
-        raise TaskLoadError(f"{source}: {exc}") from None
-    return Task(
-        id=task_id,
-        expected_call=expected,
-        stale=stale,
-        mutation_kind=kind,
-        metadata=dict(metadata),
-        raw=dict(obj),
-        source=source,
-        checks=checks,
-        episode=episode,
-        advisory=advisory,
-    )
+def checks_digest(raw: Mapping[str, Any], definitions: Iterable[CheckDefinition]) -> str:
+    """sha256 of what a task's built checks depend on: the rules version, each definition's
+    digest (and place), the expected call and the stale one. Two tasks with the same digest
+    build the same checks, whatever their ids, metadata or files."""
+    metadata = raw.get("metadata")
+    stale = metadata.get("stale") if isinstance(metadata, Mapping) else None
+    parts = [GRADER_RULES_VERSION, canonical_json([raw.get("expected"), stale])]
+    parts += [f"{d.where}={d.digest}" for d in definitions]
+    return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def tasks_digest(raw_tasks: Iterable[Mapping[str, Any]]) -> str:
@@ -284,6 +198,16 @@ def tasks_digest(raw_tasks: Iterable[Mapping[str, Any]]) -> str:
     ordered = sorted((dict(raw) for raw in raw_tasks), key=lambda raw: str(raw["id"]))
     text = GRADER_RULES_VERSION + "\n" + canonical_json(ordered)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def digest_of(tasks: Iterable[Task]) -> str:
+    """The digest of the distinct task definitions graded against (inline tasks have no file).
+
+    Copies of one definition count once, and the order they came in never changes the digest,
+    so it equals ``load_tasks(...).digest`` for a file holding exactly those tasks.
+    """
+    distinct = {canonical_json(dict(task.raw)): task.raw for task in tasks}
+    return tasks_digest(distinct[key] for key in sorted(distinct))
 
 
 def build_task_set(tasks: Iterable[Task], sources: tuple[str, ...] = ()) -> TaskSet:
@@ -317,29 +241,3 @@ def task_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     raise TaskLoadError(f"{path}: no such task file or folder")
-
-
-def iter_file_tasks(path: Path) -> Iterator[Task]:
-    """Parse one JSONL task file, line by line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskLoadError(f"{path}: cannot read task file: {exc}") from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = loads_exact(line)
-        except JSONError as exc:
-            raise TaskLoadError(f"{where}: not valid JSON: {exc}") from None
-        yield parse_task(obj, where)
-
-
-def load_tasks(path: str | Path) -> TaskSet:
-    """Load a task file or a folder of ``*.jsonl`` files, all or nothing."""
-    files = task_files(Path(path))
-    tasks = [task for file in files for task in iter_file_tasks(file)]
-    if not tasks:
-        raise TaskLoadError(f"{path}: no tasks defined")
-    return build_task_set(tasks, tuple(str(f) for f in files))

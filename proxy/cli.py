@@ -100,7 +100,8 @@ def run(name: str, args: argparse.Namespace) -> int:
 
 def _task_error(config: Config) -> str | None:
     """Why the configured task set does not load (naming file:line), or None."""
-    from grader.tasks import TaskLoadError, load_tasks
+    from grader.loader import load_tasks
+    from grader.tasks import TaskLoadError
 
     assert config.tasks.path is not None
     try:
@@ -129,7 +130,8 @@ def _warn_exposed_key(config: Config) -> None:
 
 def _check(config: Config) -> int:
     if config.tasks.path is not None:
-        from grader.tasks import TaskLoadError, load_tasks
+        from grader.loader import load_tasks
+        from grader.tasks import TaskLoadError
 
         try:
             tasks = load_tasks(config.tasks.path)

@@ -9,7 +9,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from grader.tasks import TaskLoadError, TaskSet, load_tasks, task_files
+from grader.loader import load_tasks
+from grader.tasks import TaskLoadError, TaskSet, task_files
 from proxy.logs import get_logger
 from proxy.pipeline.record.metrics import ProxyMetrics
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the OpenAI Agents SDK's own virtual environment for tests/agents (issue 17): the SDK
+# Builds the OpenAI Agents SDK's own virtual environment for tests/support/billing_agent.py (issue 17): the SDK
 # pins openai and mcp, so it never shares the project's venv; the test drives it as a
 # subprocess. Cached in .cache/agents-venv (git-ignored); a second run only checks the stamp.
 #

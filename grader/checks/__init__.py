@@ -4,7 +4,8 @@ Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
 :class:`JudgeClient` the caller supplies (the CLI's stdlib client is ``grader.cli.judge_http``;
 ``lint-imports`` enforces the rule in CI). Layout, one check family a module::
 
-    _base.py         Sample, CheckResult, CheckContext, the Check and JudgeClient protocols
+    _base.py         CheckResult, the Check and JudgeClient protocols, BaseCheck, Spec
+    sample.py        Sample (the answer as templates name it), its calls, CheckContext
     templates.py     {{ sample.* }} / {{ item.* }} templates
     string_check.py  OpenAI string_check (eq, ne, like, ilike)
     similarity.py    OpenAI text_similarity (fuzzy_match, bleu, rouge_l)
@@ -15,7 +16,7 @@ Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
     policy.py        seed 001's action record: authority, forbidden calls, links
     multi.py         OpenAI multi: sub-checks and a safe arithmetic formula
     judge.py         the judge wrapper: pinning, retries, timeouts, concurrency, family warning
-    judge_checks.py  OpenAI label_model / score_model and our binary criterion form
+    model_graded.py  OpenAI label_model / score_model and our binary criterion form
     _schema.py       the one safe JSON Schema validator (no fetch, RE2 patterns)
     build.py         definitions to checks, the pass rule
     mutation.py      validate-tasks' fixture mutation analysis
@@ -27,16 +28,15 @@ package imports ``grader.tasks`` (only ``mutation``, which this ``__init__`` doe
 from grader.checks._base import (
     CHECK_REASON_CODES,
     Check,
-    CheckContext,
     CheckDefinitionError,
     CheckReasonCode,
     CheckResult,
     JudgeClient,
-    Sample,
     check_digest,
 )
 from grader.checks.build import build_check, build_checks, columns_of
 from grader.checks.judge import Judge, JudgeConfig, model_family, pinned_problem
+from grader.checks.sample import CheckContext, Sample
 
 __all__ = [
     "CHECK_REASON_CODES",

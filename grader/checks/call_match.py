@@ -211,7 +211,7 @@ class ExpectedCall:
 
     :meth:`matches` is the fast yes/no used for every (expected, answer) pair; :meth:`mismatch`
     walks the values to name the first difference, for the one verdict that reports it. The two
-    agree by construction (tests/bfcl checks it on the whole conformance corpus).
+    agree by construction (tests/conformance checks it on the whole conformance corpus).
     """
 
     __slots__ = (

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec
+from grader.checks._base import BaseCheck, CheckResult, Spec
 from grader.checks.judge import (
     JUDGE_PROMPT,
     Judge,
@@ -31,6 +31,7 @@ from grader.checks.judge import (
     family_warning,
     pinned_problem,
 )
+from grader.checks.sample import CheckContext, Sample
 from grader.checks.templates import Template, TemplateError, parse_template, unresolved
 
 # The reason of a judge column on a surface without a judge: how to configure one.

@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from grader.checks._base import BaseCheck, Check, CheckContext, CheckResult, Sample, Spec
+from grader.checks._base import BaseCheck, Check, CheckResult, Spec
+from grader.checks.sample import CheckContext, Sample
 from grader.checks.templates import Template
 from grader.errors import GraderError
 

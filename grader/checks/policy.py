@@ -38,16 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from grader.checks._base import (
-    BaseCheck,
-    CheckContext,
-    CheckReasonCode,
-    CheckResult,
-    Sample,
-    SampleCall,
-    Spec,
-    sample_calls,
-)
+from grader.checks._base import BaseCheck, CheckReasonCode, CheckResult, Spec
+from grader.checks.sample import CheckContext, Sample, SampleCall, sample_calls
 from grader.episodes.rules import (
     Action,
     Constraint,

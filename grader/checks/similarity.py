@@ -30,7 +30,8 @@ from typing import Any
 
 from rapidfuzz import fuzz
 
-from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec
+from grader.checks._base import BaseCheck, CheckResult, Spec
+from grader.checks.sample import CheckContext, Sample
 from grader.checks.string_check import require_connected
 from grader.checks.templates import Template, TemplateError, parse_template, unresolved
 

@@ -35,7 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec
+from grader.checks._base import BaseCheck, CheckResult, Spec
+from grader.checks.sample import CheckContext, Sample
 from grader.checks.templates import Template, TemplateError, parse_template, unresolved
 
 Operation = Literal["eq", "ne", "like", "ilike"]

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from grader._json import JSONError, dumps, loads_exact
-from grader.checks._base import CheckDefinitionError, Sample
+from grader.checks._base import CheckDefinitionError
+from grader.checks.sample import Sample
 from grader.errors import GraderError
 from grader.toolcall.canon import TooDeepError, canonical_json
 

@@ -33,15 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grader.checks._base import (
-    BaseCheck,
-    CheckContext,
-    CheckDefinitionError,
-    CheckReasonCode,
-    CheckResult,
-    Sample,
-    Spec,
-)
+from grader.checks._base import BaseCheck, CheckDefinitionError, CheckReasonCode, CheckResult, Spec
 from grader.checks.call_match import (
     EVERY,
     NUMBER_TYPES,
@@ -63,6 +55,7 @@ from grader.checks.call_sets import (
     usable_depth,
 )
 from grader.checks.json_schema import FROM_REQUEST, request_schema
+from grader.checks.sample import CheckContext, Sample
 from grader.toolcall.extract import Call, call_from_value, extract
 from grader.toolcall.match import match_call
 from grader.verdict import Verdict

@@ -28,9 +28,10 @@ from grader.checks.judge import Judge
 from grader.cli._io import InputError, Progress, read_jsonl, write_atomically
 from grader.cli.parquet import is_parquet, require_pyarrow, write_rows
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
+from grader.loader import load_tasks
 from grader.report import Report
 from grader.rows import carried_conflicts, offline_row
-from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
+from grader.tasks import Task, TaskLoadError, TaskSet
 
 PROGRESS_MIN_ROWS = 1000
 _JSON_TYPES = {

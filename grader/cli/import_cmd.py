@@ -17,7 +17,8 @@ from typing import Any
 
 from grader._json import JSONError, dumps, loads_exact
 from grader.importers.bfcl import BfclImportError, convert_all
-from grader.tasks import TaskLoadError, parse_task
+from grader.loader import parse_task
+from grader.tasks import TaskLoadError
 
 
 def register(sub: Any) -> None:

@@ -28,15 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader.api import (
-    ScoreRequestError,
-    grade_all,
-    request_digest,
-    resolve_item,
-    resolve_items,
-    task_from_dict,
-)
-from grader.tasks import Task, TaskLoadError, TaskSet, build_task_set, load_tasks
+from grader.api import grade_all, task_from_dict
+from grader.loader import load_tasks
+from grader.score_requests import ScoreRequestError, request_digest, resolve_item, resolve_items
+from grader.tasks import Task, TaskLoadError, TaskSet, build_task_set
 from grader.version import GRADER_RULES_VERSION, __version__
 
 if TYPE_CHECKING:

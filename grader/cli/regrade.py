@@ -25,7 +25,8 @@ from grader.checks.judge import Judge
 from grader.cli._io import InputError, jsonl_bytes, read_jsonl, write_atomically
 from grader.cli.parquet import with_rotations
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
-from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
+from grader.loader import load_tasks
+from grader.tasks import Task, TaskLoadError, TaskSet
 
 
 def register(sub: Any) -> None:

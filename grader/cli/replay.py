@@ -25,7 +25,8 @@ from grader.cli._io import InputError, jsonl_bytes, read_jsonl, write_atomically
 from grader.episodes.grade import episode_row, judge_cause, needs_judge
 from grader.episodes.log import EpisodeLog, from_chat, from_events, from_responses
 from grader.episodes.report import EpisodeReport
-from grader.tasks import Task, TaskLoadError, TaskSet, load_tasks
+from grader.loader import load_tasks
+from grader.tasks import Task, TaskLoadError, TaskSet
 
 _HISTORY = ("messages", "input", "events")
 _META = ("run", "model", "meta")

@@ -35,7 +35,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="base URL of the OpenAI-compatible backend, e.g. "
         "http://127.0.0.1:8000/v1 (overrides upstream.url)",
     )
-    # The defaults shown are the config's (tests/proxy/test_config.py keeps them equal).
+    # The defaults shown are the config's (tests/proxy/config/test_config.py keeps them equal).
     parser.add_argument("--tasks", type=Path, help="task file or folder (overrides tasks.path)")
     parser.add_argument(
         "--host", help="listen address (overrides listen.host; config default: 127.0.0.1)"

@@ -24,7 +24,8 @@ from grader._json import dumps
 from grader.checks.judge import Judge, JudgeConfig
 from grader.checks.mutation import PROBLEMS, Finding, analyse_task
 from grader.cli.judge_http import UrllibJudgeClient
-from grader.tasks import TaskLoadError, TaskSet, load_tasks
+from grader.loader import load_tasks
+from grader.tasks import TaskLoadError, TaskSet
 
 _SHOWN = {"ok", "info", "skipped"} | set(PROBLEMS)
 

@@ -23,7 +23,8 @@ AnswerKind: TypeAlias = Literal["expected", "stale", "wrong", "prose", "fenced"]
 
 # The sample suite ships inside the package (a wheel has no config/ folder): a copy of
 # config/tasks/sample.jsonl, written by scripts/make_sample_answers.py and checked equal by
-# tests/test_sample_answers.py. A wheel installs packages as plain files, so the resource is a Path.
+# tests/proxy/demo/test_sample_answers.py. A wheel installs packages as plain files, so the
+# resource is a Path.
 SAMPLE_TASKS_PATH: Final = Path(str(files("proxy.demo").joinpath("data", "tasks.jsonl")))
 SAMPLE_ANSWERS_PATH: Final = Path(str(files("proxy.demo").joinpath("data", "answers.jsonl")))
 DEMO_MODELS: Final = ("gradeproxy-demo", "gradeproxy-demo-mini")

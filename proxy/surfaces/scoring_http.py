@@ -231,8 +231,9 @@ class _ScoringRoutes:
 # (developers.openai.com/api/reference/resources/fine_tuning/subresources/alpha) and the
 # openai-python types generated from it (openai/types/fine_tuning/alpha/grader_run_response.py,
 # grader_validate_response.py); the request bodies match the examples in seed 003
-# ({"grader", "model_sample", "item"} and {"grader"}). tests/surfaces/test_graders_endpoints.py
-# parses our responses with those openai-python models.
+# ({"grader", "model_sample", "item"} and {"grader"}).
+# tests/proxy/surfaces/test_graders_endpoints.py parses our responses with those openai-python
+# models.
 
 # GraderRunResponse.metadata.errors: every flag, false unless that failure happened.
 ERROR_FLAGS: tuple[str, ...] = (

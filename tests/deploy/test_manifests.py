@@ -25,18 +25,17 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from tests.deploy.test_dashboard import (
+from tests.support.deploy import (
     COMPOSE,
     DEPLOY,
     PROMETHEUS_YML,
     RECORDING,
-    REPO,
     contract_problems,
-    require_tool,
-    run_tool,
     selectors,
     unwrapped_counters,
 )
+from tests.support.paths import REPO
+from tests.support.tools import require_tool, run_tool
 
 Json = dict[str, Any]
 

@@ -32,10 +32,10 @@ from grader._json import dumps
 from grader.report import Report
 from grader.rows import TOOL_CALL_FIELDS, answer_row
 from grader.toolcall.extract import Call
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
-TASKS = load_tasks(ROOT / "config" / "tasks")
-JUDGE_TASKS = load_tasks(ROOT / "config" / "tasks-judge")
+TASKS = load_tasks(REPO / "config" / "tasks")
+JUDGE_TASKS = load_tasks(REPO / "config" / "tasks-judge")
 # Episode-only tasks (config/tasks/episodes.jsonl) have no per-answer grade: `replay` grades them.
 ANSWER_TASKS = [t for t in TASKS if t.episode is None or t.has_checks or t.expected_call]
 POLICY = TASKS.tasks["payments.new_required_field.policy"]
@@ -246,7 +246,7 @@ def test_no_row_carries_a_field_that_contradicts_result(task: Task) -> None:
 
 
 def test_readme_field_table_lists_exactly_the_builders_fields() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Result rows", 1)[1].split("\n## ", 1)[0]
     documented = re.findall(r"^\| `([A-Za-z_]+)` \|", section, re.M)
     assert documented == [*OFFLINE_FIELDS, *SAMPLE_FIELDS, *LIVE_FIELDS]
@@ -294,7 +294,7 @@ def _imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize(
     "path",
-    sorted(p for p in (ROOT / "grader" / "checks").glob("*.py") if p.name != "mutation.py"),
+    sorted(p for p in (REPO / "grader" / "checks").glob("*.py") if p.name != "mutation.py"),
     ids=lambda p: p.name,
 )
 def test_checks_never_import_tasks_score_or_the_engine(path: Path) -> None:

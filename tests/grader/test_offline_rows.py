@@ -11,24 +11,20 @@ from typing import Any
 import pytest
 
 from grader import grade_run, parse_task
-from grader._json import dumps, loads_exact
+from grader._json import loads_exact
 from grader.checks import Judge, JudgeConfig
 from grader.cli import main
 from grader.engine import grade_async
 from grader.rows import RESERVED_FIELDS
+from tests.support.files import write_jsonl
 
 TASK = {"id": "a", "expected": {"name": "f", "arguments": {"x": 1}}}
 GOOD = '{"name": "f", "arguments": {"x": 1}}'
 
 
-def jsonl(path: Path, rows: list[Any]) -> Path:
-    path.write_bytes(b"".join(dumps(row) + b"\n" for row in rows))
-    return path
-
-
 def grade_rows(tmp_path: Path, answers: list[dict[str, Any]]) -> tuple[int, Path]:
-    tasks = jsonl(tmp_path / "tasks.jsonl", [TASK])
-    answers_file = jsonl(tmp_path / "answers.jsonl", answers)
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TASK])
+    answers_file = write_jsonl(tmp_path / "answers.jsonl", answers)
     out = tmp_path / "rows.jsonl"
     code = main(["grade", "--tasks", str(tasks), "--answers", str(answers_file), "--out", str(out)])
     return code, out

@@ -4,17 +4,17 @@ task with checks passes every check on its expected call and is ``stale`` on its
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from grader import Task, grade, load_tasks, offline_context, score
 from grader._json import dumps
+from tests.support.paths import REPO
 
 # Episode tasks (config/tasks/episodes.jsonl) grade whole agent runs and have no expected call:
-# tests/episodes holds their gate.
-SUITE = [t for t in load_tasks(Path(__file__).parents[2] / "config" / "tasks") if t.episode is None]
+# tests/grader/episodes holds their gate.
+SUITE = [t for t in load_tasks(REPO / "config" / "tasks") if t.episode is None]
 
 
 def as_wire(call: Any) -> str:

@@ -1,6 +1,6 @@
 """grading.md's failure modes and GRADING-DECISIONS.md's decisions, one row per behaviour.
 
-Every answer is graded against the same task (tests/grader/conftest.py): expected call with
+Every answer is graded against the same task (:func:`ticket_task`): expected call with
 a comma list, a duration, an exact integer, a 23-digit id, an ordered array and a nested object.
 """
 
@@ -12,9 +12,45 @@ from typing import Any
 
 import pytest
 
-from grader import Task, score
+from grader import Task, parse_task, score
 from grader._json import dumps
-from tests.grader.cases import EXPECTED, STALE
+
+EXPECTED: dict[str, Any] = {
+    "name": "create_ticket",
+    "arguments": {
+        "title": "Printer jam",
+        "priority": "high",
+        "labels": ["hw", "office"],
+        "tags": "web,hero",
+        "eta": "PT45M",
+        "amount": 4550,
+        "customer": {"id": 12345678901234567890123, "tier": "gold"},
+    },
+}
+STALE: dict[str, Any] = {
+    "name": "create_ticket",
+    "arguments": {
+        "title": "Printer jam",
+        "severity": "high",
+        "labels": ["hw", "office"],
+        "tags": "web,hero",
+        "eta": "PT45M",
+        "amount": 4550,
+        "customer": {"id": 12345678901234567890123, "tier": "gold"},
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def ticket_task() -> Task:
+    return parse_task(
+        {
+            "id": "tickets.field_renamed.01",
+            "expected": EXPECTED,
+            "metadata": {"stale": STALE, "mutationKind": "field_renamed"},
+        }
+    )
+
 
 CALL = dumps(EXPECTED).decode()
 BIG_ID = "12345678901234567890123"

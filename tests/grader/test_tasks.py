@@ -9,6 +9,7 @@ import pytest
 
 from grader import TaskLoadError, load_tasks
 from grader._json import dumps
+from tests.support.paths import REPO
 
 GOOD = {
     "id": "a",
@@ -150,7 +151,7 @@ def test_digest_ignores_order_and_formatting_but_not_content(tmp_path: Path) -> 
 
 
 def test_sample_suite_loads() -> None:
-    tasks = load_tasks(Path(__file__).parents[2] / "config" / "tasks")
+    tasks = load_tasks(REPO / "config" / "tasks")
     assert len(tasks) >= 60
     assert len({task.mutation_kind for task in tasks}) >= 6
 

@@ -4,9 +4,7 @@ written), a second exits at once. SIGTERM keeps the Kubernetes drain (test_lifec
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,9 +14,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from grader._json import loads_exact
-from tests.proxy.harness import SSE, Reply, ScriptedBackend, free_port, wire
+from tests.support.backend import SSE, Reply, ScriptedBackend, wire
+from tests.support.process import Process, free_port, serve_config
+from tests.support.process import serving as serve_process
 
-ROOT = Path(__file__).resolve().parents[2]
 # Far longer than any wait below: a shutdown that sleeps through it fails the test.
 LONG_DRAIN_S = 120.0
 
@@ -30,45 +29,19 @@ pytestmark = pytest.mark.e2e
 @asynccontextmanager
 async def serving(
     tmp_path: Path, tasks_file: Path, upstream: str
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, str, Path]]:
+) -> AsyncIterator[tuple[Process, str, Path]]:
     port, results = free_port(), tmp_path / "results.jsonl"
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        f"upstream:\n  url: {upstream}\n"
-        f"listen:\n  port: {port}\n"
-        f"tasks:\n  path: {tasks_file}\n"
-        f"results:\n  path: {results}\n"
-        f"shutdown:\n  drain_delay_s: {LONG_DRAIN_S}\n  grace_period_s: {LONG_DRAIN_S}\n"
-        "logging:\n  level: warning\n"
+    config = serve_config(
+        tmp_path / "config.yaml",
+        upstream=upstream,
+        port=port,
+        tasks=tasks_file,
+        results=results,
+        drain_delay_s=LONG_DRAIN_S,
+        grace_period_s=LONG_DRAIN_S,
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "grader.cli",
-        "serve",
-        "--config",
-        str(config),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stderr=asyncio.subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(400):
-                try:
-                    async with session.get(f"{base}/readyz") as ready:
-                        if ready.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-            else:
-                pytest.fail("the proxy never became ready")
+    async with serve_process(config, port, stderr=asyncio.subprocess.PIPE) as (process, base):
         yield process, base, results
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def test_first_ctrl_c_skips_the_drain_delay_and_keeps_the_row(

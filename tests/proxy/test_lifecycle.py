@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -18,10 +16,10 @@ from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.results import ResultWriter
 from proxy.state import LIFECYCLE, TASKS
 from proxy.taskstore import TaskStore
-from tests.proxy.conftest import TASK_LINES, ProxyFactory
-from tests.proxy.harness import SSE, Reply, ScriptedBackend, free_port, wire
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.backend import SSE, Reply, ScriptedBackend, wire
+from tests.support.process import free_port, serve_config, serving
+from tests.support.proxy import ProxyFactory
+from tests.support.tasks import TASK_LINES
 
 
 async def test_livez_and_readyz(make_proxy: ProxyFactory) -> None:
@@ -114,54 +112,29 @@ async def test_sigterm_finishes_streams_and_loses_no_graded_row(
         Reply(body=body, content_type=SSE, split_at=range(60, len(body), 60), pause_s=0.1)
     )
     port, results = free_port(), tmp_path / "results.jsonl"
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        f"upstream:\n  url: {server.make_url('/v1')}\n"
-        f"listen:\n  port: {port}\n"
-        f"tasks:\n  path: {tasks_file}\n"
-        f"results:\n  path: {results}\n"
-        "shutdown:\n  drain_delay_s: 1.0\n  grace_period_s: 20\n"
-        "logging:\n  level: warning\n"
+    config = serve_config(
+        tmp_path / "config.yaml",
+        upstream=str(server.make_url("/v1")),
+        port=port,
+        tasks=tasks_file,
+        results=results,
+        drain_delay_s=1.0,
+        grace_period_s=20,
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "grader.cli",
-        "serve",
-        "--config",
-        str(config),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(400):
-                try:
-                    async with session.get(f"{base}/readyz") as ready:
-                        if ready.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-            else:
-                pytest.fail("the proxy never became ready")
-            async with session.post(
-                f"{base}/v1/chat/completions",
-                data=b"{}",
-                headers={"X-Grade-Task": "weather.single"},
-            ) as response:
-                first = await response.content.readexactly(60)
-                process.send_signal(signal.SIGTERM)
-                await asyncio.sleep(0.2)
-                async with aiohttp.ClientSession() as probe, probe.get(f"{base}/readyz") as ready:
-                    assert ready.status == 503
-                rest = await response.read()
-            assert first + rest == body
+    async with serving(config, port) as (process, base), aiohttp.ClientSession() as session:
+        async with session.post(
+            f"{base}/v1/chat/completions",
+            data=b"{}",
+            headers={"X-Grade-Task": "weather.single"},
+        ) as response:
+            first = await response.content.readexactly(60)
+            process.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.2)
+            async with aiohttp.ClientSession() as probe, probe.get(f"{base}/readyz") as ready:
+                assert ready.status == 503
+            rest = await response.read()
+        assert first + rest == body
         assert await asyncio.wait_for(process.wait(), 30) == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
     text = await asyncio.to_thread(results.read_text)
     rows = [loads_exact(line) for line in text.splitlines()]
     assert [(r["task_id"], r["result"]) for r in rows] == [("weather.single", "pass")]

@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,33 +12,21 @@ from aiohttp.test_utils import TestServer
 
 from proxy.cli import _warn_exposed_key
 from proxy.config import load_config
-from tests.proxy.conftest import ProxyFactory
-from tests.proxy.harness import free_port
+from tests.support.process import free_port, reap, spawn_serve
+from tests.support.proxy import ProxyFactory
 
-ROOT = Path(__file__).resolve().parents[2]
 BROKEN_TASKS = '{"id": "ok", "expected": {"name": "f", "arguments": {}}}\n{"id": "broken"}\n'
 
 
-async def _serve(config_text: str, tmp_path: Path) -> tuple[int, str]:
-    config = tmp_path / "config.yaml"
-    config.write_text(config_text)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "grader.cli",
-        "serve",
-        "--config",
-        str(config),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
+async def _serve(config: Path) -> tuple[int, str]:
+    """Exit status and stderr of a ``serve`` that is expected to stop by itself."""
+    process = await spawn_serve(
+        config, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
     try:
         _, stderr = await asyncio.wait_for(process.communicate(), 30)
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await reap(process)
     assert process.returncode is not None
     return process.returncode, stderr.decode()
 
@@ -78,10 +64,10 @@ async def test_start_up_failures_are_one_line(tmp_path: Path, case: str, expecte
         "shutdown:\n  drain_delay_s: 0\n  grace_period_s: 0\n"
     )
     try:
-        if case == "missing_config":
-            rc, stderr = await _serve_missing(tmp_path)
-        else:
-            rc, stderr = await _serve(text, tmp_path)
+        config = tmp_path / ("nope.yaml" if case == "missing_config" else "config.yaml")
+        if case != "missing_config":
+            config.write_text(text)
+        rc, stderr = await _serve(config)
     finally:
         blocker.close()
     lines = stderr.strip().splitlines()
@@ -89,23 +75,6 @@ async def test_start_up_failures_are_one_line(tmp_path: Path, case: str, expecte
     assert len(lines) == 1, stderr
     assert expected in lines[0]
     assert "Traceback" not in stderr
-
-
-async def _serve_missing(tmp_path: Path) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "grader.cli",
-        "serve",
-        "--config",
-        str(tmp_path / "nope.yaml"),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, stderr = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode is not None
-    return process.returncode, stderr.decode()
 
 
 async def test_readyz_says_why_tasks_did_not_load(

@@ -1,0 +1,228 @@
+"""Task loading: a definition parsed, validated and turned into a :class:`~grader.tasks.Task`.
+
+Apart from :mod:`grader.tasks` because validating a check definition means reading it with its
+check type's own reader (unknown fields, unresolvable templates, invalid schemas, a pass rule
+naming no column are all refused there), and that needs every check implementation, while a
+task only *holds* the validated definitions. So ``grader.tasks`` imports no check code, and
+this module is where a definition meets the checks:
+
+* every problem stops loading with ``file:line: message`` and nothing half-loaded is returned,
+  so a bad edit can never replace a good task set in a running proxy;
+* the checks built to validate a task are handed to the engine's cache
+  (:func:`grader.engine.remember_checks`, keyed by the task's ``checks_digest``), so a task
+  loaded here is never built a second time in this process;
+* a task pickles as its definition (``raw`` and ``source``, registered with :mod:`copyreg`
+  here) and is parsed, validated and built again on the other side: built checks hold compiled
+  validators that do not pickle, and a grading process must grade with exactly the checks the
+  definition gives.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import dataclasses
+import difflib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from grader._json import JSONError, loads_exact
+from grader.advisory import AdvisoryError, split_advisory
+from grader.checks import Check, CheckDefinitionError, build_checks, columns_of
+from grader.checks.tool_call import DEFAULT_DEFINITION
+from grader.engine import remember_checks
+from grader.episodes.record import RecordError, parse_record
+from grader.tasks import (
+    RECORD_KEYS,
+    TASK_KEYS,
+    CheckDefinition,
+    Task,
+    TaskLoadError,
+    TaskSet,
+    build_task_set,
+    checks_digest,
+    task_files,
+)
+from grader.toolcall.extract import Call, call_from_value, extract
+
+__all__ = ["check_task_keys", "iter_file_tasks", "load_tasks", "parse_task"]
+
+# Names from other formats that mean one of ours (too far apart for a spelling suggestion).
+_ALIASES = {"task_id": "id", "grader": "checks", "graders": "checks", "expected_call": "expected"}
+
+
+def _call(value: Any, what: str) -> Call:
+    """A task's call: an object (wrappers allowed) or a JSON string holding one."""
+    call = extract(value).call if isinstance(value, str) else call_from_value(value)
+    if call is None:
+        raise TaskLoadError(
+            f"{what} is not a usable call: it needs a string 'name' and an object 'arguments'"
+        )
+    return call
+
+
+def _unknown_key(key: str, label: str) -> TaskLoadError:
+    if key in RECORD_KEYS:
+        return TaskLoadError(
+            f"{label}'{key}' is a grader-record key (seed 001): it is graded inside the task's "
+            "'episode' record (docs/episodes.md), never at the top level, where it would be "
+            "mistaken for an enforced check; move it under 'episode' (or 'metadata' to keep it "
+            "as an annotation)"
+        )
+    close = [_ALIASES[key]] if key in _ALIASES else []
+    close = close or difflib.get_close_matches(key, TASK_KEYS, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(TASK_KEYS)}"
+    return TaskLoadError(f"{label}unknown key {key!r}: {hint}")
+
+
+def check_task_keys(obj: Mapping[str, Any]) -> None:
+    """Refuse a top-level key no part of the grader reads (see :data:`grader.tasks.TASK_KEYS`)."""
+    for key in obj:
+        if key not in TASK_KEYS:
+            task_id = obj.get("id")
+            label = f"task {task_id!r}: " if isinstance(task_id, str) and task_id else ""
+            raise _unknown_key(str(key), label)
+
+
+def _definitions(
+    obj: Mapping[str, Any], source: str
+) -> tuple[tuple[CheckDefinition, ...], tuple[Check, ...], frozenset[str]]:
+    """Validate the task's checks by building them: their definitions, the built checks (digests
+    as the definitions say) and the advisory names. Raises CheckDefinitionError/AdvisoryError."""
+    if "expected" not in obj and "checks" not in obj:
+        return (), (), frozenset()  # an episode-only task: no per-turn checks
+    advice = split_advisory(obj, source)
+    built = tuple(
+        dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
+        if i in advice.digests
+        else check
+        for i, check in enumerate(build_checks(advice.task))
+    )
+    listed = advice.task.get("checks")
+    if isinstance(listed, list):
+        places = [(f"checks[{i}]", definition) for i, definition in enumerate(listed)]
+    else:
+        places = [("", DEFAULT_DEFINITION)]
+    definitions = tuple(
+        CheckDefinition(
+            check.name,
+            check.type,
+            check.digest,
+            dict(definition),
+            columns_of(check),
+            check.needs_judge,
+            where,
+        )
+        for check, (where, definition) in zip(built, places, strict=True)
+    )
+    return definitions, built, advice.names
+
+
+def _stale(metadata: Mapping[str, Any], expected: Call | None, task_id: str) -> Call | None:
+    if metadata.get("stale") is None:
+        return None
+    stale = _call(metadata["stale"], f"task {task_id!r}: 'metadata.stale'")
+    if expected is None:
+        raise TaskLoadError(
+            f"task {task_id!r}: 'metadata.stale' needs an 'expected' call beside it"
+        )
+    if stale.canonical == expected.canonical:
+        raise TaskLoadError(
+            f"task {task_id!r}: 'metadata.stale' equals 'expected' after canonicalisation, so a "
+            "correct answer would be flagged stale"
+        )
+    return stale
+
+
+def _parse(obj: Any, source: str) -> tuple[Task, tuple[Check, ...]]:
+    if not isinstance(obj, dict):
+        raise TaskLoadError(f"a task must be a JSON object, got {type(obj).__name__}")
+    check_task_keys(obj)
+    task_id = obj.get("id")
+    if not isinstance(task_id, str) or not task_id:
+        raise TaskLoadError("'id' must be a non-empty string")
+    if "expected" not in obj and "checks" not in obj and "episode" not in obj:
+        raise TaskLoadError(f"task {task_id!r} has no 'expected' call")
+    episode = None
+    if "episode" in obj:
+        try:
+            episode = parse_record(obj["episode"])
+        except RecordError as exc:
+            raise TaskLoadError(f"task {task_id!r}: {exc}") from None
+    expected = None
+    if "expected" in obj:
+        expected = _call(obj["expected"], f"task {task_id!r}: 'expected'")
+    metadata = obj.get("metadata")
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise TaskLoadError(f"task {task_id!r}: 'metadata' must be an object")
+    stale = _stale(metadata, expected, task_id)
+    kind = metadata.get("mutationKind")
+    if kind is not None and not isinstance(kind, str):
+        raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
+    try:
+        definitions, built, advisory = _definitions(obj, source)
+    except (CheckDefinitionError, AdvisoryError) as exc:
+        raise TaskLoadError(f"task {task_id!r}: {exc}") from None
+    task = Task(
+        id=task_id,
+        expected_call=expected,
+        stale=stale,
+        mutation_kind=kind,
+        metadata=dict(metadata),
+        raw=dict(obj),
+        source=source,
+        checks=definitions,
+        episode=episode,
+        advisory=advisory,
+        checks_digest=checks_digest(obj, definitions),
+    )
+    return task, built
+
+
+def parse_task(obj: Any, source: str = "<memory>") -> Task:
+    """Validate one task definition; raise :class:`TaskLoadError` naming ``source``."""
+    try:
+        task, built = _parse(obj, source)
+    except TaskLoadError as exc:
+        raise TaskLoadError(f"{source}: {exc}") from None
+    if built:
+        remember_checks(task, built)
+    return task
+
+
+def _reduce_task(task: Task) -> tuple[Any, ...]:
+    """Pickle a parsed task as its definition; the other side parses (and validates) it again."""
+    if not task.raw:
+        raise TypeError(f"task {task.id!r} was built by hand: only parsed tasks pickle")
+    return (parse_task, (dict(task.raw), task.source))
+
+
+copyreg.pickle(Task, _reduce_task)
+
+
+def iter_file_tasks(path: Path) -> Iterator[Task]:
+    """Parse one JSONL task file, line by line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskLoadError(f"{path}: cannot read task file: {exc}") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = loads_exact(line)
+        except JSONError as exc:
+            raise TaskLoadError(f"{where}: not valid JSON: {exc}") from None
+        yield parse_task(obj, where)
+
+
+def load_tasks(path: str | Path) -> TaskSet:
+    """Load a task file or a folder of ``*.jsonl`` files, all or nothing."""
+    files = task_files(Path(path))
+    tasks = [task for file in files for task in iter_file_tasks(file)]
+    if not tasks:
+        raise TaskLoadError(f"{path}: no tasks defined")
+    return build_task_set(tasks, tuple(str(f) for f in files))

@@ -1,0 +1,221 @@
+"""A real Prometheus server scrapes the proxy every second with the shipped rule files; every
+dashboard panel expression and recording rule returns data, and the stale-schema alert is
+pending or firing for the stale-heavy task while the healthy task's alerts stay quiet."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp.test_utils import TestServer
+
+from tests.support.backend import Reply, ScriptedBackend, wire
+from tests.support.episodes import completion
+from tests.support.paths import REPO
+from tests.support.process import free_port, wait_ready
+from tests.support.proxy import ProxyFactory, rows_of
+from tests.support.tasks import task_line
+from tests.support.tools import require_tool
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(240)]
+DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "gradeproxy.json"
+RULES = sorted((REPO / "deploy" / "prometheus" / "rules").glob("*.yml"))
+PASS_BODY = wire("openai_single_tool.json")
+STALE_BODY = PASS_BODY.replace(b'\\"unit\\":\\"celsius\\"', b'\\"units\\":\\"C\\"')
+EPISODE_TASK = next(
+    line
+    for line in (REPO / "config" / "tasks" / "episodes.jsonl").read_bytes().splitlines()
+    if b'"id": "episodes.cause"' in line
+)
+EPISODE_BODY = completion({"role": "assistant", "content": "The card had expired."})
+VARIABLES = {
+    "$job": "gradeproxy",
+    "$instance": ".*",
+    "$task": ".*",
+    "$model": ".*",
+    "$__rate_interval": "1m",
+}
+
+
+def dashboard_expressions() -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+
+    def walk(panel: dict[str, Any]) -> None:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for name, value in VARIABLES.items():
+                expr = expr.replace("${" + name[1:] + "}", value).replace(name, value)
+            found.append((panel["title"], expr))
+        for child in panel.get("panels", []):
+            walk(child)
+
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        walk(panel)
+    return found
+
+
+def recording_rules() -> list[str]:
+    return [
+        rule["record"]
+        for path in RULES
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+        if "record" in rule
+    ]
+
+
+@contextlib.asynccontextmanager
+async def start_prometheus(tmp_path: Path, target: str) -> AsyncIterator[str]:
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(path) for path in RULES],
+                "scrape_configs": [
+                    {"job_name": "gradeproxy", "static_configs": [{"targets": [target]}]}
+                ],
+            }
+        )
+    )
+    process = await asyncio.create_subprocess_exec(
+        require_tool("prometheus"),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        await wait_ready(f"{base}/-/ready", attempts=300, interval_s=0.1)
+        yield base
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 20)
+
+
+async def query(session: aiohttp.ClientSession, base: str, expr: str) -> list[Any]:
+    async with session.get(f"{base}/api/v1/query", params={"query": expr}) as response:
+        body = await response.json()
+    assert body["status"] == "success", (expr, body)
+    result: list[Any] = body["data"]["result"]
+    return result
+
+
+async def empty_among(session: aiohttp.ClientSession, base: str, exprs: list[str]) -> list[str]:
+    """The expressions that return no data, after up to 30 s for rules to evaluate."""
+    empty = list(exprs)
+    for _ in range(30):
+        empty = [expr for expr in empty if not await query(session, base, expr)]
+        if not empty:
+            break
+        await asyncio.sleep(1.0)
+    return empty
+
+
+async def test_dashboard_rules_and_alerts_against_real_prometheus(
+    tmp_path: Path,
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    tasks_file: Path,
+    results_path: Path,
+) -> None:
+    require_tool("prometheus")
+    await asyncio.to_thread(
+        tasks_file.write_bytes,
+        b"\n".join(
+            [
+                task_line(
+                    "healthy.task",
+                    "get_weather",
+                    {"city": "Zürich", "unit": "celsius"},
+                    stale={"city": "Zürich", "units": "C"},
+                    kind="field_renamed",
+                ),
+                task_line(
+                    "stale.task",
+                    "get_weather",
+                    {"city": "Zürich", "unit": "celsius"},
+                    stale={"city": "Zürich", "units": "C"},
+                    kind="unit_changed",
+                ),
+                EPISODE_TASK,
+            ]
+        )
+        + b"\n",
+    )
+    candidate = ScriptedBackend()  # the shadow leg: mostly right, sometimes stale (wins and losses)
+    shadow = await aiohttp_server(candidate.app())
+    proxy = await make_proxy(
+        upstream={"shadow": {"url": str(shadow.make_url("/v1")), "sample_rate": 1.0}}
+    )
+    assert proxy.server.port is not None
+    async with (
+        start_prometheus(tmp_path, f"127.0.0.1:{proxy.server.port}") as base,
+        aiohttp.ClientSession() as session,
+    ):
+        for _ in range(200):  # until the first scrape of the proxy succeeded
+            if await query(session, base, 'up{job="gradeproxy"} == 1'):
+                break
+            await asyncio.sleep(0.1)
+        for _ in range(6):  # traffic over several scrapes: a counter's first sample has no rate
+            # One agent episode that ends in its first turn (episodes.cause: the cause stated).
+            candidate.replies.append(Reply(body=EPISODE_BODY))
+            backend.replies.append(Reply(body=EPISODE_BODY))
+            await proxy.post(
+                "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "Why did it fail?"}]},
+                headers={"X-Grade-Task": "episodes.cause", "X-Grade-Episode": "e"},
+            )
+            candidate.replies.extend([Reply(body=STALE_BODY), *[Reply(body=PASS_BODY)] * 5])
+            for task, body in (("healthy.task", PASS_BODY), ("stale.task", STALE_BODY)):
+                for _ in range(3):
+                    backend.replies.append(Reply(body=body))
+                    await proxy.post(
+                        "/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": task}
+                    )
+            backend.replies.append(Reply(body=b'{"error":{"message":"boom"}}', status=500))
+            await proxy.post("/v1/chat/completions", data=b"{}")
+            await asyncio.sleep(1.0)
+        rows = await rows_of(proxy, results_path)
+        assert sum(r["result"] == "stale" and r["variant"] == "primary" for r in rows) == 18
+        assert sum(r["variant"] == "shadow" for r in rows) == 36
+        assert sum(r.get("kind") == "episode" and r["result"] == "pass" for r in rows) == 6
+        assert await empty_among(session, base, recording_rules()) == []
+        panels = dashboard_expressions()
+        empty = await empty_among(session, base, [expr for _, expr in panels])
+        assert sorted({title for title, expr in panels if expr in empty}) == [], empty
+        alerts: list[dict[str, Any]] = []
+        for _ in range(40):
+            async with session.get(f"{base}/api/v1/alerts") as response:
+                alerts = (await response.json())["data"]["alerts"]
+            if any(a["labels"].get("alertname") == "GradeproxyStaleSchemaRateHigh" for a in alerts):
+                break
+            await asyncio.sleep(0.5)
+        stale = [
+            a for a in alerts if a["labels"].get("alertname") == "GradeproxyStaleSchemaRateHigh"
+        ]
+        assert [a["labels"].get("task") for a in stale] == ["stale.task"]
+        assert stale[0]["state"] in ("pending", "firing")
+        healthy = [
+            a["labels"]["alertname"] for a in alerts if a["labels"].get("task") == "healthy.task"
+        ]
+        assert healthy == []
+
+
+def test_variables_cover_every_placeholder() -> None:
+    """Each $variable the dashboard uses is substituted above, so no query is sent half-built."""
+    for title, expr in dashboard_expressions():
+        assert not re.search(r"\$\w+", expr), (title, expr)

@@ -1,0 +1,209 @@
+"""``gradeproxy grade``: exit codes, outputs, and nothing half-written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader._json import loads_exact
+from grader.cli import main
+from tests.support.files import write_jsonl
+
+TASKS = [
+    {
+        "id": "a",
+        "expected": {"name": "f", "arguments": {"x": 1}},
+        "metadata": {
+            "stale": {"name": "f", "arguments": {"y": 1}},
+            "mutationKind": "field_renamed",
+        },
+    },
+    {
+        "id": "b",
+        "expected": {"name": "g", "arguments": {}},
+        "metadata": {"mutationKind": "enum_value_changed"},
+    },
+]
+
+
+@pytest.fixture
+def tasks_file(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "tasks.jsonl", list(TASKS))
+
+
+def test_grade_writes_rows_and_report(
+    tmp_path: Path, tasks_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers = write_jsonl(
+        tmp_path / "answers.jsonl",
+        [
+            {"task_id": "a", "answer": '{"name": "f", "arguments": {"x": 1}}'},
+            {"task_id": "a", "answer": '{"name": "f", "arguments": {"y": 1}}'},
+            {"task_id": "b", "answer": "no call"},
+        ],
+    )
+    out, report = tmp_path / "out" / "results.jsonl", tmp_path / "report.json"
+    code = main(
+        [
+            "grade",
+            "--tasks",
+            str(tasks_file),
+            "--answers",
+            str(answers),
+            "--out",
+            str(out),
+            "--report",
+            str(report),
+        ]
+    )
+    assert code == 0
+    rows = [loads_exact(line) for line in out.read_text().splitlines()]
+    assert [(r["task_id"], r["score"], r["staleSchemaUsed"], r["reason_code"]) for r in rows] == [
+        ("a", 1, False, "match"),
+        ("a", 0, True, "stale_schema"),
+        ("b", 0, False, "no_call"),
+    ]
+    assert {"path", "reason", "mutationKind", "tasks_digest"} <= rows[0].keys()
+    data = loads_exact(report.read_text())
+    assert (
+        data["n"],
+        data["passed"],
+        data["passRate"],
+        data["staleSchemaUsed"],
+        data["staleSchemaUsedRate"],
+    ) == (3, 1, 1 / 3, 1, 1 / 3)
+    assert data["perMutationKind"]["field_renamed"] == {
+        "n": 2,
+        "passed": 1,
+        "passRate": 0.5,
+        "staleSchemaUsed": 1,
+        "staleSchemaUsedRate": 0.5,
+        "errors": 0,
+    }
+    assert data["reasons"] == {"match": 1, "no_call": 1, "stale_schema": 1}
+    assert data["tasks_digest"] == rows[0]["tasks_digest"]
+    printed = capsys.readouterr().out
+    assert "field_renamed" in printed
+    assert "TOTAL" in printed
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        pytest.param(
+            [{"task_id": "a", "answer": ""}, {"task_id": "zzz", "answer": ""}],
+            "answers.jsonl:2: unknown task id 'zzz'",
+            id="unknown_task",
+        ),
+        pytest.param(
+            [{"task_id": "a"}], "answers.jsonl:1: no 'answer' field", id="no_answer_field"
+        ),
+        pytest.param(
+            [{"task_id": 1, "answer": ""}],
+            "answers.jsonl:1: 'task_id' must be a string",
+            id="task_id_not_string",
+        ),
+        pytest.param(["x"], "answers.jsonl:1: expected an object", id="row_not_object"),
+        pytest.param(
+            [{"task_id": "a", "answer": {"name": "f", "arguments": {"x": 1}}}],
+            "answers.jsonl:1: 'answer' must be a string (the raw model output), not an object",
+            id="answer_is_an_object_as_on_the_typed_wires",
+        ),
+        pytest.param(
+            [{"task_id": "a", "answer": ""}, {"task_id": "a", "answer": None}],
+            "answers.jsonl:2: 'answer' must be a string (the raw model output), not null",
+            id="answer_is_null",
+        ),
+        pytest.param(
+            [{"task_id": "a", "answer": "", "tools": {"type": "function"}}],
+            "answers.jsonl:1: 'tools' must be a JSON list",
+            id="tools_not_a_list",
+        ),
+    ],
+)
+def test_bad_answers_exit_2_and_write_nothing(
+    tmp_path: Path,
+    tasks_file: Path,
+    rows: list[object],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    answers = write_jsonl(tmp_path / "answers.jsonl", rows)
+    out = tmp_path / "results.jsonl"
+    code = main(["grade", "--tasks", str(tasks_file), "--answers", str(answers), "--out", str(out)])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+    assert list(tmp_path.glob(".results.jsonl.*")) == []
+
+
+def test_unparseable_answers_line_names_file_and_line(
+    tmp_path: Path, tasks_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text('{"task_id": "a", "answer": ""}\n\n{broken\n')
+    assert main(["grade", "--tasks", str(tasks_file), "--answers", str(answers)]) == 2
+    assert "answers.jsonl:3: not valid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        pytest.param({"id": "a"}, "tasks.jsonl:1: task 'a' has no 'expected' call", id="no_call"),
+        pytest.param(
+            {**TASKS[0], "chekcs": []},
+            "tasks.jsonl:1: task 'a': unknown key 'chekcs': did you mean 'checks'?",
+            id="typo_gets_a_suggestion",
+        ),
+        pytest.param(
+            {**TASKS[0], "target_state": {"table": "refunds"}},
+            "'target_state' is a grader-record key (seed 001): it is graded inside the task's",
+            id="known_but_not_graded_yet",
+        ),
+    ],
+)
+def test_bad_task_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], task: dict[str, object], message: str
+) -> None:
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [task])
+    answers = write_jsonl(tmp_path / "answers.jsonl", [])
+    assert main(["grade", "--tasks", str(tasks), "--answers", str(answers)]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_checks_only_task_is_graded_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task defined only by its checks (BFCL "expect no call") grades on the CLI."""
+    task = {
+        "id": "quiet",
+        "checks": [{"type": "tool_call", "name": "none", "expect_no_call": True}],
+    }
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [task])
+    answers = write_jsonl(
+        tmp_path / "answers.jsonl",
+        [
+            {"task_id": "quiet", "answer": "No tool is needed for that."},
+            {"task_id": "quiet", "answer": '{"name": "f", "arguments": {}}'},
+        ],
+    )
+    out = tmp_path / "rows.jsonl"
+    args = ["grade", "--tasks", str(tasks), "--answers", str(answers), "--out", str(out)]
+    assert main(args) == 0
+    rows = [loads_exact(line) for line in out.read_text().splitlines()]
+    assert [(r["result"], r["checks"][0]["reason_code"]) for r in rows] == [
+        ("pass", "match"),
+        ("fail", "unexpected_call"),
+    ]
+    assert all("score" not in r for r in rows)  # the tool-call fields live in the column
+
+
+def test_progress_bar_on_request(
+    tmp_path: Path, tasks_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers = write_jsonl(tmp_path / "answers.jsonl", [{"task_id": "b", "answer": "x"}] * 50)
+    assert main(["grade", "--tasks", str(tasks_file), "--answers", str(answers), "--progress"]) == 0
+    assert "100%" in capsys.readouterr().err
