@@ -26,13 +26,13 @@ from grader._json import dumps
 from proxy.pipeline import offload
 from proxy.pipeline.offload import GradingProcess
 from proxy.state import QUEUE, TASKS
-from tests.proxy.conftest import ProxyFactory, rows_of
-from tests.proxy.harness import Reply, ScriptedBackend, wire
-from tests.proxy.test_live_checks import judge_app
-from tests.proxy.test_live_grading import metric_value
+from tests.support.backend import Reply, ScriptedBackend, wire
+from tests.support.judge import judge_app
+from tests.support.metrics import metric_value
+from tests.support.proxy import ProxyFactory, rows_of
 
 Client = TestClient[web.Request, web.Application]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TAGGED = {"X-Grade-Task": "weather.schema"}
 # A schema check always runs off the loop, so every one of these jobs goes to the child.
 SCHEMA_TASK = {
@@ -385,7 +385,7 @@ async def test_sigterm_drains_the_jobs_queued_in_the_child(
 
     import aiohttp
 
-    from tests.proxy.harness import free_port
+    from tests.support.process import free_port
 
     port, results = free_port(), tmp_path / "results.jsonl"
     config = tmp_path / "config.yaml"
