@@ -40,6 +40,7 @@ log = get_logger("gradeproxy.grading")
 
 _HEADER = struct.Struct("!i")  # multiprocessing.connection's framing, which the child reads
 RESTART_BACKOFF_S = (0.05, 0.2, 1.0, 5.0)
+_JOIN_BELOW = 64 * 1024
 
 
 class GradingProcessDiedError(RuntimeError):
@@ -281,7 +282,11 @@ class GradingProcess:
     def _write(self, message: tuple[Any, ...]) -> None:
         assert self._writer is not None
         data = pickle.dumps(message, PICKLE)
-        self._writer.write(_HEADER.pack(len(data)) + data)
+        if len(data) < _JOIN_BELOW:  # one send for a small message
+            self._writer.write(_HEADER.pack(len(data)) + data)
+        else:  # no copy of a large one just to put four bytes in front
+            self._writer.write(_HEADER.pack(len(data)))
+            self._writer.write(data)
 
     def _flush(self) -> None:
         self._flushing = False
