@@ -27,10 +27,11 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── FormulaError(ValueError)           grader.checks     a multi formula is not safe arithmetic
     ├── UnresolvableRefError(ValueError)   grader.checks     a $ref leaving the schema
     ├── JudgeParseError(ValueError)        grader.checks     a judge reply outside the contract
-    ├── InputError(ValueError)             grader.cli        an answers file line the CLI refuses
-    └── JudgeHTTPError(RuntimeError)       grader.cli        the CLI's judge endpoint failed
+    └── InputError(ValueError)             grader.cli        an answers file line the CLI refuses
 
-``tests/grader/test_errors.py`` keeps this drawing equal to the classes the package defines.
+The judge's transport and its ``JudgeHTTPError`` are the proxy's (``proxy/judge_client.py``,
+which the offline commands import lazily). ``tests/grader/test_errors.py`` keeps this drawing
+equal to the classes the package defines.
 """
 
 from __future__ import annotations

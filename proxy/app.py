@@ -19,8 +19,8 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from grader.checks import Judge, JudgeConfig
 from proxy.config import Config
-from proxy.errors import BodyTooLargeError, ProxyError
-from proxy.handlers import grading_health, livez, proxy_handler, readyz
+from proxy.errors import ProxyError, render
+from proxy.handler import proxy_handler
 from proxy.judge_client import AiohttpJudgeClient
 from proxy.logs import get_logger
 from proxy.pipeline.guard import Guard
@@ -48,6 +48,7 @@ from proxy.state import (
     Lifecycle,
     QueueSlot,
 )
+from proxy.surfaces.health import grading_health, livez, readyz
 from proxy.surfaces.scoring_http import add_scoring_routes
 from proxy.surfaces.ui import FAILURES, add_ui_routes
 from proxy.taskstore import TaskStore
@@ -61,22 +62,13 @@ PROCESS_START_TIMEOUT_S = 30.0  # the grading process's first start (its imports
 
 @web.middleware
 async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render every error the proxy itself makes in OpenAI's error shape."""
+    """Answer every error the proxy itself makes in OpenAI's error shape (proxy/errors.py)."""
     try:
         return await handler(request)
-    except ProxyError as error:
-        request_id: str | None = request.get(REQUEST_ID)
-        return error.response(request_id)
-    except web.HTTPRequestEntityTooLarge as exc:
-        limit = request.app[CONFIG].limits.max_body_bytes
-        return BodyTooLargeError(
-            f"request body is larger than the limit of {limit} bytes ({exc.text})"
-        ).response(request.get(REQUEST_ID))
-    except web.HTTPException as exc:
-        if exc.status < 400:
+    except (ProxyError, web.HTTPException) as error:
+        response = render(error, request.get(REQUEST_ID), request.app[CONFIG].limits.max_body_bytes)
+        if response is None:
             raise
-        response = ProxyError(exc.reason).response(request.get(REQUEST_ID))
-        response.set_status(exc.status, exc.reason)
         return response
 
 
@@ -203,7 +195,7 @@ def _judge(config: Config) -> tuple[aiohttp.ClientSession | None, Judge | None]:
     if settings.endpoint is None:
         return None, None
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
-    client = AiohttpJudgeClient(session, settings.endpoint, settings.api_key_env)
+    client = AiohttpJudgeClient(settings.endpoint, settings.api_key_env, session=session)
     judge_config = JudgeConfig(
         model=settings.model,
         timeout_s=settings.timeout_s,

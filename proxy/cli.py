@@ -19,6 +19,9 @@ already in use, a file that cannot be opened.
 Ctrl-C (SIGINT) is a person at a terminal, not an orchestrator: no endpoint list routes to a
 terminal, so the first skips the drain delay (the later steps still run: streams finish, rows
 are written) and a second exits at once with status 130.
+
+With ``listen.workers`` > 1 this process is the supervisor of N such servers on one port
+(proxy/supervisor.py), which forwards these signals to each.
 """
 
 from __future__ import annotations
@@ -34,17 +37,18 @@ from aiohttp import web
 
 from proxy.app import make_admin_app, make_app
 from proxy.config import Config, ConfigError, Route, Upstream, load_config, url_warnings
+from proxy.errors import ProxyError
 from proxy.logs import configure_logging, get_logger
 from proxy.pipeline.queue import GIL_SWITCH_INTERVAL_S
 from proxy.pipeline.watchdog import WatchedRunner
-from proxy.state import LIFECYCLE, TASKS, WATCHDOG, Lifecycle
+from proxy.state import LIFECYCLE, TASKS, WATCHDOG, WORKER, Lifecycle, WorkerInfo
 
 # aiohttp cancels what is left this long after shutdown has cut the relays itself.
 CUT_MARGIN_S = 1.0
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-class StartupError(Exception):
+class StartupError(ProxyError):
     """Why ``serve`` could not start, in one line for stderr."""
 
 
@@ -58,6 +62,7 @@ FLAGS = {
     "listen.host": "--host",
     "listen.port": "--port",
     "results.path": "--results",
+    "listen.workers": "--workers",
 }
 
 
@@ -65,7 +70,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     overrides: dict[str, dict[str, Any]] = {
         "upstream": {"url": args.upstream},
         "tasks": {"path": str(args.tasks) if args.tasks else None},
-        "listen": {"host": args.host, "port": args.port},
+        "listen": {"host": args.host, "port": args.port, "workers": args.workers},
         "results": {"path": str(args.results) if args.results else None},
     }
     return load_config(args.config, overrides, flags=FLAGS)
@@ -88,6 +93,10 @@ def run(name: str, args: argparse.Namespace) -> int:
     _warn_exposed_key(config)
     for warning in url_warnings(config):
         log.warning("config_warning", message=warning)
+    if config.listen.workers > 1:
+        from proxy.supervisor import supervise
+
+        return supervise(config)
     # The grade thread must hand the GIL back to the event loop quickly (bench/loop_lag_bench.py).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
@@ -141,9 +150,11 @@ def _check(config: Config) -> int:
         print(f"tasks: {len(tasks)} loaded, digest {tasks.digest}")
     for warning in url_warnings(config):
         print(f"gradeproxy check-config: warning: {warning}", file=sys.stderr)
+    workers, admin = config.listen.workers, config.admin.port or 0
     print(
         f"config ok: upstream {config.upstream.url}, listening on "
         f"{config.listen.host}:{config.listen.port}"
+        + (f" with {workers} workers (admin ports {admin}-{admin + workers - 1})" * (workers > 1))
     )
     return 0
 
@@ -172,7 +183,9 @@ async def start_sites(
     try:
         runners.append(runner)  # cleaned up even when setup fails half-way
         await runner.setup()
-        sites = [web.TCPSite(runner, config.listen.host, config.listen.port)]
+        # Workers share the traffic port (proxy/supervisor.py); the kernel spreads connections.
+        reuse_port = True if config.listen.workers > 1 else None
+        sites = [web.TCPSite(runner, config.listen.host, config.listen.port, reuse_port=reuse_port)]
         if config.admin.port is not None:
             admin_runner = WatchedRunner(make_admin_app(app), watchdog, **options)
             runners.append(admin_runner)
@@ -212,13 +225,19 @@ def bound_port(site: web.TCPSite) -> int:
 
 
 async def serve(
-    config: Config, stop: asyncio.Event | None = None, started: asyncio.Event | None = None
+    config: Config,
+    stop: asyncio.Event | None = None,
+    started: asyncio.Event | None = None,
+    worker: WorkerInfo | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or ``stop``), then shut down gracefully."""
+    """Run until SIGTERM/SIGINT (or ``stop``), then shut down gracefully; ``worker``: this is
+    one of ``listen.workers`` processes (proxy/supervisor.py)."""
     try:
         app = make_app(config)
     except OSError as exc:
         raise StartupError(_os_error(exc)) from None
+    if worker is not None:
+        app[WORKER] = worker
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = _Signals(loop, stop, app)

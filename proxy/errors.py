@@ -1,30 +1,51 @@
-"""The proxy's own errors, each rendered in OpenAI's error shape by one middleware.
+"""The proxy's exception tree: every error ``proxy`` raises derives from :class:`ProxyError`.
 
-::
+Each class renders itself in OpenAI's error shape (``body``, ``response``), and a raised error
+becomes a response in one place, :func:`render` (the app's middleware and the scoring routes
+both call it; the guard answers its early 413 and 408 with the classes' ``response`` too, and
+the watchdog's raw 408 is ``ClientTimeoutError``'s body). Classes that never reach a client
+still take the common root, so ``except ProxyError`` means "the proxy's own failure"; each
+keeps the builtin base its callers have always caught (``ConfigError`` is a ``ValueError``,
+``ResultsWriteError`` an ``OSError``), as aiohttp's ``client_exceptions`` does::
 
-    ProxyError                     (status, type, code)
-    ├── UpstreamUnreachableError        502 upstream_unreachable
-    ├── UpstreamTimeoutError            504 upstream_timeout
-    ├── UpstreamProtocolError      502 upstream_protocol_error
-    ├── BodyTooLargeError               413 request_too_large
-    ├── BadTargetError             400 invalid_request_target
-    ├── InvalidKeyError                 401 invalid_api_key
-    ├── ClientTimeoutError              408 request_timeout
-    └── DrainingError                   503 server_draining (with Retry-After)
+    ProxyError                      500 proxy_error         proxy.errors
+    ├── UpstreamError               502 upstream_error      proxy.errors     (kind: the label)
+    │   ├── UpstreamUnreachableError   502 upstream_unreachable     connect
+    │   ├── UpstreamTimeoutError       504 upstream_timeout         timeout
+    │   └── UpstreamProtocolError      502 upstream_protocol_error  protocol
+    ├── BodyTooLargeError           413 request_too_large   proxy.errors
+    ├── BadTargetError              400 invalid_request_target
+    ├── InvalidKeyError             401 invalid_api_key
+    ├── ClientTimeoutError          408 request_timeout
+    ├── DrainingError               503 server_draining (with Retry-After)
+    ├── BadRequestError             400 invalid_request_error (the scoring API; param, code)
+    ├── TasksNotReadyError          503 tasks_not_loaded (with Retry-After)
+    ├── ConfigError(ValueError)            proxy.config.coerce         the config is unusable
+    ├── StartupError                       proxy.cli                   ``serve`` cannot start
+    ├── BodyReadTimeoutError               proxy.pipeline.watchdog     a body stopped arriving
+    ├── CaptureError                       proxy.pipeline.capture      a response is unreadable
+    │   └── UpstreamReportedError          proxy.pipeline.capture      it reports an error
+    ├── ResultsWriteError(OSError)         proxy.pipeline.record       rows not appended
+    └── JudgeHTTPError(RuntimeError)       proxy.judge_client          the judge endpoint failed
 
 Upstream error responses are *not* ProxyErrors: they pass through to the client untouched.
+An upstream failure's ``kind`` is data on its class (``gradeproxy_upstream_errors_total``'s
+label), never read back from a message. ``tests/proxy/test_errors.py`` keeps this drawing
+equal to the classes the package defines.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Final, Literal
 
 import orjson
 from aiohttp import web
 
+UpstreamErrorKind = Literal["connect", "timeout", "protocol"]
+
 
 class ProxyError(Exception):
-    """An error the proxy answers itself."""
+    """An error the proxy raises; answered by the proxy itself when it reaches a client."""
 
     status: ClassVar[int] = 500
     type: ClassVar[str] = "proxy_error"
@@ -57,24 +78,39 @@ class ProxyError(Exception):
         return {}
 
 
-class UpstreamUnreachableError(ProxyError):
+class UpstreamError(ProxyError):
+    """The upstream could not be reached or broke the exchange; ``kind`` is its metric label."""
+
     status = 502
     type = "upstream_error"
+    code = "upstream_error"
+    kind: ClassVar[UpstreamErrorKind] = "protocol"
+
+
+class UpstreamUnreachableError(UpstreamError):
     code = "upstream_unreachable"
+    kind = "connect"
     should_retry = True
 
 
-class UpstreamTimeoutError(ProxyError):
+class UpstreamTimeoutError(UpstreamError):
     status = 504
-    type = "upstream_error"
     code = "upstream_timeout"
+    kind = "timeout"
     should_retry = True
 
 
-class UpstreamProtocolError(ProxyError):
-    status = 502
-    type = "upstream_error"
+class UpstreamProtocolError(UpstreamError):
     code = "upstream_protocol_error"
+    kind = "protocol"
+
+
+# An upstream failure after the response began is recorded by code (``Relay.upstream_failed``);
+# its kind is read off the class of that code, so the two never disagree.
+UPSTREAM_KIND_OF: Final[dict[str, UpstreamErrorKind]] = {
+    cls.code: cls.kind
+    for cls in (UpstreamUnreachableError, UpstreamTimeoutError, UpstreamProtocolError)
+}
 
 
 class BodyTooLargeError(ProxyError):
@@ -122,6 +158,63 @@ class DrainingError(ProxyError):
 
     def extra_headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
+
+
+class BadRequestError(ProxyError):
+    """A malformed scoring request; ``param`` names the field, ``code`` says what is wrong."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.error_code = code or type(self).code
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.error_code,
+            }
+        }
+
+
+class TasksNotReadyError(ProxyError):
+    """A scoring request names a task while the task set is still loading."""
+
+    status = 503
+    type = "server_error"
+    code = "tasks_not_loaded"
+    should_retry = True
+
+    def extra_headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
+def render(
+    error: ProxyError | web.HTTPException, request_id: str | None, body_limit: int | None
+) -> web.Response | None:
+    """The response for an error a handler raised, or None for one to re-raise (a redirect).
+
+    aiohttp's own 4xx/5xx (a body over ``client_max_size``, a method not allowed) are answered
+    in the same shape, so a client reads every error the proxy makes one way.
+    """
+    if isinstance(error, ProxyError):
+        return error.response(request_id)
+    if isinstance(error, web.HTTPRequestEntityTooLarge):
+        limit = (
+            "too large" if body_limit is None else f"larger than the limit of {body_limit} bytes"
+        )
+        return BodyTooLargeError(f"request body is {limit} ({error.text})").response(request_id)
+    if error.status < 400:
+        return None
+    response = ProxyError(error.reason).response(request_id)
+    response.set_status(error.status, error.reason)
+    return response
 
 
 def in_band_error(error: ProxyError) -> bytes:

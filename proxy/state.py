@@ -53,6 +53,16 @@ class QueueSlot:
     queue: GradeQueue | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """This process's place among ``listen.workers`` server processes (proxy/supervisor.py):
+    the live page sums every worker's counts, read from their admin ports."""
+
+    index: int
+    count: int
+    admin_ports: tuple[int, ...]  # every worker's, this one's included, by index
+
+
 CONFIG = web.AppKey("config", Config)
 METRICS = web.AppKey("metrics", ProxyMetrics)
 TASKS = web.AppKey("tasks", TaskStore)
@@ -64,4 +74,5 @@ ROUTER = web.AppKey("router", Router)
 PAIRS = web.AppKey("pairs", PairTracker)
 SHADOWS = web.AppKey("shadows", ShadowRunner)
 WATCHDOG = web.AppKey("watchdog", Watchdog)
+WORKER = web.AppKey("worker", WorkerInfo)
 REQUEST_ID = web.RequestKey("request_id", str)

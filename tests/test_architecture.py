@@ -1,10 +1,11 @@
 """The layout's rules hold: `lint-imports` enforces them, and its contract covers every module;
 the test tree mirrors the code tree, and no test module imports another.
 
-pyproject.toml's import-linter contract lists the grader's core module by module (every grader
-module but the console-script package ``grader.cli``). A module added to ``grader/`` and not to
-that list would escape the purity rule silently, so this test keeps the list complete, and runs
-the linter itself so a broken contract fails the suite as well as the CI step.
+pyproject.toml's import-linter contracts list the grader's core module by module (every grader
+module but the console-script package ``grader.cli``) and the proxy's pipeline stage by stage,
+in order. A module added to ``grader/`` or ``proxy/pipeline/`` and not to its list would escape
+the rule silently, so these tests keep the lists complete, and run the linter itself so a broken
+contract fails the suite as well as the CI step.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import grader
+import proxy.pipeline
 from tests.support.paths import REPO
 
 
@@ -35,6 +37,14 @@ def test_the_pure_core_contract_lists_every_grader_module_but_the_cli() -> None:
     assert set(core["source_modules"]) == modules - {"grader.cli"}
     forbidden = set(core["forbidden_modules"])
     assert {"proxy", "aiohttp", "urllib", "socket", "grader.cli"} <= forbidden
+
+
+def test_the_pipeline_layers_name_every_stage() -> None:
+    layers = next(c for c in contracts() if c.get("type") == "layers")
+    assert layers["containers"] == ["proxy.pipeline"]
+    named = [name.strip() for layer in layers["layers"] for name in str(layer).split("|")]
+    stages = {m.name for m in pkgutil.iter_modules(proxy.pipeline.__path__)}
+    assert sorted(named) == sorted(stages)
 
 
 def test_the_import_contracts_are_kept() -> None:

@@ -14,7 +14,11 @@ Conventions (checked by the tests, after grafana/dashboard-linter's rules):
 - every selector carries the `job` and `instance` matchers, grade selectors `task`/`model` too;
 - every rate()/increase() uses `$__rate_interval`; panels built on the 5m recording rules of
   deploy/prometheus/rules/recording.yml say so in their description;
-- every panel has a title, a description and a unit.
+- every panel has a title, a description and a unit;
+- every rate and ratio sums over `instance`: an instance is one process, a replica or one
+  worker of `gradeproxy serve --workers N` (each worker is its own scrape target, on
+  admin.port + i), so the panels show the whole fleet; only per-process state (in flight,
+  queue depth, the loaded task set) is drawn per instance.
 
 It must never need anything beyond the standard library and orjson (a project dependency).
 """
@@ -227,7 +231,8 @@ def traffic() -> Json:
             ),
             timeseries(
                 "In-flight requests",
-                "Requests currently being proxied, per instance (streams included).",
+                "Requests currently being proxied, per instance (streams included). An instance is"
+                " one process: a replica, or one worker of `serve --workers N` (its admin port).",
                 "short",
                 [
                     target(
@@ -390,8 +395,8 @@ def pipeline() -> Json:
             ),
             timeseries(
                 "Grade queue depth",
-                "Responses waiting to be graded, per instance. Near grading.queue_size the"
-                " queue starts dropping (reason queue_full).",
+                "Responses waiting to be graded, per instance (each worker has its own queue). Near"
+                " grading.queue_size the queue starts dropping (reason queue_full).",
                 "short",
                 [
                     target(
@@ -403,7 +408,8 @@ def pipeline() -> Json:
             ),
             stat(
                 "Tasks loaded",
-                "Number of tasks in the loaded task set, per instance. Replicas should agree.",
+                "Number of tasks in the loaded task set, per instance. Replicas (and workers)"
+                " should agree.",
                 "short",
                 [
                     target(

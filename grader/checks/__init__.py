@@ -1,7 +1,7 @@
 """Checks: the columns a task grades an answer on (docs/checks-contract.md, docs/grading.md).
 
 Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
-:class:`JudgeClient` the caller supplies (the CLI's stdlib client is ``grader.cli.judge_http``;
+:class:`JudgeClient` the caller supplies (the proxy's and the CLI's is ``proxy.judge_client``;
 ``lint-imports`` enforces the rule in CI). Layout, one check family a module::
 
     _base.py         CheckResult, the Check and JudgeClient protocols, BaseCheck, Spec

@@ -164,8 +164,8 @@ class CheckResult:
 class JudgeClient(Protocol):
     """Sends one chat completion to the judge model and returns the reply text.
 
-    The proxy plugs in an aiohttp implementation; ``grader.cli.judge_http`` has a stdlib
-    one for the CLI. Raise on transport errors: the judge counts them as infrastructure errors.
+    The proxy and the CLI plug in one aiohttp implementation, ``proxy.judge_client``. Raise on
+    transport errors: the judge counts them as infrastructure errors.
     """
 
     async def complete(

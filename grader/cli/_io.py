@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import glob
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,49 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text: {exc}") from None
+
+
+GLOB_CHARACTERS = frozenset("*?[")
+
+
+def expand_globs(values: Iterable[Path]) -> list[Path]:
+    """Each path as given, or the files a glob in it matches, sorted, each once.
+
+    ``gradeproxy serve --workers N`` writes ``grades.w0.jsonl`` … one file per worker, so the
+    commands that read result rows take ``'results/grades.w*.jsonl'`` quoted and expand it
+    themselves (the same on every shell, and past the shell's argument limit). A path that
+    names a file is never read as a pattern, and a pattern that matches nothing is an error
+    (a typo must not read as an empty run).
+    """
+    found: dict[Path, None] = {}
+    for value in values:
+        text = str(value)
+        if GLOB_CHARACTERS.isdisjoint(text) or value.exists():
+            found.setdefault(value, None)
+            continue
+        matches = sorted(glob.glob(text))
+        if not matches:
+            raise InputError(f"{text}: no file matches")
+        for match in matches:
+            found.setdefault(Path(match), None)
+    return list(found)
+
+
+class ExpandGlobs(argparse.Action):
+    """``nargs="+"`` paths with globs expanded (:func:`expand_globs`); no match: a usage error."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        given = [Path(str(v)) for v in values] if isinstance(values, list) else [Path(str(values))]
+        try:
+            setattr(namespace, self.dest, expand_globs(given))
+        except InputError as exc:
+            parser.error(f"argument {option_string}: {exc}")
 
 
 def _umask() -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 from grader._json import dumps
 from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
-from grader.cli._io import InputError, read_jsonl
+from grader.cli._io import ExpandGlobs, InputError, read_jsonl
 
 
 def register(sub: Any) -> None:
@@ -29,7 +29,12 @@ def register(sub: Any) -> None:
         "and stale rates, wins/losses/ties over complete pairs, exact McNemar p-value.",
     )
     parser.add_argument(
-        "--results", nargs="+", type=Path, metavar="FILE", help="result JSONL (live rows)"
+        "--results",
+        nargs="+",
+        type=Path,
+        action=ExpandGlobs,
+        metavar="FILE",
+        help="result JSONL (live rows; quoted globs expanded: 'grades.w*.jsonl')",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
@@ -39,10 +44,20 @@ def register(sub: Any) -> None:
         help="decide per frozen suite: exit 1 on a hard fail, 3 when a suite cannot be decided",
     )
     parser.add_argument(
-        "--baseline", nargs="+", type=Path, metavar="FILE", help="with --gate: offline run A"
+        "--baseline",
+        nargs="+",
+        type=Path,
+        action=ExpandGlobs,
+        metavar="FILE",
+        help="with --gate: offline run A",
     )
     parser.add_argument(
-        "--candidate", nargs="+", type=Path, metavar="FILE", help="with --gate: offline run B"
+        "--candidate",
+        nargs="+",
+        type=Path,
+        action=ExpandGlobs,
+        metavar="FILE",
+        help="with --gate: offline run B",
     )
     parser.set_defaults(handler=run)
 

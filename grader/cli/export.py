@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader.cli._io import InputError, read_jsonl
+from grader.cli._io import ExpandGlobs, InputError, read_jsonl
 from grader.cli.parquet import require_pyarrow, with_rotations, write_parquet
 
 
@@ -25,7 +25,13 @@ def register(sub: Any) -> None:
         description="Convert result rows (JSONL files, live rotations included) to Parquet.",
     )
     parser.add_argument(
-        "--results", required=True, nargs="+", type=Path, metavar="FILE", help="result JSONL"
+        "--results",
+        required=True,
+        nargs="+",
+        type=Path,
+        action=ExpandGlobs,
+        metavar="FILE",
+        help="result JSONL (quoted globs expanded)",
     )
     parser.add_argument("--parquet", required=True, type=Path, metavar="OUT", help="Parquet file")
     parser.add_argument(

@@ -22,7 +22,7 @@ from typing import Any
 from grader._json import dumps
 from grader.analysis.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
 from grader.checks.judge import Judge
-from grader.cli._io import InputError, jsonl_bytes, read_jsonl, write_atomically
+from grader.cli._io import ExpandGlobs, InputError, jsonl_bytes, read_jsonl, write_atomically
 from grader.cli.parquet import with_rotations
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.loader import load_tasks
@@ -37,7 +37,13 @@ def register(sub: Any) -> None:
         "write one line per changed check column (seed 003's migration diff).",
     )
     parser.add_argument(
-        "--results", required=True, nargs="+", type=Path, metavar="FILE", help="result rows"
+        "--results",
+        required=True,
+        nargs="+",
+        type=Path,
+        action=ExpandGlobs,
+        metavar="FILE",
+        help="result rows (quoted globs expanded)",
     )
     parser.add_argument("--tasks", required=True, type=Path, help="the new task file or folder")
     parser.add_argument("--out", required=True, type=Path, help="the diff (JSONL)")

@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     judge = None
     try:
         if args.judge is not None:
-            from grader.cli.validate import load_judge  # a urllib judge, as validate-tasks'
+            from grader.cli.validate import load_judge  # the aiohttp judge, as validate-tasks'
 
             judge = load_judge(args.judge)
         tasks = load_tasks(args.tasks)

@@ -46,7 +46,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--results",
         type=Path,
-        help="result rows file (overrides results.path; config default: results/grades.jsonl)",
+        help="result rows file (overrides results.path; config default: results/grades.jsonl);"
+        " with N workers one file each: grades.w0.jsonl ... grades.w<N-1>.jsonl",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="server processes sharing the port (SO_REUSEPORT), for a VM or bare host;"
+        " in Kubernetes scale replicas instead (overrides listen.workers; config default: 1;"
+        " more than 1 needs admin.port: worker i serves /metrics on admin.port + i)",
     )
 
 

@@ -23,7 +23,6 @@ import yaml
 from grader._json import dumps
 from grader.checks.judge import Judge, JudgeConfig
 from grader.checks.mutation import PROBLEMS, Finding, analyse_task
-from grader.cli.judge_http import UrllibJudgeClient
 from grader.loader import load_tasks
 from grader.tasks import TaskLoadError, TaskSet
 
@@ -46,7 +45,10 @@ def register(sub: Any) -> None:
 
 
 def load_judge(path: Path) -> Judge:
-    """A urllib judge from a config file; raise ``ValueError`` with a clear message."""
+    """The judge a config file names, over ``proxy.judge_client`` (aiohttp, imported only
+    here, when a command is given ``--judge``); raise ``ValueError`` with a clear message."""
+    from proxy.judge_client import AiohttpJudgeClient  # lazily: the one judge client
+
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -57,7 +59,7 @@ def load_judge(path: Path) -> Judge:
         raise ValueError(f"{path}: judge config must be a mapping of JudgeConfig keys")
     try:
         config = JudgeConfig.from_mapping(raw)
-        return Judge(UrllibJudgeClient.from_config(config), config)
+        return Judge(AiohttpJudgeClient.from_config(config), config)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 

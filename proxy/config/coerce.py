@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from proxy.errors import ProxyError
 
-class ConfigError(ValueError):
+
+class ConfigError(ProxyError, ValueError):
     """The configuration is unusable; the message names the field."""
 
 

@@ -63,9 +63,27 @@ def _validate(config: Config) -> Config:
     check_base_url("upstream.url", config.upstream.url)
     checks: list[tuple[bool, str]] = [
         (0 <= config.listen.port <= 65535, "listen.port: must be 0..65535"),
+        (1 <= config.listen.workers <= 256, "listen.workers: must be within 1..256"),
+        (
+            config.listen.workers == 1 or bool(config.admin.port),
+            "listen.workers: more than 1 needs a fixed admin.port (worker i serves /metrics and"
+            " /ui on admin.port + i; a scrape of the shared port would reach a random worker)",
+        ),
         (
             config.admin.port is None or 0 <= config.admin.port <= 65535,
             "admin.port: must be 0..65535",
+        ),
+        (
+            config.admin.port is None or config.admin.port + config.listen.workers - 1 <= 65535,
+            "admin.port: admin.port + listen.workers - 1 must be <= 65535",
+        ),
+        (
+            config.listen.workers == 1
+            or not config.admin.port
+            or not config.admin.port
+            <= config.listen.port
+            < config.admin.port + config.listen.workers,
+            "listen.port: must not be one of the workers' admin ports (admin.port + i)",
         ),
         (config.upstream.connect_timeout_s > 0, "upstream.connect_timeout_s: must be > 0"),
         (config.upstream.idle_timeout_s > 0, "upstream.idle_timeout_s: must be > 0"),

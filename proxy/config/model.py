@@ -23,6 +23,9 @@ ENV_PREFIX = "GRADEPROXY_"
 class Listen:
     host: str = "127.0.0.1"
     port: int = 8080
+    # Server processes sharing the port (SO_REUSEPORT; docs/operations.md#workers). 1: this
+    # process serves, as without the setting; N > 1: a supervisor starts N and watches them.
+    workers: int = 1
 
 
 @dataclass(frozen=True, slots=True)

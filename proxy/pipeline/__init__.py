@@ -1,9 +1,13 @@
-"""The request pipeline, one module a stage, in request order.
+"""The request pipeline, one module (or subpackage) a stage, in request order.
 
 ``guard`` (target hygiene, inbound keys, trace headers, the body read; ``tracecontext`` and the
-client ``watchdog`` beside it) → ``route`` (which upstream) → ``forward`` (the byte-for-byte relay;
-``decoding`` makes the capture copy) → ``capture`` (parse the copy into answers: ``sse``, ``chat``,
-``responses``) → ``grade`` (one grade job through ``grader.engine``; ``episodes`` for agent
-episodes) → ``queue`` (bounded, off the hot path) → ``record`` (``metrics``, ``results``,
-``failures``). A stage imports earlier stages' types, never a later stage.
+client ``watchdog`` beside it) → ``admit`` (graded or not: the skip reasons) → ``route`` (which
+upstream) → ``forward`` (the byte-for-byte relay; ``decoding`` makes the capture copy) →
+``capture`` (parse the copy into answers: ``sse``, ``accumulate``, ``chat``, ``responses``;
+``delivered`` says whether the client got it whole) → ``grade`` (one grade job through
+``grader.engine``; ``episodes`` for agent episodes) → ``record`` (``metrics``, ``results``,
+``failures``, the per-request ``access`` record) → ``queue`` (bounded, off the hot path: it runs
+the grade stage and hands the rows to record). A stage imports earlier stages, never a later
+one: pyproject.toml's ``layers`` contract, checked by ``lint-imports`` in CI. ``proxy/handler.py``
+composes them.
 """

@@ -11,7 +11,6 @@ metrics or the result file: the queue (``proxy.pipeline.queue``) records what th
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,22 +23,13 @@ from grader.checks import CheckContext
 from grader.engine import LocalColumns, grade, local_columns, needs_judge, reads_request_tools
 from grader.rows import Live, live_row
 from grader.tasks import Task
+from proxy.pipeline.admit import Api, SkipReason
 from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
 from proxy.pipeline.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
 
-# The APIs whose responses the proxy can capture, by the route label they are counted under.
-Api = Literal["chat_completions", "responses"]
-
-
-def sampled(key: str, rate: float) -> bool:
-    """Deterministic sampling: the same key gets the same decision in every replica."""
-    if rate >= 1.0:
-        return True
-    if rate <= 0.0:
-        return False
-    digest = hashlib.sha256(key.encode()).digest()
-    return int.from_bytes(digest[:8], "big") < rate * 2**64
+# Api is re-exported: the grade job names its wire format by it (defined by admission).
+__all__ = ["Api", "GradeJob", "Graded", "grade_job", "runs_off_loop"]
 
 
 @dataclass(slots=True)
@@ -79,14 +69,14 @@ class Graded:
     """The outcome of one job: rows to record, or the reason nothing was graded."""
 
     rows: list[dict[str, Any]]
-    skip_reason: str | None = None
+    skip_reason: SkipReason | None = None
     error_kind: str | None = None
     # Rows of a task with judge checks, finished on the event loop: (row index, answer, context,
     # live fields, the columns that need no judge, already graded here); the row at that index
     # is built once the judge has answered.
     pending: list[Pending] = field(default_factory=list)
     # An episode not graded although this response ended it (incomplete history, a limit hit).
-    episode_skip: str | None = None
+    episode_skip: SkipReason | None = None
     episode_limit: str | None = None
     episode: EpisodeOutcome | None = None  # its row is in ``rows``; a judge may settle it
 
@@ -148,7 +138,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     if captured.error is not None:
         # A partial capture is never graded: an in-band upstream error is the upstream's
         # failure; anything else is a response we could not read (an infrastructure error).
-        if captured.error.startswith("upstream"):
+        if captured.upstream_error:
             return Graded([], skip_reason="upstream_error")
         return Graded([], error_kind="capture")
     if not captured.answers:

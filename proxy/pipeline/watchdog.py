@@ -28,15 +28,17 @@ import enum
 from collections.abc import Callable
 from typing import Any, cast
 
+import orjson
 from aiohttp import StreamReader, web
 
 from proxy.config import Client
+from proxy.errors import ClientTimeoutError, ProxyError
 
 __all__ = ["BodyReadTimeoutError", "Conn", "Phase", "Watchdog", "WatchedRunner"]
 
-_TIMEOUT_BODY = (
-    b'{"error":{"message":"the request headers did not arrive in time",'
-    b'"type":"invalid_request_error","param":null,"code":"request_timeout"}}'
+# Written straight to the transport (no request exists yet), in the error's own shape.
+_TIMEOUT_BODY = orjson.dumps(
+    ClientTimeoutError("the request headers did not arrive in time").body()
 )
 _REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: application/json\r\n"
@@ -44,8 +46,11 @@ _REQUEST_TIMEOUT = (
 )
 
 
-class BodyReadTimeoutError(Exception):
+class BodyReadTimeoutError(ProxyError):
     """Set on a request body whose client stopped sending it."""
+
+    def __init__(self, message: str = "the client stopped sending its request body") -> None:
+        super().__init__(message)
 
 
 class Phase(enum.Enum):

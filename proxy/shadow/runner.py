@@ -30,8 +30,9 @@ from yarl import URL
 from grader._json import JSONError, dumps, loads_exact
 from grader.tasks import Task
 from proxy.logs import get_logger
+from proxy.pipeline.admit import Api
 from proxy.pipeline.decoding import CaptureBuffer
-from proxy.pipeline.grade import Api, GradeJob
+from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.route import ShadowTarget

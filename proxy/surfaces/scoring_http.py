@@ -18,14 +18,12 @@ Rows and reports come from :mod:`grader.api` over :mod:`grader.engine`, the engi
 CLI, MCP and the live proxy too, so one answer gets one verdict everywhere; the graders routes
 run one check through the same engine (``grader.engine.run_check``). Judge checks use the
 proxy's judge (``judge.endpoint``) when one is configured, else their column is ``error``.
-Request errors are :class:`ProxyError` s in OpenAI's error shape with ``param`` naming the
-field. The handlers render them themselves, so the routes work on a bare ``web.Application``
-as well as behind the proxy's error middleware::
-
-    BadRequestError     400 invalid_request_error (code: missing_required_parameter,
-                            invalid_type, invalid_value, invalid_json, unknown_task, invalid_task,
-                            no_task_set, batch_too_large, invalid_grader)
-    TasksNotReadyError  503 tasks_not_loaded (Retry-After)
+Request errors are proxy/errors.py's ``BadRequestError`` (400 ``invalid_request_error``, its
+``code`` one of missing_required_parameter, invalid_type, invalid_value, invalid_json,
+unknown_task, invalid_task, no_task_set, batch_too_large, invalid_grader; ``param`` naming the
+field) and ``TasksNotReadyError`` (503 ``tasks_not_loaded``), in OpenAI's error shape. The
+routes render them with that module's ``render`` themselves, so they work on a bare
+``web.Application`` as well as behind the proxy's error middleware.
 
 An oversized batch is a 400 ``batch_too_large``, not a 413: 413 here already means "the body
 is over ``limits.max_body_bytes``" (clients shrink bytes on a 413, but must split on this).
@@ -59,8 +57,8 @@ from grader.api import (
 from grader.checks.judge import Judge
 from grader.engine import arun_check, needs_judge, run_check
 from grader.tasks import TaskSet
-from proxy.errors import BodyTooLargeError, ProxyError
-from proxy.state import QUEUE, QUEUE_SLOT, TASKS
+from proxy.errors import BadRequestError, ProxyError, TasksNotReadyError, render
+from proxy.state import CONFIG, QUEUE, QUEUE_SLOT, TASKS
 
 PREFIX = "/grading/v1"
 # The short paths, and OpenAI's own under our prefix: the official SDKs, given
@@ -68,43 +66,6 @@ PREFIX = "/grading/v1"
 GRADERS_PATHS = (f"{PREFIX}/graders", f"{PREFIX}/fine_tuning/alpha/graders")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class BadRequestError(ProxyError):
-    """A malformed scoring request; ``param`` names the field, ``code`` says what is wrong."""
-
-    status = 400
-    type = "invalid_request_error"
-    code = "invalid_request_error"
-
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-        self.error_code = code or type(self).code
-
-    @classmethod
-    def of(cls, error: ScoreRequestError) -> BadRequestError:
-        return cls(error.message, param=error.param, code=error.code)
-
-    def body(self) -> dict[str, dict[str, str | None]]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.error_code,
-            }
-        }
-
-
-class TasksNotReadyError(ProxyError):
-    status = 503
-    type = "server_error"
-    code = "tasks_not_loaded"
-    should_retry = True
-
-    def extra_headers(self) -> dict[str, str]:
-        return {"Retry-After": "1"}
 
 
 def add_scoring_routes(app: web.Application, *, max_batch: int) -> None:
@@ -119,16 +80,19 @@ def add_scoring_routes(app: web.Application, *, max_batch: int) -> None:
 
 
 def _rendering_errors(handler: Handler) -> Handler:
-    """Answer ProxyErrors in OpenAI's shape, with or without the proxy's error middleware."""
+    """Answer errors with proxy/errors.py's ``render``, with or without the proxy's error
+    middleware (the routes also serve on a bare ``web.Application``)."""
 
     async def wrapped(request: web.Request) -> web.StreamResponse:
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         try:
             response = await handler(request)
-        except ProxyError as error:
-            return error.response(request_id)
-        except web.HTTPRequestEntityTooLarge as exc:
-            return BodyTooLargeError(f"request body is too large ({exc.text})").response(request_id)
+        except (ProxyError, web.HTTPException) as error:
+            config = request.app.get(CONFIG)
+            rendered = render(error, request_id, config.limits.max_body_bytes if config else None)
+            if rendered is None:
+                raise
+            return rendered
         response.headers["x-request-id"] = request_id
         return response
 
@@ -213,7 +177,7 @@ class _ScoringRoutes:
                 raise TasksNotReadyError(
                     "the task set is still loading; retry shortly, or send the task inline"
                 ) from None
-            raise BadRequestError.of(error) from None
+            raise BadRequestError(error.message, param=error.param, code=error.code) from None
         digest = request_digest(pairs, tasks)
         judge = _judge(request)
         if judge is not None and any(needs_judge(task) for task, _, _ in pairs):

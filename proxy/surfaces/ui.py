@@ -2,8 +2,11 @@
 
 No build step and no CDN: ``ui.html`` is one file of HTML, CSS and a small script that fetches
 the two JSON documents every few seconds. The scoreboard is read from the same Prometheus
-registry ``/metrics`` exports, so the page and a scrape can never disagree; the failure inspector
-reads this process's :class:`~proxy.pipeline.record.failures.FailureRing`.
+registry ``/metrics`` exports, so the page and a scrape can never disagree; with
+``listen.workers`` > 1 it adds every worker's counts (``/ui/worker.json``, proxy/surfaces/peers.py),
+so any worker's page shows the whole proxy. The failure inspector reads this process's
+:class:`~proxy.pipeline.record.failures.FailureRing` (with workers: the worker whose admin port
+serves the page).
 
 Raw answers are customer content (seed 003), so ``/ui/failures.json`` is served on the admin
 port, or on the traffic port only to a loopback client or to a request carrying a valid inbound
@@ -20,17 +23,18 @@ import asyncio
 import ipaddress
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib.resources import files
 from typing import Any
 
 from aiohttp import web
 
-from proxy.handlers import readyz
 from proxy.pipeline.guard import Guard
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
-from proxy.state import METRICS, QUEUE_SLOT
+from proxy.state import CONFIG, METRICS, QUEUE_SLOT, WORKER
+from proxy.surfaces.health import readyz
+from proxy.surfaces.peers import read_peers
 
 FAILURES = web.AppKey("failures", FailureRing)
 PAGE = files("proxy.surfaces").joinpath("ui.html").read_bytes()
@@ -54,20 +58,13 @@ def _counts() -> dict[str, float]:
     return dict.fromkeys(RESULTS, 0.0)
 
 
-def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
-    """Counts per task, per mutation kind and overall, per variant, with per-check columns,
-    and per episode task its episodes and their columns (empty while no episode was graded).
+Sample = tuple[str, dict[str, str], float]
 
-    Read from the very collectors ``/metrics`` exports, and only those the page shows: the
-    latency histograms are most of the registry and the page needs none of them.
-    """
-    kinds: dict[str, str] = {}
-    grades: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
-    checks: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
-    row_errors: dict[tuple[str, str], float] = defaultdict(float)
-    episodes: dict[str, dict[str, float]] = defaultdict(_episode_counts)
-    columns: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
-    errors = skipped = depth = 0.0
+
+def board_samples(metrics: ProxyMetrics) -> list[Sample]:
+    """The samples the page is made of, read from the very collectors ``/metrics`` exports,
+    and only those the page shows: the latency histograms are most of the registry and the
+    page needs none of them. With several workers, each one's are added up (:func:`fold`)."""
     collectors = (
         metrics.task_info,
         metrics.grades,
@@ -79,34 +76,56 @@ def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
         metrics.episodes,
         metrics.episode_columns,
     )
-    samples = (s for c in collectors for family in c.collect() for s in family.samples)
-    for sample in samples:
-        labels = sample.labels
-        if sample.name == "gradeproxy_task_info":
+    return [
+        (s.name, s.labels, s.value)
+        for c in collectors
+        for family in c.collect()
+        for s in family.samples
+    ]
+
+
+def scoreboard(metrics: ProxyMetrics) -> dict[str, Any]:
+    """This process's board (:func:`fold` of its own samples)."""
+    return fold(board_samples(metrics))
+
+
+def fold(samples: Iterable[Sample]) -> dict[str, Any]:
+    """Counts per task, per mutation kind and overall, per variant, with per-check columns,
+    and per episode task its episodes and their columns (empty while no episode was graded);
+    samples of the same series (from several workers) add up."""
+    kinds: dict[str, str] = {}
+    grades: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
+    checks: dict[tuple[str, str], dict[str, dict[str, float]]] = defaultdict(dict)
+    row_errors: dict[tuple[str, str], float] = defaultdict(float)
+    episodes: dict[str, dict[str, float]] = defaultdict(_episode_counts)
+    columns: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    errors = skipped = depth = 0.0
+    for name, labels, value in samples:
+        if name == "gradeproxy_task_info":
             kinds[labels["task"]] = labels["mutation_kind"]
-        elif sample.name == "gradeproxy_grades_total":
+        elif name == "gradeproxy_grades_total":
             key = (labels["task"], labels["variant"])
-            grades[key][labels["result"]] += sample.value
-        elif sample.name == "gradeproxy_grade_errors_total":
-            row_errors[(labels["task"], labels["variant"])] += sample.value
-        elif sample.name == "gradeproxy_check_results_total":
+            grades[key][labels["result"]] += value
+        elif name == "gradeproxy_grade_errors_total":
+            row_errors[(labels["task"], labels["variant"])] += value
+        elif name == "gradeproxy_check_results_total":
             column = checks[(labels["task"], labels["variant"])].setdefault(
                 labels["check"], dict.fromkeys(CHECK_RESULTS, 0.0)
             )
-            column[labels["result"]] += sample.value
-        elif sample.name == "gradeproxy_grading_errors_total":
-            errors += sample.value
-        elif sample.name == "gradeproxy_grading_skipped_total":
-            skipped += sample.value
-        elif sample.name == "gradeproxy_grade_queue_depth":
-            depth = sample.value
-        elif sample.name == "gradeproxy_episodes_total":
-            episodes[labels["task"]][labels["result"]] += sample.value
-        elif sample.name == "gradeproxy_episode_columns_total":
+            column[labels["result"]] += value
+        elif name == "gradeproxy_grading_errors_total":
+            errors += value
+        elif name == "gradeproxy_grading_skipped_total":
+            skipped += value
+        elif name == "gradeproxy_grade_queue_depth":
+            depth += value  # one queue per worker
+        elif name == "gradeproxy_episodes_total":
+            episodes[labels["task"]][labels["result"]] += value
+        elif name == "gradeproxy_episode_columns_total":
             column = columns[labels["task"]].setdefault(
                 labels["column"], dict.fromkeys(CHECK_RESULTS, 0.0)
             )
-            column[labels["result"]] += sample.value
+            column[labels["result"]] += value
     per_kind: dict[tuple[str, str], dict[str, float]] = defaultdict(_counts)
     totals: dict[str, dict[str, float]] = defaultdict(_counts)
     tasks = []
@@ -201,17 +220,43 @@ def add_ui_routes(
 
     latest: list[tuple[float, dict[str, Any]]] = []  # (when, board): shared by open pages
 
+    def rows_written() -> int:
+        queue = proxy_app[QUEUE_SLOT].queue
+        return queue.graded_rows if queue is not None else 0
+
     async def board(request: web.Request) -> web.Response:
         if not latest or time.monotonic() - latest[0][0] >= BOARD_MAX_AGE_S:
-            queue = proxy_app[QUEUE_SLOT].queue
-            rows = queue.graded_rows if queue is not None else 0
+            rows = rows_written()
             # Reading thousands of series is tens of milliseconds (bench/ui_bench.py): off the
             # loop, which gets the GIL back every GIL_SWITCH_INTERVAL_S meanwhile.
-            data = await asyncio.to_thread(scoreboard, metrics)
+            samples = await asyncio.to_thread(board_samples, metrics)
+            worker = proxy_app.get(WORKER)
+            missing: list[int] = []
+            if worker is not None and worker.count > 1:  # the whole proxy: every worker's
+                readings, missing = await read_peers(proxy_app[CONFIG], worker)
+                for reading in readings:
+                    samples += [(n, labels, v) for n, labels, v in reading["samples"]]
+                    rows += reading["rows_written"]
+            data = await asyncio.to_thread(fold, samples)
             data["rows_written"] = rows
+            if worker is not None:
+                data["workers"] = {"count": worker.count, "missing": missing}
             latest[:] = [(time.monotonic(), data)]
         data = {**latest[0][1], "inspector": inspector_allowed(request, admin, guard)}
         return web.json_response(data, headers={"Cache-Control": "no-store"})
+
+    async def reading(request: web.Request) -> web.Response:
+        """This worker's part of the board, for the other workers' pages (surfaces/peers.py)."""
+        samples = await asyncio.to_thread(board_samples, metrics)
+        worker = proxy_app.get(WORKER)
+        return web.json_response(
+            {
+                "worker": worker.index if worker is not None else 0,
+                "samples": samples,
+                "rows_written": rows_written(),
+            },
+            headers={"Cache-Control": "no-store"},
+        )
 
     async def failures(request: web.Request) -> web.Response:
         if not inspector_allowed(request, admin, guard):
@@ -227,3 +272,4 @@ def add_ui_routes(
     target.router.add_get("/ui", page)
     target.router.add_get("/ui/scoreboard.json", board)
     target.router.add_get("/ui/failures.json", failures)
+    target.router.add_get("/ui/worker.json", reading)

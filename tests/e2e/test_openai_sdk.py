@@ -14,14 +14,8 @@ from aiohttp.test_utils import TestServer
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
+from tests.support.tasks import WEATHER_REQUEST as REQUEST
 
-REQUEST: dict[str, Any] = {
-    "model": "gpt-4.1-mini-2025-04-14",
-    "messages": [{"role": "user", "content": "Weather in Zürich, in celsius?"}],
-    "tools": [
-        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
-    ],
-}
 HEADERS = {"X-Grade-Task": "weather.single", "X-Grade-Run": "e2e"}
 
 

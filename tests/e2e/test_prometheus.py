@@ -25,6 +25,7 @@ from tests.support.process import free_port, wait_ready
 from tests.support.proxy import ProxyFactory, rows_of
 from tests.support.tasks import task_line
 from tests.support.tools import require_tool
+from tests.support.workers import supervised, wait_until
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(240)]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "gradeproxy.json"
@@ -74,7 +75,7 @@ def recording_rules() -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def start_prometheus(tmp_path: Path, target: str) -> AsyncIterator[str]:
+async def start_prometheus(tmp_path: Path, *targets: str) -> AsyncIterator[str]:
     port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
@@ -83,7 +84,7 @@ async def start_prometheus(tmp_path: Path, target: str) -> AsyncIterator[str]:
                 "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                 "rule_files": [str(path) for path in RULES],
                 "scrape_configs": [
-                    {"job_name": "gradeproxy", "static_configs": [{"targets": [target]}]}
+                    {"job_name": "gradeproxy", "static_configs": [{"targets": list(targets)}]}
                 ],
             }
         )
@@ -213,6 +214,59 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
             a["labels"]["alertname"] for a in alerts if a["labels"].get("task") == "healthy.task"
         ]
         assert healthy == []
+
+
+async def test_prometheus_sums_the_workers_to_the_traffic_sent(
+    tmp_path: Path,
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+    backend: ScriptedBackend,
+    tasks_file: Path,
+) -> None:
+    """``--workers 2``: each worker is its own target (its admin port); the sums over both are
+    exactly the traffic sent, however the kernel spread the connections."""
+    require_tool("prometheus")
+    upstream = await aiohttp_server(backend.app())
+    graded, failed = 10, 3
+    async with supervised(tmp_path, str(upstream.make_url("/v1")), tasks_file) as run:
+        targets = [f"127.0.0.1:{port}" for port in run.admin_ports]
+        async with (
+            start_prometheus(tmp_path, *targets) as base,
+            aiohttp.ClientSession() as prometheus,
+        ):
+
+            async def scraped(expected: int) -> bool:
+                up = await query(prometheus, base, 'count(up{job="gradeproxy"} == 1)')
+                return bool(up) and up[0]["value"][1] == str(expected)
+
+            await wait_until(lambda: scraped(2), "both workers scraped")
+            backend.replies.extend(
+                [Reply(body=b'{"error":{"message":"boom"}}', status=500)] * failed
+            )
+            for number in range(graded + failed):  # a connection each: spread by the kernel
+                async with (
+                    aiohttp.ClientSession() as client,
+                    client.post(
+                        f"{run.base}/v1/chat/completions",
+                        data=b"{}",
+                        headers={"X-Grade-Task": "weather.single"},
+                    ) as response,
+                ):
+                    assert response.status == (500 if number < failed else 200)
+                    await response.read()
+            sums = {
+                "sum(gradeproxy_requests_total)": graded + failed,
+                'sum(gradeproxy_requests_total{code="500"})': failed,
+                'sum(gradeproxy_grades_total{result="pass"})': graded,
+                "sum(gradeproxy_grading_skipped_total)": failed,
+                "count(gradeproxy_build_info)": 2,
+            }
+            for expr, expected in sums.items():
+
+                async def equal(expr: str = expr, expected: int = expected) -> bool:
+                    found = await query(prometheus, base, expr)
+                    return bool(found) and float(found[0]["value"][1]) == expected
+
+                await wait_until(equal, f"{expr} == {expected}")
 
 
 def test_variables_cover_every_placeholder() -> None:

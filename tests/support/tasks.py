@@ -63,3 +63,13 @@ CHECKED: dict[str, Any] = {
 # The shipped episode task set and its worked billing task.
 EPISODES = REPO / "config" / "tasks" / "episodes.jsonl"
 BILLING = "billing.duplicate_charge.episode"
+
+
+# The chat request the SDK suites send: a weather question with one declared tool.
+WEATHER_REQUEST: dict[str, Any] = {
+    "model": "gpt-4.1-mini-2025-04-14",
+    "messages": [{"role": "user", "content": "Weather in Zürich, in celsius?"}],
+    "tools": [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    ],
+}

@@ -1,68 +1,100 @@
-"""Delta accumulation for ``proxy.pipeline.capture.chat``: one choice's answer, delta by delta.
+"""The readers both capture paths share, and chat's delta accumulation (one choice, delta by
+delta).
 
-Kept apart from the public capture API so each file reads as one concern: this one knows how
-real servers bend openai-python's ``accumulate_delta`` rules (see
-``proxy/pipeline/capture/chat.py``).
+Kept apart from ``proxy.pipeline.capture.chat`` and ``.responses`` so each file reads as one
+concern: this one knows how real servers bend openai-python's ``accumulate_delta`` rules (see
+``proxy/pipeline/capture/chat.py``), how a wire tool call is normalised, and how JSON is read
+(the grader's one exact-number reader, ``grader._json``: big integers exact, no ``NaN``). Its
+public names are the API those two modules use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, TypeAlias, TypeGuard
+from typing import Any, ClassVar, Final, TypeAlias, TypeGuard
 
 import orjson
 
 from grader._json import JSONError, loads_exact
+from proxy.errors import ProxyError
+
+__all__ = [
+    "MAX_MESSAGE",
+    "Answer",
+    "CaptureError",
+    "Choice",
+    "UpstreamReportedError",
+    "arguments_text",
+    "choice_index",
+    "choices_of",
+    "error_message",
+    "finish_reason",
+    "is_index",
+    "message_answer",
+    "nonempty_str",
+    "parse_json",
+    "wire_call",
+]
 
 Answer: TypeAlias = dict[str, Any] | str
 
 # An upstream error message lands in logs and result rows; a backend may send pages of it.
-_MAX_MESSAGE: Final = 500
+MAX_MESSAGE: Final = 500
 
 
-class _CaptureError(Exception):
+class CaptureError(ProxyError):
     """A response that cannot be read; its message becomes ``CaptureResult.error``."""
 
+    # Whether the response is the upstream's own error report (not graded, not a capture
+    # failure either): ``CaptureResult.upstream_error``, which the grade stage reads.
+    upstream: ClassVar[bool] = False
 
-def _parse_json(text: str | bytes) -> Any:
+
+class UpstreamReportedError(CaptureError):
+    """The response reports an upstream error (an ``error`` object, ``response.failed``)."""
+
+    upstream = True
+
+
+def parse_json(text: str | bytes) -> Any:
     """Parse with the grader's one exact-number reader (big integers exact, no NaN)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     try:
         return loads_exact(text)
     except JSONError as exc:
-        raise _CaptureError(f"invalid JSON: {exc}") from None
+        raise CaptureError(f"invalid JSON: {exc}") from None
 
 
 def wire_call(call_id: object, name: object, arguments: object) -> dict[str, Any]:
     """One tool call in chat completions' wire shape, the shape every answer is graded in
     (a chat ``tool_calls`` entry and a Responses ``function_call`` item both become one)."""
     return {
-        "id": _nonempty_str(call_id),
+        "id": nonempty_str(call_id),
         "type": "function",
         "function": {
             "name": name if isinstance(name, str) else "",
-            "arguments": "" if arguments is None else _arguments_text(arguments),
+            "arguments": "" if arguments is None else arguments_text(arguments),
         },
     }
 
 
-def _nonempty_str(value: object) -> str | None:
+def nonempty_str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _is_index(value: object) -> TypeGuard[int]:
+def is_index(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _arguments_text(value: object) -> str:
+def arguments_text(value: object) -> str:
     """Arguments as the JSON text the grader parses; some servers send the object itself."""
     if isinstance(value, str):
         return value
     try:
         return orjson.dumps(value).decode()
     except TypeError as exc:
-        raise _CaptureError(f"tool arguments cannot be serialised: {exc}") from None
+        raise CaptureError(f"tool arguments cannot be serialised: {exc}") from None
 
 
 def _fragment_arguments(value: object) -> tuple[str, bool]:
@@ -74,7 +106,7 @@ def _fragment_arguments(value: object) -> tuple[str, bool]:
         return "", False
     if isinstance(value, str):
         return value, False
-    return _arguments_text(value), True
+    return arguments_text(value), True
 
 
 def _content_text(value: object) -> str | None:
@@ -93,10 +125,10 @@ def _content_text(value: object) -> str | None:
     return None
 
 
-def _error_message(error: object) -> str:
+def error_message(error: object) -> str:
     message = error.get("message") if isinstance(error, Mapping) else error
     if isinstance(message, str) and message:
-        return f"upstream error: {message[:_MAX_MESSAGE]}"
+        return f"upstream error: {message[:MAX_MESSAGE]}"
     return "upstream error"
 
 
@@ -155,7 +187,7 @@ class _Call:
         }
 
 
-class _Choice:
+class Choice:
     """The accumulated state of one choice index of a stream."""
 
     __slots__ = ("calls", "content", "finish_reason", "legacy", "slots")
@@ -182,7 +214,7 @@ class _Choice:
             text, whole = _fragment_arguments(function_call.get("arguments"))
             if self.legacy is None:
                 self.legacy = _Call(0, 0)
-            name = _nonempty_str(function_call.get("name"))
+            name = nonempty_str(function_call.get("name"))
             if name is not None:
                 self.legacy.add_name(name)
             self.legacy.add_arguments(text, whole)
@@ -190,12 +222,12 @@ class _Choice:
     def _add_tool_fragment(self, fragment: Mapping[str, Any], position: int) -> None:
         raw_index = fragment.get("index")
         # A server that omits the index is taken to list calls in index order.
-        index = raw_index if _is_index(raw_index) else position
-        call_id = _nonempty_str(fragment.get("id"))
+        index = raw_index if is_index(raw_index) else position
+        call_id = nonempty_str(fragment.get("id"))
         function = fragment.get("function")
         if not isinstance(function, Mapping):
             function = {}
-        name = _nonempty_str(function.get("name"))
+        name = nonempty_str(function.get("name"))
         text, whole = _fragment_arguments(function.get("arguments"))
         call = self.slots.get(index)
         if call is None or self._starts_new_call(call, call_id, name):
@@ -230,18 +262,18 @@ class _Choice:
         return "".join(self.content)
 
 
-def _finish_reason(value: object) -> str | None:
+def finish_reason(value: object) -> str | None:
     # Some servers send "" rather than null on chunks that do not finish.
-    return _nonempty_str(value)
+    return nonempty_str(value)
 
 
-def _message_answer(message: Mapping[str, Any]) -> Answer:
+def message_answer(message: Mapping[str, Any]) -> Answer:
     tool_calls = message.get("tool_calls")
     if isinstance(tool_calls, list) and tool_calls:
         calls: list[dict[str, Any]] = []
         for entry in tool_calls:
             if not isinstance(entry, Mapping):
-                raise _CaptureError("a tool call is not a JSON object")
+                raise CaptureError("a tool call is not a JSON object")
             function = entry.get("function")
             if not isinstance(function, Mapping):
                 function = {}
@@ -260,7 +292,7 @@ def _message_answer(message: Mapping[str, Any]) -> Answer:
                     "type": "function",
                     "function": {
                         "name": name if isinstance(name, str) else "",
-                        "arguments": "" if arguments is None else _arguments_text(arguments),
+                        "arguments": "" if arguments is None else arguments_text(arguments),
                     },
                 }
             ]
@@ -269,20 +301,20 @@ def _message_answer(message: Mapping[str, Any]) -> Answer:
     return text if text is not None else ""
 
 
-def _choice_index(choice: Mapping[str, Any], position: int) -> int:
+def choice_index(choice: Mapping[str, Any], position: int) -> int:
     raw = choice.get("index", position)
-    if not _is_index(raw):
-        raise _CaptureError(f"choice index is not a non-negative integer: {raw!r}")
+    if not is_index(raw):
+        raise CaptureError(f"choice index is not a non-negative integer: {raw!r}")
     return raw
 
 
-def _choices(payload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def choices_of(payload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     choices = payload.get("choices")
     if choices is None:
         return []
     if not isinstance(choices, list):
-        raise _CaptureError("choices is not a list")
+        raise CaptureError("choices is not a list")
     for choice in choices:
         if not isinstance(choice, Mapping):
-            raise _CaptureError("a choice is not a JSON object")
+            raise CaptureError("a choice is not a JSON object")
     return choices

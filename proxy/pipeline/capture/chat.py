@@ -26,17 +26,18 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.pipeline.capture.accumulate import (
-    _MAX_MESSAGE,
+    MAX_MESSAGE,
     Answer,
-    _CaptureError,
-    _Choice,
-    _choice_index,
-    _choices,
-    _error_message,
-    _finish_reason,
-    _message_answer,
-    _nonempty_str,
-    _parse_json,
+    CaptureError,
+    Choice,
+    UpstreamReportedError,
+    choice_index,
+    choices_of,
+    error_message,
+    finish_reason,
+    message_answer,
+    nonempty_str,
+    parse_json,
 )
 from proxy.pipeline.capture.sse import SSEDecoder
 
@@ -55,7 +56,8 @@ class CaptureResult:
     parsed). Some servers never send it, so its absence alone is not an error, but a stream
     that ends before every choice has a ``finish_reason`` and without ``[DONE]`` is one: it was
     cut off. When ``error`` is set, ``answers`` holds whatever was captured before it and must
-    not be graded.
+    not be graded; ``upstream_error`` says whether the error is the upstream's own report (an
+    ``error`` object in the body or the stream) rather than a response the proxy could not read.
     """
 
     answers: dict[int, Answer]
@@ -64,26 +66,28 @@ class CaptureResult:
     error: str | None = None
     usage: dict[str, Any] | None = None
     done: bool = False
+    upstream_error: bool = False
 
 
 def answers_from_body(body: bytes) -> CaptureResult:
     """Answers of a non-streamed ``chat.completion`` body."""
     try:
-        payload = _parse_json(body)
+        payload = parse_json(body)
         if not isinstance(payload, Mapping):
-            raise _CaptureError("body is not a JSON object")
-        model = _nonempty_str(payload.get("model"))
+            raise CaptureError("body is not a JSON object")
+        model = nonempty_str(payload.get("model"))
         if payload.get("error"):
-            return CaptureResult(answers={}, model=model, error=_error_message(payload["error"]))
+            error = error_message(payload["error"])
+            return CaptureResult(answers={}, model=model, error=error, upstream_error=True)
         if not isinstance(payload.get("choices"), list):
-            raise _CaptureError("body has no choices list")
+            raise CaptureError("body has no choices list")
         answers: dict[int, Answer] = {}
         finish_reasons: dict[int, str | None] = {}
-        for position, choice in enumerate(_choices(payload)):
-            index = _choice_index(choice, position)
+        for position, choice in enumerate(choices_of(payload)):
+            index = choice_index(choice, position)
             message = choice.get("message")
-            answers[index] = _message_answer(message) if isinstance(message, Mapping) else ""
-            finish_reasons[index] = _finish_reason(choice.get("finish_reason"))
+            answers[index] = message_answer(message) if isinstance(message, Mapping) else ""
+            finish_reasons[index] = finish_reason(choice.get("finish_reason"))
         usage = payload.get("usage")
         return CaptureResult(
             answers=answers,
@@ -92,20 +96,20 @@ def answers_from_body(body: bytes) -> CaptureResult:
             usage=dict(usage) if isinstance(usage, Mapping) else None,
             done=True,
         )
-    except _CaptureError as exc:
-        return CaptureResult(answers={}, error=str(exc))
-    except Exception as exc:  # see _internal_error
-        return CaptureResult(answers={}, error=_internal_error(exc))
+    except CaptureError as exc:
+        return CaptureResult(answers={}, error=str(exc), upstream_error=exc.upstream)
+    except Exception as exc:  # see internal_error
+        return CaptureResult(answers={}, error=internal_error(exc))
 
 
-def _internal_error(exc: Exception) -> str:
+def internal_error(exc: Exception) -> str:
     """Report a capture bug instead of raising it.
 
     Capture runs beside the relay of the client's response; an exception escaping it would
     cut that response short, which is worse than one ungraded answer. The message keeps the
     bug visible in the result row.
     """
-    return f"internal capture error: {exc!r}"[:_MAX_MESSAGE]
+    return f"internal capture error: {exc!r}"[:MAX_MESSAGE]
 
 
 class StreamCapture:
@@ -123,15 +127,17 @@ class StreamCapture:
         "_events",
         "_finished",
         "_model",
+        "_upstream",
         "_usage",
     )
 
     def __init__(self) -> None:
         self._decoder = SSEDecoder()
-        self._choices: dict[int, _Choice] = {}
+        self._choices: dict[int, Choice] = {}
         self._model: str | None = None
         self._usage: dict[str, Any] | None = None
         self._error: str | None = None
+        self._upstream = False
         self._done = False
         self._finished = False
         self._events = 0
@@ -143,10 +149,10 @@ class StreamCapture:
         try:
             for event in self._decoder.feed(chunk):
                 self._event(event.data)
-        except _CaptureError as exc:
-            self._error = str(exc)
-        except Exception as exc:  # see _internal_error
-            self._error = _internal_error(exc)
+        except CaptureError as exc:
+            self._error, self._upstream = str(exc), exc.upstream
+        except Exception as exc:  # see internal_error
+            self._error = internal_error(exc)
 
     def finish(self) -> CaptureResult:
         """End the stream and return what it said; safe to call more than once."""
@@ -158,10 +164,10 @@ class StreamCapture:
                 # chunk its JSON is incomplete and reports as an error.
                 for event in self._decoder.close(flush=True):
                     self._event(event.data)
-            except _CaptureError as exc:
-                self._error = str(exc)
-            except Exception as exc:  # see _internal_error
-                self._error = _internal_error(exc)
+            except CaptureError as exc:
+                self._error, self._upstream = str(exc), exc.upstream
+            except Exception as exc:  # see internal_error
+                self._error = internal_error(exc)
             if self._error is None and not self._done:
                 self._error = self._unfinished()
         else:
@@ -178,6 +184,7 @@ class StreamCapture:
             error=self._error,
             usage=self._usage,
             done=self._done,
+            upstream_error=self._upstream,
         )
 
     def _unfinished(self) -> str | None:
@@ -205,28 +212,28 @@ class StreamCapture:
         if not data.strip():
             return
         try:
-            payload = _parse_json(data)
-        except _CaptureError as exc:
-            raise _CaptureError(f"event {self._events}: {exc}") from None
+            payload = parse_json(data)
+        except CaptureError as exc:
+            raise CaptureError(f"event {self._events}: {exc}") from None
         if not isinstance(payload, Mapping):
-            raise _CaptureError(f"event {self._events}: not a JSON object")
+            raise CaptureError(f"event {self._events}: not a JSON object")
         if payload.get("error"):
-            raise _CaptureError(_error_message(payload["error"]))
+            raise UpstreamReportedError(error_message(payload["error"]))
         if self._model is None:
-            self._model = _nonempty_str(payload.get("model"))
+            self._model = nonempty_str(payload.get("model"))
         usage = payload.get("usage")
         if isinstance(usage, Mapping):
             # Servers that report usage on every chunk count cumulatively: the last one wins.
             self._usage = dict(usage)
-        for position, choice in enumerate(_choices(payload)):
-            index = _choice_index(choice, position)
+        for position, choice in enumerate(choices_of(payload)):
+            index = choice_index(choice, position)
             state = self._choices.get(index)
             if state is None:
-                state = self._choices[index] = _Choice()
+                state = self._choices[index] = Choice()
             delta = choice.get("delta")
             if isinstance(delta, Mapping):
                 state.add_delta(delta)
-            reason = _finish_reason(choice.get("finish_reason"))
+            reason = finish_reason(choice.get("finish_reason"))
             if reason is not None:
                 state.finish_reason = reason
 

@@ -28,15 +28,16 @@ from typing import Any, Final
 
 from proxy.pipeline.capture.accumulate import (
     Answer,
-    _arguments_text,
-    _CaptureError,
-    _error_message,
-    _is_index,
-    _nonempty_str,
-    _parse_json,
+    CaptureError,
+    UpstreamReportedError,
+    arguments_text,
+    error_message,
+    is_index,
+    nonempty_str,
+    parse_json,
     wire_call,
 )
-from proxy.pipeline.capture.chat import CaptureResult, _internal_error
+from proxy.pipeline.capture.chat import CaptureResult, internal_error
 from proxy.pipeline.capture.sse import SSEDecoder
 
 __all__ = ["ResponsesStreamCapture", "responses_from_body", "responses_stream_answered"]
@@ -53,11 +54,11 @@ class _Item:
     def __init__(self, item: Mapping[str, Any] | None) -> None:
         item = item or {}
         # None for an item that no event introduced (a server that skipped output_item.added).
-        self.type = _nonempty_str(item.get("type"))
-        self.call_id = _nonempty_str(item.get("call_id"))
-        self.name = _nonempty_str(item.get("name"))
+        self.type = nonempty_str(item.get("type"))
+        self.call_id = nonempty_str(item.get("call_id"))
+        self.name = nonempty_str(item.get("name"))
         arguments = item.get("arguments")
-        self.args: list[str] = [] if arguments is None else [_arguments_text(arguments)]
+        self.args: list[str] = [] if arguments is None else [arguments_text(arguments)]
         self.texts: dict[int, list[str]] = {}
         for position, part in enumerate(_parts(item)):
             self.set_text(position, part)
@@ -94,7 +95,7 @@ def _output_answer(output: list[Any]) -> tuple[Answer, bool]:
     texts: list[str] = []
     for item in output:
         if not isinstance(item, Mapping):
-            raise _CaptureError("an output item is not a JSON object")
+            raise CaptureError("an output item is not a JSON object")
         kind = item.get("type")
         if kind == "function_call":
             calls.append(wire_call(item.get("call_id"), item.get("name"), item.get("arguments")))
@@ -118,7 +119,7 @@ def _finish_reason(response: Mapping[str, Any], has_calls: bool) -> str | None:
         return "incomplete"
     if status == "completed" or status is None:
         return "tool_calls" if has_calls else "stop"
-    return _nonempty_str(status)
+    return nonempty_str(status)
 
 
 def _usage(response: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -129,7 +130,7 @@ def _usage(response: Mapping[str, Any]) -> dict[str, Any] | None:
 def _failure(response: Mapping[str, Any]) -> str | None:
     """The upstream error a response object reports, if it reports one."""
     if response.get("error"):
-        return _error_message(response["error"])
+        return error_message(response["error"])
     if response.get("status") == "failed":
         return "upstream error: response failed"
     return None
@@ -139,7 +140,7 @@ def _result(response: Mapping[str, Any], output: list[Any]) -> CaptureResult:
     answer, has_calls = _output_answer(output)
     return CaptureResult(
         answers={0: answer},
-        model=_nonempty_str(response.get("model")),
+        model=nonempty_str(response.get("model")),
         finish_reasons={0: _finish_reason(response, has_calls)},
         usage=_usage(response),
         done=True,
@@ -153,23 +154,23 @@ def responses_from_body(body: bytes) -> CaptureResult:
     reported as no answers, which the grader counts as an empty response, not an error.
     """
     try:
-        payload = _parse_json(body)
+        payload = parse_json(body)
         if not isinstance(payload, Mapping):
-            raise _CaptureError("body is not a JSON object")
+            raise CaptureError("body is not a JSON object")
         failure = _failure(payload)
         if failure is not None:
-            model = _nonempty_str(payload.get("model"))
-            return CaptureResult(answers={}, model=model, error=failure)
+            model = nonempty_str(payload.get("model"))
+            return CaptureResult(answers={}, model=model, error=failure, upstream_error=True)
         if payload.get("status") in ("queued", "in_progress"):
-            return CaptureResult(answers={}, model=_nonempty_str(payload.get("model")), done=True)
+            return CaptureResult(answers={}, model=nonempty_str(payload.get("model")), done=True)
         output = payload.get("output")
         if not isinstance(output, list):
-            raise _CaptureError("body has no output list")
+            raise CaptureError("body has no output list")
         return _result(payload, output)
-    except _CaptureError as exc:
-        return CaptureResult(answers={}, error=str(exc))
-    except Exception as exc:  # see proxy.pipeline.capture.chat._internal_error
-        return CaptureResult(answers={}, error=_internal_error(exc))
+    except CaptureError as exc:
+        return CaptureResult(answers={}, error=str(exc), upstream_error=exc.upstream)
+    except Exception as exc:  # see proxy.pipeline.capture.chat.internal_error
+        return CaptureResult(answers={}, error=internal_error(exc))
 
 
 class ResponsesStreamCapture:
@@ -188,6 +189,7 @@ class ResponsesStreamCapture:
         "_items",
         "_model",
         "_result",
+        "_upstream",
     )
 
     def __init__(self) -> None:
@@ -196,6 +198,7 @@ class ResponsesStreamCapture:
         self._ids: dict[str, int] = {}  # item id → output index, for events that name only it
         self._model: str | None = None
         self._error: str | None = None
+        self._upstream = False
         self._result: CaptureResult | None = None
         self._finished = False
         self._events = 0
@@ -207,10 +210,10 @@ class ResponsesStreamCapture:
         try:
             for event in self._decoder.feed(chunk):
                 self._event(event.event, event.data)
-        except _CaptureError as exc:
-            self._error = str(exc)
-        except Exception as exc:  # see proxy.pipeline.capture.chat._internal_error
-            self._error = _internal_error(exc)
+        except CaptureError as exc:
+            self._error, self._upstream = str(exc), exc.upstream
+        except Exception as exc:  # see proxy.pipeline.capture.chat.internal_error
+            self._error = internal_error(exc)
 
     def finish(self) -> CaptureResult:
         """End the stream and return what it said; safe to call more than once."""
@@ -218,10 +221,10 @@ class ResponsesStreamCapture:
             try:
                 for event in self._decoder.close(flush=True):
                     self._event(event.event, event.data)
-            except _CaptureError as exc:
-                self._error = str(exc)
-            except Exception as exc:  # see proxy.pipeline.capture.chat._internal_error
-                self._error = _internal_error(exc)
+            except CaptureError as exc:
+                self._error, self._upstream = str(exc), exc.upstream
+            except Exception as exc:  # see proxy.pipeline.capture.chat.internal_error
+                self._error = internal_error(exc)
         elif not self._finished:
             self._decoder.close()
         self._finished = True
@@ -232,6 +235,7 @@ class ResponsesStreamCapture:
             model=self._model,
             finish_reasons={0: None} if self._items else {},
             error=self._error or "stream ended before response.completed",
+            upstream_error=self._upstream,
         )
 
     def _partial(self) -> dict[int, Answer]:
@@ -249,11 +253,11 @@ class ResponsesStreamCapture:
     def _item(self, payload: Mapping[str, Any]) -> _Item:
         """The item an event is about: by ``output_index``, else by ``item_id``."""
         index = payload.get("output_index")
-        if not _is_index(index):
+        if not is_index(index):
             item_id = payload.get("item_id")
             found = self._ids.get(item_id) if isinstance(item_id, str) else None
             if found is None:
-                raise _CaptureError(f"event {self._events}: no output_index or known item_id")
+                raise CaptureError(f"event {self._events}: no output_index or known item_id")
             index = found
         item = self._items.get(index)
         if item is None:  # a server that skipped output_item.added
@@ -267,18 +271,18 @@ class ResponsesStreamCapture:
         if data.startswith("[DONE]") or not data.strip():
             return  # not part of the protocol; the terminal event decides completeness
         try:
-            payload = _parse_json(data)
-        except _CaptureError as exc:
-            raise _CaptureError(f"event {self._events}: {exc}") from None
+            payload = parse_json(data)
+        except CaptureError as exc:
+            raise CaptureError(f"event {self._events}: {exc}") from None
         if not isinstance(payload, Mapping):
-            raise _CaptureError(f"event {self._events}: not a JSON object")
+            raise CaptureError(f"event {self._events}: not a JSON object")
         typed = payload.get("type")
         kind = typed if isinstance(typed, str) else name
         if kind == "error":
-            raise _CaptureError(_error_message(payload.get("error") or payload))
+            raise UpstreamReportedError(error_message(payload.get("error") or payload))
         if typed is None and payload.get("error"):
             # The chat-style in-band error (the proxy's own after an upstream failure).
-            raise _CaptureError(_error_message(payload["error"]))
+            raise UpstreamReportedError(error_message(payload["error"]))
         response = payload.get("response")
         if isinstance(response, Mapping):
             self._lifecycle(kind, response)
@@ -291,37 +295,37 @@ class ResponsesStreamCapture:
         elif kind == "response.function_call_arguments.done":
             item = self._item(payload)
             if payload.get("arguments") is not None:
-                item.args[:] = [_arguments_text(payload["arguments"])]
-            item.name = _nonempty_str(payload.get("name")) or item.name
+                item.args[:] = [arguments_text(payload["arguments"])]
+            item.name = nonempty_str(payload.get("name")) or item.name
         elif kind == "response.output_text.delta":
             delta, content_index = payload.get("delta"), payload.get("content_index", 0)
-            if isinstance(delta, str) and _is_index(content_index):
+            if isinstance(delta, str) and is_index(content_index):
                 self._item(payload).texts.setdefault(content_index, []).append(delta)
         elif kind == "response.output_text.done":
             text, content_index = payload.get("text"), payload.get("content_index", 0)
-            if isinstance(text, str) and _is_index(content_index):
+            if isinstance(text, str) and is_index(content_index):
                 self._item(payload).texts[content_index] = [text]
         elif kind == "response.content_part.added" or kind == "response.content_part.done":
             content_index = payload.get("content_index", 0)
-            if _is_index(content_index):
+            if is_index(content_index):
                 self._item(payload).set_text(content_index, payload.get("part"))
         # Any other event (reasoning, built-in tools, annotations) adds nothing to the answer.
 
     def _item_event(self, payload: Mapping[str, Any]) -> None:
         index = payload.get("output_index")
         item = payload.get("item")
-        if not _is_index(index) or not isinstance(item, Mapping):
-            raise _CaptureError(f"event {self._events}: an output item event without its item")
+        if not is_index(index) or not isinstance(item, Mapping):
+            raise CaptureError(f"event {self._events}: an output item event without its item")
         self._items[index] = _Item(item)
         item_id = item.get("id")
         if isinstance(item_id, str):
             self._ids[item_id] = index
 
     def _lifecycle(self, kind: str, response: Mapping[str, Any]) -> None:
-        self._model = _nonempty_str(response.get("model")) or self._model
+        self._model = nonempty_str(response.get("model")) or self._model
         failure = _failure(response)
         if failure is not None or kind == "response.failed":
-            raise _CaptureError(failure or "upstream error: response failed")
+            raise UpstreamReportedError(failure or "upstream error: response failed")
         if kind in TERMINAL:
             output = response.get("output")
             self._result = _result(response, output if isinstance(output, list) else self._output())

@@ -9,7 +9,7 @@ come from closed sets.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, get_args
 
 import prometheus_client
 from prometheus_client import (
@@ -28,42 +28,23 @@ from prometheus_client.process_collector import ProcessCollector
 from grader._json import printable
 from grader.tasks import TaskSet
 from grader.version import __version__
+from proxy.errors import UpstreamErrorKind
+from proxy.pipeline.admit import Route, SkipReason
 
 # `_created` series double the exposition and no panel uses them.
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 del GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR  # we build our own registry
 
-ROUTES = ("chat_completions", "responses", "other")
+# Label sets the stages define as Literals, exported whole (proxy/pipeline/admit.py, errors.py).
+ROUTES: tuple[str, ...] = get_args(Route)
+SKIP_REASONS: tuple[str, ...] = get_args(SkipReason)
 RESULTS = ("pass", "fail", "stale")
-SKIP_REASONS = (
-    "no_task_header",
-    "unknown_task",
-    "upstream_error",
-    "client_disconnected",
-    "queue_full",
-    "sampled_out",
-    "empty_response",
-    "unsupported_route",
-    "shutdown",
-    # agent episodes (proxy/pipeline/episodes.py): a turn that is not the last of an episode-only
-    # task, an episode whose history the request does not carry whole, an episode over a limit
-    "episode_turn",
-    "episode_incomplete",
-    "episode_limit",
-)
-GRADING_ERROR_KINDS = (
-    "capture",
-    "grader",
-    "check",
-    "results_write",
-    "worker",
-    "grader_process",
-)
+GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker", "grader_process")
 CHECK_RESULTS = ("pass", "fail", "error")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
 UNPAIRED_REASONS = ("ungraded", "expired", "overflow")
-UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol")
+UPSTREAM_ERROR_KINDS: tuple[str, ...] = get_args(UpstreamErrorKind)
 CLIENT_TIMEOUT_PHASES = ("header", "body", "idle")
 EPISODE_RESULTS = ("pass", "fail", "error")
 EPISODE_LIMITS = ("turns", "calls", "bytes")

@@ -18,15 +18,27 @@ from pathlib import Path
 from typing import Any
 
 from grader._json import dumps
+from proxy.errors import ProxyError
 
 _MODE = 0o644  # rows are data for other tools (and other users) to read, as any log file
 
 
-class ResultsWriteError(OSError):
+def worker_path(path: Path, index: int) -> Path:
+    """Worker ``index``'s file when ``listen.workers`` > 1: ``grades.jsonl`` → ``grades.w0.jsonl``.
+
+    Processes never share a file (appends from two writers could interleave, and each rotates
+    on its own), so each worker writes its own; ``'grades.w*.jsonl'`` reads them all back.
+    """
+    return path.with_name(f"{path.stem}.w{index}{path.suffix}")
+
+
+class ResultsWriteError(ProxyError, OSError):
     """A batch of rows could not be appended; none of it is in the file."""
 
     def __init__(self, rows: int, cause: OSError) -> None:
-        super().__init__(cause.errno, f"{rows} row(s) not written: {cause.strerror or cause}")
+        message = f"{rows} row(s) not written: {cause.strerror or cause}"
+        OSError.__init__(self, cause.errno, message)  # errno and strerror, as an OSError has
+        self.message = message
         self.rows = rows
 
 

@@ -1,4 +1,5 @@
-"""The stdlib judge client against a real local HTTP server speaking chat completions."""
+"""The one judge client (proxy/judge_client.py, the proxy's and the offline commands') against a
+real local HTTP server speaking chat completions."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from grader._json import dumps, loads_exact
 from grader.checks import CheckContext, Judge, JudgeConfig, Sample, build_check
 from grader.cli import main
-from grader.cli.judge_http import JudgeHTTPError, UrllibJudgeClient
+from proxy.judge_client import MAX_REPLY_BYTES, AiohttpJudgeClient, JudgeHTTPError
 from tests.support.paths import REPO
 
 GOOD = ("refunded", "replacement", "Open Settings")
@@ -42,6 +43,8 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         content: Any = verdict(body["messages"])
+        if body["model"].startswith("huge"):
+            content = "PASS" + " " * MAX_REPLY_BYTES
         payload = (
             b"not json"
             if body["model"].startswith("garbled")
@@ -90,6 +93,7 @@ CRITERION = {
         pytest.param("claude-3-5-haiku-20241022", "No.", False, "judge_fail", id="fail"),
         pytest.param("broken-2024-01-01", "x", None, "judge_error", id="http_500"),
         pytest.param("garbled-2024-01-01", "x", None, "judge_error", id="not_a_completion"),
+        pytest.param("huge-2024-01-01", "x", None, "judge_error", id="reply_over_1_mib"),
     ],
 )
 async def test_client_round_trip(
@@ -102,7 +106,7 @@ async def test_client_round_trip(
 ) -> None:
     monkeypatch.setenv("GP_JUDGE_KEY", "test-key")
     config = JudgeConfig(endpoint=endpoint, model=model, api_key_env="GP_JUDGE_KEY", retries=1)
-    judge = Judge(UrllibJudgeClient.from_config(config), config)
+    judge = Judge(AiohttpJudgeClient.from_config(config), config)
     result = await build_check(CRITERION).arun(
         Sample.from_answer(answer), {}, CheckContext(), judge
     )
@@ -117,7 +121,7 @@ async def test_missing_secret_is_an_error_naming_the_variable(
     endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("GP_JUDGE_KEY", raising=False)
-    client = UrllibJudgeClient(endpoint, "GP_JUDGE_KEY")
+    client = AiohttpJudgeClient(endpoint, "GP_JUDGE_KEY")
     with pytest.raises(JudgeHTTPError, match="GP_JUDGE_KEY is not set"):
         await client.complete("m-2024-01-01", [{"role": "user", "content": "x"}], 0.0)
     assert Handler.seen == []
@@ -125,7 +129,7 @@ async def test_missing_secret_is_an_error_naming_the_variable(
 
 def test_endpoint_must_be_http() -> None:
     with pytest.raises(ValueError, match="http"):
-        UrllibJudgeClient("file:///etc/passwd")
+        AiohttpJudgeClient("file:///etc/passwd")
 
 
 def test_validate_tasks_runs_judge_checks_with_judge_config(

@@ -90,6 +90,31 @@ def write(tmp_path: Path, text: str) -> Path:
             "scoring.on_admin_port: needs admin.port",
             id="scoring_on_admin_needs_admin_port",
         ),
+        pytest.param(
+            BASE + "listen:\n  workers: 0\n",
+            "listen.workers: must be within 1..256",
+            id="workers_at_least_one",
+        ),
+        pytest.param(
+            BASE + "listen:\n  workers: 2\n",
+            "listen.workers: more than 1 needs a fixed admin.port",
+            id="workers_need_an_admin_port",
+        ),
+        pytest.param(
+            BASE + "listen:\n  workers: 2\nadmin:\n  port: 0\n",
+            "listen.workers: more than 1 needs a fixed admin.port",
+            id="workers_need_a_fixed_admin_port",
+        ),
+        pytest.param(
+            BASE + "listen:\n  workers: 4\nadmin:\n  port: 65534\n",
+            "admin.port: admin.port + listen.workers - 1 must be <= 65535",
+            id="worker_admin_ports_in_range",
+        ),
+        pytest.param(
+            BASE + "listen:\n  port: 9101\n  workers: 2\nadmin:\n  port: 9100\n",
+            "listen.port: must not be one of the workers' admin ports",
+            id="traffic_port_apart_from_admin_ports",
+        ),
         pytest.param("- a\n- b\n", "the config must be a mapping of sections", id="not_a_mapping"),
         pytest.param("upstream: [\n", "not valid YAML", id="bad_yaml"),
     ],
@@ -125,6 +150,37 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert config.tasks.path is None
 
 
+@pytest.mark.parametrize(
+    ("environ", "flags", "workers", "admin"),
+    [
+        pytest.param({}, {}, 1, None, id="default_one_process"),
+        pytest.param(
+            {"GRADEPROXY_LISTEN_WORKERS": "4", "GRADEPROXY_ADMIN_PORT": "9100"},
+            {},
+            4,
+            9100,
+            id="from_the_environment",
+        ),
+        pytest.param(
+            {"GRADEPROXY_LISTEN_WORKERS": "4", "GRADEPROXY_ADMIN_PORT": "9100"},
+            {"listen": {"workers": 2}},
+            2,
+            9100,
+            id="flag_beats_environment",
+        ),
+    ],
+)
+def test_listen_workers(
+    tmp_path: Path,
+    environ: dict[str, str],
+    flags: dict[str, Any],
+    workers: int,
+    admin: int | None,
+) -> None:
+    config = load_config(write(tmp_path, BASE), flags, environ=environ)
+    assert (config.listen.workers, config.admin.port) == (workers, admin)
+
+
 def test_unknown_environment_field_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=re.escape("listen.prot: unknown field")):
         load_config(write(tmp_path, BASE), environ={"GRADEPROXY_LISTEN_PROT": "1"})
@@ -143,6 +199,12 @@ def test_secrets_appear_only_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyP
     [
         pytest.param(BASE, 0, "config ok", id="valid"),
         pytest.param("upstream: {}\n", 1, "upstream.url", id="invalid"),
+        pytest.param(
+            BASE + "listen:\n  workers: 3\nadmin:\n  port: 9100\n",
+            0,
+            "listening on 127.0.0.1:8080 with 3 workers (admin ports 9100-9102)",
+            id="workers",
+        ),
     ],
 )
 def test_check_config_command(

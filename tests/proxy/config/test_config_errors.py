@@ -62,8 +62,15 @@ def test_environment_errors_name_the_variable(environ: dict[str, str], message: 
         pytest.param(["--port", "70000"], "listen.port: must be 0..65535 (from flag --port)"),
         pytest.param(["--upstream", "http://h:1"], "(try http://h:1/v1) (from flag --upstream)"),
         pytest.param(["--upstream", "h:1/v1"], "must be an http(s) URL"),
+        pytest.param(
+            ["--workers", "0"], "listen.workers: must be within 1..256 (from flag --workers)"
+        ),
+        pytest.param(
+            ["--workers", "2"],
+            "listen.workers: more than 1 needs a fixed admin.port (worker i serves /metrics",
+        ),
     ],
-    ids=["port_range", "bare_host", "no_scheme"],
+    ids=["port_range", "bare_host", "no_scheme", "workers_range", "workers_need_admin_port"],
 )
 def test_flag_errors_name_the_flag(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str

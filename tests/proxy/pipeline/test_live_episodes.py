@@ -264,7 +264,8 @@ async def test_judge_form_cause_is_judged_live_and_offline_alike(
     judge_config.write_text(f"endpoint: {endpoint}\n")
     out = tmp_path / "rows.jsonl"
     args = ["replay", "--tasks", str(tasks_file), "--episodes", str(episodes), "--out", str(out)]
-    # In a thread: the CLI's urllib judge blocks, and the judge server runs on this loop.
+    # In a thread: the CLI runs its own event loop (asyncio.run), and the judge server runs on
+    # this one.
     assert await asyncio.to_thread(main, [*args, "--judge", str(judge_config)]) == 0
     offline = json.loads(out.read_text())
     assert {k: v for k, v in row.items() if k not in LIVE_FIELDS} == offline

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.pipeline.grade import sampled
+from proxy.pipeline.admit import sampled
 from tests.support.metrics import scraped
 from tests.support.paths import REPO
 from tests.support.plan_backend import PlanBackend, plan_request
@@ -22,7 +22,7 @@ KEYS = [f"conversation-{n}" for n in range(2000)] + ["", "ü", "x" * 1000]
 RATES = [0.0, 0.01, 0.1, 0.5, 0.9, 1.0]
 SCRIPT = """
 import json, sys
-from proxy.pipeline.grade import sampled
+from proxy.pipeline.admit import sampled
 keys, rates = json.load(sys.stdin)
 print(json.dumps([[sampled(k, r) for k in keys] for r in rates]))
 """

@@ -15,9 +15,10 @@ from grader._json import dumps, loads_exact
 from grader.loader import parse_task
 from grader.tasks import digest_of
 from grader.version import GRADER_RULES_VERSION
+from proxy.errors import BadRequestError
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import TASKS
-from proxy.surfaces.scoring_http import PREFIX, BadRequestError, add_scoring_routes
+from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
 from proxy.taskstore import TaskStore
 from tests.support.surfaces import (
     CHECKS_ONLY_TASK,

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
+from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
 from tests.support.paths import WIRE
 
 RESPONSES_PREFIX = "openai_responses_"
@@ -975,8 +976,8 @@ def test_internal_bug_is_reported_not_raised(surface: str, monkeypatch: pytest.M
     def broken(*_: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("proxy.pipeline.capture.chat._Choice.add_delta", broken)
-    monkeypatch.setattr("proxy.pipeline.capture.chat._message_answer", broken)
+    monkeypatch.setattr("proxy.pipeline.capture.chat.Choice.add_delta", broken)
+    monkeypatch.setattr("proxy.pipeline.capture.chat.message_answer", broken)
     if surface == "stream":
         result = _capture([_sse(_chunk({"content": "a"}))])
     else:
@@ -1179,3 +1180,76 @@ def test_arbitrary_json_body_never_raises(payload: object) -> None:
 def test_arbitrary_bytes_never_raise(chunks: list[bytes]) -> None:
     assert isinstance(_capture(chunks), CaptureResult)
     assert isinstance(answers_from_body(b"".join(chunks)), CaptureResult)
+
+
+def _responses_stream(*events: dict[str, Any]) -> CaptureResult:
+    capture = ResponsesStreamCapture()
+    capture.feed(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events))
+    return capture.finish()
+
+
+# Whether a capture error is the upstream's own report is data the capture sets
+# (``upstream_error``), never read back from the message; the grade stage counts the first as
+# the skip ``upstream_error`` and the second as a capture error.
+@pytest.mark.parametrize(
+    ("result", "upstream"),
+    [
+        pytest.param(
+            answers_from_body(b'{"error": {"message": "Invalid API key"}}'),
+            True,
+            id="chat-body-error-object",
+        ),
+        pytest.param(answers_from_body(b"<html>502</html>"), False, id="chat-body-not-json"),
+        pytest.param(
+            answers_from_body(
+                b'{"id": 12345678901234567890, "choices": [{"index": 0, "message": '
+                b'{"content": "x"}}], "x": NaN}'
+            ),
+            False,
+            id="chat-body-nan-beside-a-20-digit-number-is-not-json",
+        ),
+        pytest.param(
+            _capture([_sse(_chunk({"content": "a"}), {"error": {"message": "boom"}})]),
+            True,
+            id="chat-stream-in-band-error",
+        ),
+        pytest.param(
+            _capture([_sse(_chunk({"content": "a"}), done=False)]),
+            False,
+            id="chat-stream-cut-off",
+        ),
+        pytest.param(
+            _capture([b'data: {"choices": [{"ind\n\n']), False, id="chat-stream-bad-chunk"
+        ),
+        pytest.param(
+            responses_from_body(b'{"status": "failed", "output": []}'),
+            True,
+            id="responses-body-failed",
+        ),
+        pytest.param(
+            responses_from_body(b'{"status": "completed"}'),
+            False,
+            id="responses-body-without-output",
+        ),
+        pytest.param(
+            _responses_stream({"type": "error", "message": "overloaded"}),
+            True,
+            id="responses-stream-error-event",
+        ),
+        pytest.param(
+            _responses_stream({"type": "response.failed", "response": {"status": "failed"}}),
+            True,
+            id="responses-stream-failed",
+        ),
+        pytest.param(
+            _responses_stream({"type": "response.created", "response": {"status": "queued"}}),
+            False,
+            id="responses-stream-cut-before-completed",
+        ),
+    ],
+)
+def test_an_upstream_error_report_is_told_from_an_unreadable_response(
+    result: CaptureResult, upstream: bool
+) -> None:
+    assert result.error is not None
+    assert result.upstream_error is upstream

@@ -1,0 +1,323 @@
+"""The request handler: the pipeline's stages composed, in the order a request meets them.
+
+::
+
+    admit (proxy/pipeline/admit.py)        graded or not, and why not: the skip reason
+    route (proxy/pipeline/route.py)        which upstream, and its shadow
+    forward (proxy/pipeline/forward.py)    relay upstream and back, keeping a copy if graded
+      + shadow (proxy/shadow/runner.py)    a copy to the shadow, started but never awaited
+    delivered (proxy/pipeline/capture/)    did the client get it whole: the relay's skips
+    grade job → queue (proxy/pipeline/)    submitted; parsed and graded off the hot path
+    record (proxy/pipeline/record/)        the access log line and request metrics, always
+
+Every skip is decided here or by those stages, cheaply, so the skip counters are complete. A
+shadow copy is admitted and started here but never awaited: the client's response depends on
+the primary alone. The health routes are proxy/surfaces/health.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import NoReturn
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.config import Grading
+from proxy.errors import UPSTREAM_KIND_OF, DrainingError, ProxyError, UpstreamError
+from proxy.pipeline.admit import Admission, SkipReason, admit, sampled
+from proxy.pipeline.capture.delivered import answered, relay_skip
+from proxy.pipeline.episodes import turn_of
+from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
+from proxy.pipeline.grade import GradeJob
+from proxy.pipeline.guard import STRIP
+from proxy.pipeline.record.access import record_request
+from proxy.pipeline.route import ShadowTarget, Target
+from proxy.shadow.runner import ShadowLeg, shadow_headers
+from proxy.state import (
+    CONFIG,
+    LIFECYCLE,
+    METRICS,
+    PAIRS,
+    QUEUE,
+    REQUEST_ID,
+    ROUTER,
+    SESSION,
+    SHADOWS,
+    TASKS,
+)
+
+CLIENT_CLOSED = 499  # nginx's "client closed request": no response was completed
+MAX_META_HEADERS = 16
+MAX_META_VALUE = 256
+
+
+async def proxy_handler(request: web.Request) -> web.StreamResponse:
+    """Forward any ``/v1/*`` request; grade those on a graded route that name a loaded task."""
+    app = request.app
+    started = time.perf_counter()
+    request_id = request.headers.get("x-request-id") or os.urandom(16).hex()
+    request[REQUEST_ID] = request_id
+    if app[LIFECYCLE].refusing:
+        raise DrainingError("the proxy is shutting down; retry on another replica")
+    grading = app[CONFIG].grading
+    admitted = admit(
+        request.method, request.path, request.headers, grading, app[TASKS].current, request_id
+    )
+    body = await request.read()
+    target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
+    headers = _upstream_headers(request, grading, target.api_key, request_id)
+    exchange = _Exchange(request, request_id, admitted, target, body, started)
+    if target.shadow is not None and admitted.task is not None:
+        # Started before the primary is awaited, so both legs run together.
+        exchange.pair_id = _start_shadow(request, target.shadow, admitted, headers, body)
+    try:
+        response = await exchange.forward(headers)
+        if admitted.skip is None and admitted.task is not None:
+            exchange.submit()
+        elif admitted.skip is not None:
+            app[METRICS].skipped.labels(admitted.skip).inc()
+        return response
+    finally:
+        if exchange.pair_id is not None and not exchange.submitted and admitted.task is not None:
+            app[PAIRS].leg(exchange.pair_id, "primary", admitted.task.id, None)
+
+
+def _upstream_headers(
+    request: web.Request, grading: Grading, api_key: str | None, request_id: str
+) -> CIMultiDict[str]:
+    return request_headers(
+        request.headers,
+        private_prefixes=("x-grade-", "x-gradeproxy-", grading.meta_header_prefix),
+        # The header that carried the inbound key (proxy/pipeline/guard.py) never goes upstream.
+        private_names=(
+            grading.task_header,
+            grading.run_header,
+            grading.sample_id_header,
+            *request.get(STRIP, ()),
+        ),
+        api_key=api_key,
+        request_id=request_id,
+    )
+
+
+class _Exchange:
+    """One primary leg, from the relay to the grade job; what its stages share."""
+
+    __slots__ = (
+        "admitted",
+        "body",
+        "outcome",
+        "pair_id",
+        "request",
+        "request_id",
+        "started",
+        "submitted",
+        "target",
+    )
+
+    def __init__(
+        self,
+        request: web.Request,
+        request_id: str,
+        admitted: Admission,
+        target: Target,
+        body: bytes,
+        started: float,
+    ) -> None:
+        self.request = request
+        self.request_id = request_id
+        self.admitted = admitted
+        self.target = target
+        self.body = body
+        self.started = started
+        self.outcome = Relay()
+        self.pair_id: str | None = None
+        self.submitted = False
+
+    async def forward(self, headers: CIMultiDict[str]) -> web.StreamResponse:
+        """Relay the request; set the skip the outcome implies; record the request, always."""
+        request, admitted, outcome = self.request, self.admitted, self.outcome
+        app = request.app
+        config, metrics = app[CONFIG], app[METRICS]
+        relays = app[LIFECYCLE].relays
+        handler_task = asyncio.current_task()
+        metrics.in_flight.inc()
+        status = 0
+        if handler_task is not None:
+            relays[handler_task] = outcome
+        try:
+            response = await relay(
+                request,
+                app[SESSION],
+                upstream_url(self.target.url, request.raw_path),
+                headers,
+                self.body,
+                capture=admitted.capturing,
+                request_id=self.request_id,
+                out=outcome,
+                client_timeout=self.target.timeout,
+                capture_limit=config.limits.max_capture_bytes,
+            )
+            status = outcome.status
+            if outcome.client_disconnected and not outcome.headers_sent:
+                status = CLIENT_CLOSED  # it left before the response began: nothing delivered
+            elif outcome.upstream_failed is not None:  # failed after the response began
+                metrics.upstream_errors.labels(UPSTREAM_KIND_OF[outcome.upstream_failed]).inc()
+            if admitted.api is not None and admitted.skip is None:
+                admitted.skip = relay_skip(outcome, self.body, admitted.api)
+            return response
+        except asyncio.CancelledError:
+            if outcome.cut is not None and not outcome.headers_sent:
+                status = DrainingError.status
+                self._cut_before_answer(handler_task)
+            status = self._cancelled()
+            raise
+        except ProxyError as error:
+            status = error.status
+            kind = error.kind if isinstance(error, UpstreamError) else "protocol"
+            metrics.upstream_errors.labels(kind).inc()
+            if (skip := admitted.failed("upstream_error")) is not None:
+                metrics.skipped.labels(skip).inc()
+            raise
+        finally:
+            relays.pop(handler_task, None)  # type: ignore[arg-type]
+            metrics.in_flight.dec()
+            total = time.perf_counter() - self.started
+            record_request(
+                request,
+                metrics,
+                self.request_id,
+                admitted.route,
+                status,
+                total,
+                outcome,
+                admitted.skip,
+                admitted.task_id,
+                self.pair_id,
+            )
+
+    def _cut_before_answer(self, handler_task: asyncio.Task[object] | None) -> NoReturn:
+        """Shutdown's grace period ended before the upstream answered: a 503 of our own."""
+        admitted = self.admitted
+        if admitted.api is not None:
+            admitted.skip = admitted.skip or "shutdown"
+            self.request.app[METRICS].skipped.labels(admitted.skip).inc()
+        if handler_task is not None:
+            handler_task.uncancel()
+        raise DrainingError("the proxy shut down before the upstream answered") from None
+
+    def _cancelled(self) -> int:
+        """The status of a relay cancelled mid-response (shutdown's cut, or its client left),
+        its skip counted; a stream that had already reached its client whole is still graded."""
+        admitted, outcome = self.admitted, self.outcome
+        metrics = self.request.app[METRICS]
+        # A client that has the whole answer may leave before the upstream ends its body.
+        if (
+            outcome.cut is None
+            and admitted.capturing
+            and admitted.api is not None
+            and answered(outcome, self.body, admitted.api)
+        ):
+            outcome.client_disconnected = True
+            self.submit()
+            return outcome.status
+        reason: SkipReason
+        if outcome.cut is not None:  # cut mid-response, outside the relay's own handling
+            status, reason = outcome.status, "shutdown"
+        else:  # the client went away (proxy/state.py's abandon) and we were cancelled
+            outcome.client_disconnected = True
+            status, reason = CLIENT_CLOSED, "client_disconnected"
+        if (skip := admitted.failed(reason)) is not None:
+            metrics.skipped.labels(skip).inc()
+        return status
+
+    def submit(self) -> None:
+        """Hand the captured response to the grade queue (from here on it reports the leg)."""
+        request, admitted, outcome = self.request, self.admitted, self.outcome
+        task, tasks = admitted.task, admitted.tasks
+        assert task is not None  # admitted: a loaded task was named
+        assert tasks is not None
+        app = request.app
+        grading = app[CONFIG].grading
+        if self.pair_id is not None:
+            variant = app[METRICS]
+            variant.variant_duration.labels("primary").observe(
+                outcome.finished_at - outcome.started_at
+            )
+            variant.variant_ttfb.labels("primary").observe(outcome.ttfb_s)
+        total = time.perf_counter() - self.started
+        job = GradeJob(
+            request_id=self.request_id,
+            task=task,
+            tasks_digest=tasks.digest,
+            upstream=self.target.url,
+            stream=outcome.stream,
+            request_body=self.body,
+            response=outcome.parts,
+            finished_at=outcome.finished_at or time.perf_counter(),
+            run=request.headers.get(grading.run_header),
+            meta=_meta(request, grading.meta_header_prefix),
+            timings={
+                "duration_s": round(total, 6),
+                "ttfb_s": round(outcome.ttfb_s, 6),
+                "overhead_s": round(max(total - outcome.upstream_wait_s, 0.0), 6),
+            },
+            pair_id=self.pair_id,
+            api=admitted.api or "chat_completions",
+            episode=turn_of(request.headers, task, grading),
+            role=(request.headers.get(grading.role_header) or "")[:256] or None,
+            sample_id=request.headers.get(grading.sample_id_header),
+            upstream_request_id=outcome.upstream_request_id,
+        )
+        self.submitted = True  # from here on the queue reports the leg, even when full
+        app[QUEUE].submit(job)
+
+
+def _meta(request: web.Request, prefix: str) -> dict[str, str]:
+    meta: dict[str, str] = {}
+    lower = prefix.lower()
+    for name, value in request.headers.items():
+        if name.lower().startswith(lower) and len(meta) < MAX_META_HEADERS:
+            meta[name[len(prefix) :].lower()] = value[:MAX_META_VALUE]
+    return meta
+
+
+def _start_shadow(
+    request: web.Request,
+    shadow: ShadowTarget,
+    admitted: Admission,
+    headers: CIMultiDict[str],
+    body: bytes,
+) -> str | None:
+    """Start the shadow copy of a graded request if it is sampled and a slot is free; its
+    pair id, or None (the reason counted)."""
+    runner = request.app[SHADOWS]
+    task, tasks = admitted.task, admitted.tasks
+    if (
+        admitted.api is None
+        or task is None
+        or tasks is None
+        or admitted.skip is not None
+        or not sampled(admitted.key, shadow.sample_rate)
+    ):
+        runner.sampled_out()
+        return None
+    grading = request.app[CONFIG].grading
+    leg = ShadowLeg(
+        pair_id=os.urandom(16).hex(),
+        target=shadow,
+        url=upstream_url(shadow.url, request.raw_path),
+        headers=shadow_headers(headers, shadow.api_key),
+        body=body,
+        request_id=request[REQUEST_ID],
+        task=task,
+        tasks_digest=tasks.digest,
+        run=request.headers.get(grading.run_header),
+        meta=_meta(request, grading.meta_header_prefix),
+        api=admitted.api,
+        sample_id=request.headers.get(grading.sample_id_header),
+    )
+    return leg.pair_id if runner.start(leg) else None

@@ -1,0 +1,59 @@
+"""The access record of every forwarded request: its request metrics and its one log line.
+
+Written once per request, graded or not, when the relay ends (in the handler's ``finally``), so
+a request that failed, was cut or lost its client is counted and logged like one that did
+not.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.logs import get_logger
+from proxy.pipeline.admit import Route, SkipReason
+from proxy.pipeline.forward import Relay
+from proxy.pipeline.guard import TRACE
+from proxy.pipeline.record.metrics import ProxyMetrics
+
+log = get_logger("gradeproxy.request")
+
+
+def record_request(
+    request: web.Request,
+    metrics: ProxyMetrics,
+    request_id: str,
+    route: Route,
+    status: int,
+    total: float,
+    outcome: Relay,
+    skip: SkipReason | None,
+    task_id: str | None,
+    pair_id: str | None,
+) -> None:
+    overhead = max(total - outcome.upstream_wait_s, 0.0)
+    metrics.request_done(
+        route, status or 500, total, outcome.ttfb_s if outcome.status else None, overhead
+    )
+    log.info(
+        "request",
+        request_id=request_id,
+        upstream_request_id=outcome.upstream_request_id,
+        method=request.method,
+        path=request.path,
+        route=route,
+        status=status or 500,
+        stream=outcome.stream,
+        bytes=outcome.body_bytes,
+        duration_ms=round(total * 1000, 3),
+        ttfb_ms=round(outcome.ttfb_s * 1000, 3),
+        overhead_ms=round(overhead * 1000, 3),
+        task=task_id,
+        graded=route != "other" and skip is None and not outcome.upstream_failed,
+        skip=skip,
+        upstream_failed=outcome.upstream_failed,
+        client_disconnected=outcome.client_disconnected,
+        cut=outcome.cut,
+        capture_truncated=outcome.capture_truncated or None,
+        pair_id=pair_id,  # set when a shadow copy was started
+        trace_id=trace.trace_id if (trace := request.get(TRACE)) else None,
+    )
