@@ -18,6 +18,8 @@ length, then the bytes)::
                      ("rows", seq, rows)                  a long job's rows, in pieces
                      ("graded", seq, Graded | None, error | None)
                      ("called", seq, ok, result | error)
+                     ("unpicklable", seq, error)         the answer cannot cross: the parent
+                                                          grades that job or call in a thread
 
 A job's wire form is its fields with the captured chunks joined into one bytes object (capture
 is split-invariant) and its task as a reference into a task set the child holds
@@ -85,15 +87,24 @@ def _send(conn: Connection, message: tuple[Any, ...]) -> None:
     conn.send_bytes(pickle.dumps(message, PICKLE))
 
 
+def _answer(conn: Connection, seq: int, message: tuple[Any, ...]) -> None:
+    """Send an answer; one that cannot be pickled becomes ``unpicklable`` (never a crash)."""
+    try:
+        data = pickle.dumps(message, PICKLE)
+    except Exception as exc:
+        data = pickle.dumps(("unpicklable", seq, repr(exc)[:500]), PICKLE)
+    conn.send_bytes(data)
+
+
 def _grade(conn: Connection, seq: int, graded: Graded) -> None:
     """Send a job's rows: all but the last piece first, so the last row (an episode's, which
     ``graded.episode`` shares) travels in the same pickle as the outcome that refers to it."""
     rows = graded.rows
     cut = max(len(rows) - ROWS_PER_MESSAGE, 0)
     for start in range(0, cut, ROWS_PER_MESSAGE):
-        _send(conn, ("rows", seq, rows[start : min(start + ROWS_PER_MESSAGE, cut)]))
+        _answer(conn, seq, ("rows", seq, rows[start : min(start + ROWS_PER_MESSAGE, cut)]))
     graded.rows = rows[cut:]
-    _send(conn, ("graded", seq, graded, None))
+    _answer(conn, seq, ("graded", seq, graded, None))
 
 
 def _batch(
@@ -120,7 +131,7 @@ def _call(conn: Connection, seq: int, blob: bytes) -> None:
     except Exception as exc:
         _send(conn, ("called", seq, False, repr(exc)[:500]))
         return
-    _send(conn, ("called", seq, True, result))
+    _answer(conn, seq, ("called", seq, True, result))
 
 
 def main(conn: Connection) -> None:

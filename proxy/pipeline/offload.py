@@ -183,7 +183,9 @@ class GradingProcess:
         del self._sent[seq]
         if sent.future.done():  # its caller was cancelled
             return
-        if kind == "graded":
+        if kind == "unpicklable":  # the caller grades it in a thread instead
+            sent.future.set_exception(NotPicklableError(message[2]))
+        elif kind == "graded":
             graded, error = message[2], message[3]
             if graded is None:
                 sent.future.set_exception(GraderError(error))
