@@ -31,6 +31,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 from grader.tasks import TaskSet
+from proxy.errors import ProxyError
 from proxy.logs import get_logger
 from proxy.pipeline import child
 from proxy.pipeline.child import PICKLE, TaskRef, job_wire, keep
@@ -43,16 +44,16 @@ RESTART_BACKOFF_S = (0.05, 0.2, 1.0, 5.0)
 _JOIN_BELOW = 64 * 1024
 
 
-class GradingProcessDiedError(RuntimeError):
+class GradingProcessDiedError(ProxyError, RuntimeError):
     """The grading process ended while it had this job: nothing was graded."""
 
 
-class NotPicklableError(TypeError):
+class NotPicklableError(ProxyError, TypeError):
     """A job or call that cannot cross the pipe (a check holding a compiled validator): the
     caller grades it in a thread instead."""
 
 
-class GraderError(RuntimeError):
+class GraderError(ProxyError, RuntimeError):
     """``grade_job`` raised in the child (the same grader bug would have raised in a thread)."""
 
 
