@@ -58,6 +58,7 @@ log = get_logger("gradeproxy.app")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 GUARD = web.AppKey("guard", Guard)
+PROCESS_START_TIMEOUT_S = 30.0  # the grading process's first start (its imports) on a slow box
 
 
 @web.middleware
@@ -171,10 +172,15 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         stuck_after_s=config.grading.stuck_after_s,
         max_answer_chars=config.results.max_answer_chars,
         failures=app[FAILURES],
+        isolation=config.grading.isolation,
+        batch_max=config.grading.batch_max,
     )
     app[QUEUE] = app[QUEUE_SLOT].queue = queue
     queue.telemetry = app.get(TELEMETRY)
+    app[TASKS].listeners.append(queue.on_tasks)  # a reload reaches the grading process
     queue.start()
+    if not await queue.started(PROCESS_START_TIMEOUT_S):  # grading reports `grader_down`
+        log.error("grading_process_not_started", timeout_s=PROCESS_START_TIMEOUT_S)
     yield
     await queue.stop(timeout_s=config.shutdown.grace_period_s)
     if judge_session is not None:

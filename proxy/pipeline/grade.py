@@ -1,8 +1,9 @@
 """One grade job: what the handler captured, and how it becomes result rows.
 
 A :class:`GradeJob` is built on the hot path without parsing anything; :func:`grade_job` is the
-pure-CPU step the grade queue runs on it (inline for small responses, in the grading thread
-otherwise): capture the copy (chat completions or the Responses API), grade every answer with
+pure-CPU step the grade queue runs on it (inline for small responses, else in the grading
+process, ``proxy.pipeline.child``, or with ``grading.isolation: thread`` in a thread): capture
+the copy (chat completions or the Responses API), grade every answer with
 the one engine (``grader.engine``), build the rows (``grader.rows``), and hand an agent
 episode's turn to ``proxy.pipeline.episodes``. Nothing here touches the event loop, the
 metrics or the result file: the queue (``proxy.pipeline.queue``) records what this returns.
@@ -19,7 +20,7 @@ import orjson
 
 from grader._json import dumps
 from grader.checks import CheckContext
-from grader.engine import grade, needs_judge, reads_request_tools
+from grader.engine import LocalColumns, grade, local_columns, needs_judge, reads_request_tools
 from grader.rows import Live, live_row
 from grader.tasks import Task
 from proxy.pipeline.admit import Api, SkipReason
@@ -62,6 +63,9 @@ class GradeJob:
         return sum(len(part) for part in self.response)
 
 
+Pending = tuple[int, str, CheckContext, Live, LocalColumns]
+
+
 @dataclass(slots=True)
 class Graded:
     """The outcome of one job: rows to record, or the reason nothing was graded."""
@@ -69,9 +73,10 @@ class Graded:
     rows: list[dict[str, Any]]
     skip_reason: SkipReason | None = None
     error_kind: str | None = None
-    # Rows of a task with judge checks, graded on the event loop: (row index, answer, context,
-    # live fields); the row at that index is built once the judge has answered.
-    pending: list[tuple[int, str, CheckContext, Live]] = field(default_factory=list)
+    # Rows of a task with judge checks, finished on the event loop: (row index, answer, context,
+    # live fields, the columns that need no judge, already graded here); the row at that index
+    # is built once the judge has answered.
+    pending: list[Pending] = field(default_factory=list)
     # An episode not graded although this response ended it (incomplete history, a limit hit).
     episode_skip: SkipReason | None = None
     episode_limit: str | None = None
@@ -158,7 +163,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     judged = needs_judge(job.task)
     keep_tools = capture_answer and reads_request_tools(job.task)
     rows: list[dict[str, Any]] = []
-    pending: list[tuple[int, str, CheckContext, Live]] = []
+    pending: list[Pending] = []
     received = datetime.fromtimestamp(job.received_at, UTC).isoformat()
     for index in sorted(captured.answers):
         text = answer_text(captured.answers[index])
@@ -181,8 +186,9 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             sample_id=job.sample_id,
             tools=context.request_tools if keep_tools else None,
         )
-        if judged:  # finished on the event loop, where the judge's client lives
-            pending.append((len(rows), text, context, live))
+        if judged:  # judge columns on the event loop, where the judge's client lives
+            local = local_columns(job.task, text, context)
+            pending.append((len(rows), text, context, live, local))
             rows.append({})
         else:
             rows.append(live_row(job.task, grade(job.task, text, context), job.tasks_digest, live))

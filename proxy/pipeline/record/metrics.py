@@ -39,7 +39,7 @@ del GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR  # we build our own regi
 ROUTES: tuple[str, ...] = get_args(Route)
 SKIP_REASONS: tuple[str, ...] = get_args(SkipReason)
 RESULTS = ("pass", "fail", "stale")
-GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker")
+GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker", "grader_process")
 CHECK_RESULTS = ("pass", "fail", "error")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
@@ -235,9 +235,15 @@ class ProxyMetrics:
             "Grade workers that ended and were restarted by the supervisor.",
             registry=reg,
         )
+        self.process_restarts = Counter(
+            "gradeproxy_grade_process_restarts_total",
+            "Grading processes (grading.isolation: process) that ended and were restarted.",
+            registry=reg,
+        )
         self.grading_healthy = Gauge(
             "gradeproxy_grading_healthy",
-            "1 while every grade worker runs and the queue is not stuck, else 0.",
+            "1 while every grade worker (and the grading process) runs and the queue is not"
+            " stuck, else 0.",
             registry=reg,
         )
         self.client_timeouts = Counter(
