@@ -9,6 +9,10 @@ receives. Two figures per checker, answers per second, best of ``--repeat`` runs
 * match only — BFCL: ``ast_checker`` on the decoded calls; ours: ``check.run`` on a sample whose
   ``output_tools`` already hold parsed arguments (no JSON text is read).
 
+Timing: CPU time of this process, a chunk of answers at a time, the two checkers taking turns on
+every chunk, each chunk's best of ``--repeat`` runs summed (see ``_rates``): on a shared machine
+this is steadier than the best whole run, which one burst of load can spoil.
+
 Reported for parallel items (parallel, parallel_multiple) and the whole corpus. Needs bfcl-eval
 (scripts/install-bfcl.sh). Run: ``python bench/bfcl_bench.py [--repeat N]``.
 """
@@ -73,23 +77,33 @@ def _ours(decode: bool) -> Callable[[dict[str, Any]], object]:
     return one
 
 
+CHUNK = 200  # answers timed at once: a few milliseconds, short against the load's swings
+
+
 def _rates(
     fns: tuple[Callable[[dict[str, Any]], object], ...], rows: list[dict[str, Any]], repeat: int
 ) -> list[float]:
-    """Answers/s of each function, best of ``repeat`` runs of this process's CPU time, the runs
-    interleaved and the collector paused, so that load from other processes on a shared
-    machine and collections triggered by the other side fall on neither."""
-    best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for index, fn in enumerate(fns):
-            gc.collect()
-            gc.disable()
-            start = time.process_time()
-            for row in rows:
-                fn(row)
-            best[index] = min(best[index], time.process_time() - start)
-            gc.enable()
-    return [len(rows) / b for b in best]
+    """Answers/s of each function: this process's CPU time over the rows, a chunk of
+    :data:`CHUNK` answers at a time, each chunk's best of ``repeat`` runs summed.
+
+    The functions take turns on every chunk (the order flipping between runs), with the
+    collector paused, so that load from other processes on a shared machine falls on both
+    alike, and a burst that slows a few chunks of one run is left out by the other runs of
+    those chunks instead of spoiling a whole run."""
+    chunks = [rows[i : i + CHUNK] for i in range(0, len(rows), CHUNK)]
+    best = [[float("inf")] * len(chunks) for _ in fns]
+    for run in range(repeat):
+        order = list(enumerate(fns)) if run % 2 == 0 else list(enumerate(fns))[::-1]
+        gc.collect()
+        gc.disable()
+        for c, chunk in enumerate(chunks):
+            for index, fn in order:
+                start = time.process_time()
+                for row in chunk:
+                    fn(row)
+                best[index][c] = min(best[index][c], time.process_time() - start)
+        gc.enable()
+    return [len(rows) / sum(b) for b in best]
 
 
 def main() -> None:
@@ -102,7 +116,9 @@ def main() -> None:
         "parallel items": [c for c in cases if c.item.category.startswith("parallel")],
         "whole corpus": cases,
     }
-    print(f"bfcl-eval checker vs tool_call check, best of {args.repeat} runs, one process")
+    print(
+        f"bfcl-eval checker vs tool_call check, per-chunk best of {args.repeat} runs, one process"
+    )
     for label, subset in corpora.items():
         rows = _prepared(conf, subset)
         for mode, decode in (("end to end", True), ("match only", False)):

@@ -9,6 +9,8 @@ The same task and answer therefore give the same columns, the same ``result`` an
 
     grade(task, answer, context=None, item=None)              -> Outcome   judge columns: error
     await grade_async(task, answer, context, item, judge)     -> Outcome   judge checks called
+    local_columns(task, answer, context, item)                -> the columns needing no judge
+    await grade_async(..., judge, local=columns)              -> Outcome   only the judge runs
     offline_context(task, row)                                -> CheckContext for a row offline
 
 What an outcome holds:
@@ -321,14 +323,36 @@ def grade(
     return _outcome(task, results, _verdict_of(task, checks, sample))
 
 
+# The columns of the checks that need no judge, in the task's check order (None where a judge
+# check stands): computed where CPU is cheap (the proxy's grading process) and finished by
+# :func:`grade_async` where the judge's client lives.
+LocalColumns = tuple[CheckResult | None, ...]
+
+
+def local_columns(
+    task: Task,
+    answer: str,
+    context: CheckContext | None = None,
+    item: Mapping[str, Any] | None = None,
+) -> LocalColumns:
+    """Every column :func:`grade_async` computes without the judge, judge slots left None."""
+    sample, row, ctx = _prepare(task, answer, item, context)
+    return tuple(None if c.needs_judge else run_check(c, sample, row, ctx) for c in checks_of(task))
+
+
 async def grade_async(
     task: Task,
     answer: object,
     context: CheckContext | None = None,
     item: Mapping[str, Any] | None = None,
     judge: Judge | JudgeClient | None = None,
+    local: LocalColumns | None = None,
 ) -> Outcome:
-    """:func:`grade`, with judge checks sent (concurrently) to ``judge``."""
+    """:func:`grade`, with judge checks sent (concurrently) to ``judge``.
+
+    ``local`` is :func:`local_columns` of the same answer, computed elsewhere: only the judge
+    checks run here then. The verdict is the same either way (one code path assembles it).
+    """
     client = as_judge(judge)
     if client is None or not needs_judge(task) or not isinstance(answer, str):
         return grade(task, answer, context, item)
@@ -339,7 +363,14 @@ async def grade_async(
             *(arun_check(c, sample, row, ctx, client) for c in checks if c.needs_judge)
         )
     )
-    results = [next(judged) if c.needs_judge else run_check(c, sample, row, ctx) for c in checks]
+    fits = local is not None and len(local) == len(checks)
+    results: list[CheckResult] = []
+    for index, check in enumerate(checks):
+        column = local[index] if fits and local is not None else None
+        if check.needs_judge:
+            results.append(next(judged))
+        else:  # a column the caller did not bring is computed here
+            results.append(column or run_check(check, sample, row, ctx))
     return _outcome(task, results, _verdict_of(task, checks, sample))
 
 

@@ -46,6 +46,7 @@ from proxy.state import (
     SESSION,
     SHADOWS,
     TASKS,
+    TELEMETRY,
     WATCHDOG,
     Lifecycle,
     QueueSlot,
@@ -59,6 +60,7 @@ log = get_logger("gradeproxy.app")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 GUARD = web.AppKey("guard", Guard)
+PROCESS_START_TIMEOUT_S = 30.0  # the grading process's first start (its imports) on a slow box
 
 
 @web.middleware
@@ -98,7 +100,7 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
     app[QUEUE_SLOT] = QueueSlot()
     app[FAILURES] = FailureRing(config.ui.failure_ring_size, config.results.capture_answer)
     app.cleanup_ctx.extend(
-        [_watching, _results_and_queue, _client_session, _shadows, _task_loading]
+        [_watching, _telemetry, _results_and_queue, _client_session, _shadows, _task_loading]
     )
     app.router.add_route("*", "/v1/{tail:.*}", proxy_handler)
     if config.scoring.enabled and not config.scoring.on_admin_port:
@@ -175,9 +177,15 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         stuck_after_s=config.grading.stuck_after_s,
         max_answer_chars=config.results.max_answer_chars,
         failures=app[FAILURES],
+        isolation=config.grading.isolation,
+        batch_max=config.grading.batch_max,
     )
     app[QUEUE] = app[QUEUE_SLOT].queue = queue
+    queue.telemetry = app.get(TELEMETRY)
+    app[TASKS].listeners.append(queue.on_tasks)  # a reload reaches the grading process
     queue.start()
+    if not await queue.started(PROCESS_START_TIMEOUT_S):  # grading reports `grader_down`
+        log.error("grading_process_not_started", timeout_s=PROCESS_START_TIMEOUT_S)
     yield
     await queue.stop(timeout_s=config.shutdown.grace_period_s)
     if judge_session is not None:
@@ -185,6 +193,25 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
     if writer is not None:
         writer.close()
         log.info("results_flushed", path=str(writer.path), rows=writer.rows_written)
+
+
+async def _telemetry(app: web.Application) -> AsyncIterator[None]:
+    """The OTLP exporter while tracing is on; stopped after the grade queue has drained (the
+    cleanups run in reverse), so the last evaluation results are still exported."""
+    tracing, metrics = app[CONFIG].tracing, app[METRICS]
+    if not tracing.enabled:
+        yield
+        return
+    from proxy.telemetry.export import Telemetry  # the `otel` extra: imported only when on
+
+    app[TELEMETRY] = telemetry = Telemetry(
+        tracing,
+        lambda signal, reason, n: metrics.trace_dropped.labels(signal, reason).inc(n),
+        lambda signal, n: metrics.trace_exported.labels(signal).inc(n),
+    )
+    telemetry.start()
+    yield
+    await asyncio.to_thread(telemetry.shutdown)
 
 
 def _judge(config: Config) -> tuple[aiohttp.ClientSession | None, Judge | None]:

@@ -32,7 +32,7 @@ from proxy.pipeline.capture.delivered import answered, relay_skip
 from proxy.pipeline.episodes import turn_of
 from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
 from proxy.pipeline.grade import GradeJob
-from proxy.pipeline.guard import STRIP
+from proxy.pipeline.guard import STRIP, TRACE
 from proxy.pipeline.record.access import record_request
 from proxy.pipeline.route import ShadowTarget, Target
 from proxy.shadow.runner import ShadowLeg, shadow_headers
@@ -47,7 +47,9 @@ from proxy.state import (
     SESSION,
     SHADOWS,
     TASKS,
+    TELEMETRY,
 )
+from proxy.telemetry.record import SpanRecord
 
 CLIENT_CLOSED = 499  # nginx's "client closed request": no response was completed
 MAX_META_HEADERS = 16
@@ -70,9 +72,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = _upstream_headers(request, grading, target.api_key, request_id)
     exchange = _Exchange(request, request_id, admitted, target, body, started)
+    span = exchange.span = _span(request, headers, admitted.route, body, target.url)
     if target.shadow is not None and admitted.task is not None:
         # Started before the primary is awaited, so both legs run together.
-        exchange.pair_id = _start_shadow(request, target.shadow, admitted, headers, body)
+        exchange.pair_id = _start_shadow(request, target.shadow, admitted, headers, body, span)
     try:
         response = await exchange.forward(headers)
         if admitted.skip is None and admitted.task is not None:
@@ -83,6 +86,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     finally:
         if exchange.pair_id is not None and not exchange.submitted and admitted.task is not None:
             app[PAIRS].leg(exchange.pair_id, "primary", admitted.task.id, None)
+        if span is not None and not exchange.submitted:  # a submitted one ends with its grade
+            app[TELEMETRY].finish(span)
 
 
 def _upstream_headers(
@@ -113,6 +118,7 @@ class _Exchange:
         "pair_id",
         "request",
         "request_id",
+        "span",
         "started",
         "submitted",
         "target",
@@ -136,6 +142,7 @@ class _Exchange:
         self.outcome = Relay()
         self.pair_id: str | None = None
         self.submitted = False
+        self.span: SpanRecord | None = None  # tracing on: the request's span record
 
     async def forward(self, headers: CIMultiDict[str]) -> web.StreamResponse:
         """Relay the request; set the skip the outcome implies; record the request, always."""
@@ -196,6 +203,8 @@ class _Exchange:
                 admitted.task_id,
                 self.pair_id,
             )
+            if self.span is not None:
+                self.span.ended(status, outcome, admitted.skip, admitted.task_id, self.pair_id)
 
     def _cut_before_answer(self, handler_task: asyncio.Task[object] | None) -> NoReturn:
         """Shutdown's grace period ended before the upstream answered: a 503 of our own."""
@@ -269,6 +278,7 @@ class _Exchange:
             role=(request.headers.get(grading.role_header) or "")[:256] or None,
             sample_id=request.headers.get(grading.sample_id_header),
             upstream_request_id=outcome.upstream_request_id,
+            span=self.span,
         )
         self.submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)
@@ -289,6 +299,7 @@ def _start_shadow(
     admitted: Admission,
     headers: CIMultiDict[str],
     body: bytes,
+    span: SpanRecord | None,
 ) -> str | None:
     """Start the shadow copy of a graded request if it is sampled and a slot is free; its
     pair id, or None (the reason counted)."""
@@ -318,4 +329,25 @@ def _start_shadow(
         api=admitted.api,
         sample_id=request.headers.get(grading.sample_id_header),
     )
+    if span is not None:  # its own trace, linked to this one; the shadow sees its span
+        leg.span = span.shadow_leg(shadow.url, body, leg.pair_id, task.id)
+        leg.headers["traceparent"] = leg.span.traceparent
     return leg.pair_id if runner.start(leg) else None
+
+
+def _span(
+    request: web.Request, headers: CIMultiDict[str], route: str, body: bytes, upstream: str
+) -> SpanRecord | None:
+    """With tracing on, the request's span record, and the ``traceparent`` sent upstream
+    naming the proxy's upstream span (a ``tracestate`` only with a valid parent)."""
+    telemetry = request.app.get(TELEMETRY)
+    if telemetry is None:
+        return None
+    span = telemetry.begin(request.get(TRACE))
+    span.method, span.path, span.route = request.method, request.path, route
+    span.request_id, span.upstream, span.request_body = request[REQUEST_ID], upstream, body
+    span.run = request.headers.get(request.app[CONFIG].grading.run_header)
+    headers["traceparent"] = span.traceparent
+    if span.tracestate is None:
+        headers.popall("tracestate", None)
+    return span

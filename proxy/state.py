@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -17,6 +18,9 @@ from proxy.pipeline.watchdog import Watchdog
 from proxy.shadow.pairs import PairTracker
 from proxy.shadow.runner import ShadowRunner
 from proxy.taskstore import TaskStore
+
+if TYPE_CHECKING:
+    from proxy.telemetry.export import Telemetry
 
 
 @dataclass(slots=True)
@@ -76,3 +80,5 @@ SHADOWS = web.AppKey("shadows", ShadowRunner)
 WATCHDOG = web.AppKey("watchdog", Watchdog)
 WORKER = web.AppKey("worker", WorkerInfo)
 REQUEST_ID = web.RequestKey("request_id", str)
+# Set only while tracing is on (proxy/telemetry/export.py imports the `otel` extra).
+TELEMETRY: web.AppKey[Telemetry] = web.AppKey("telemetry")

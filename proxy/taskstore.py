@@ -6,6 +6,7 @@ A reload that fails keeps the old set and logs why: a bad edit never takes gradi
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from grader.loader import load_tasks
@@ -29,6 +30,8 @@ class TaskStore:
         self.error: str | None = None  # why the last load failed (file:line), for /readyz
         self._attempted = False
         self._stamp: tuple[tuple[str, float, int], ...] = ()
+        # Called with each newly loaded set (the grading process gets it: proxy/pipeline/queue.py).
+        self.listeners: list[Callable[[TaskSet], None]] = []
 
     @property
     def ready(self) -> bool:
@@ -78,6 +81,8 @@ class TaskStore:
         self.current = tasks
         self.metrics.set_task_set(tasks)
         self.metrics.task_reloads.labels("ok").inc()
+        for listener in self.listeners:
+            listener(tasks)
         log.info(
             "tasks_loaded",
             tasks=len(tasks),

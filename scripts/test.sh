@@ -31,6 +31,10 @@ stage "CI tools (Prometheus, chromium, manifest validators)"
 scripts/install-ci-tools.sh
 stage "BFCL's checker (pinned, --no-deps)"
 PYTHON="$VENV/bin/python" scripts/install-bfcl.sh
+# Arize Phoenix for the `phoenix` tests, in a venv of its own (its pins are not ours); cached
+# in .cache/phoenix-venv after the first build (3-4 minutes on 2 cores, then a stamp check).
+stage "Arize Phoenix (its own venv, cached)"
+scripts/phoenix-venv.sh >/dev/null
 # The real backend for the `realbackend` tests: llama.cpp's server with a tiny model. The first
 # run compiles llama.cpp (4-8 minutes on 2 cores); later runs reuse the cached build (seconds).
 # Locally, GRADEPROXY_SKIP_REAL_BACKEND=1 skips both the install and those tests.

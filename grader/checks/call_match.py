@@ -5,173 +5,39 @@
 answer call once into an :class:`AnswerCall`, whose canonical forms are computed on first use
 and cached per string mode. Matching then compares canonical values only: nothing is
 re-serialised or re-extracted per (expected, answer) pair, so grading ``n`` parallel calls costs
-``n²`` cheap comparisons, not ``n²`` parses.
-
-Paths are written as the grader reports them: ``arguments.items[0].qty``.
-
-String modes (per check, or per path and everything below it):
-
-* ``exact`` — grading.md's rules (comma lists trimmed, durations by length), code points kept;
-* ``casefold`` — the same, then Unicode case folding (``"Paris" == "PARIS"``);
-* ``bfcl`` — BFCL's ``standardize_string``: spaces and ``,./-_*^`` removed, lower-cased, ``'``
-  read as ``"``. It over-accepts by design: ``"3x**2+2x1"`` equals ``"3x**2 + 2x - 1"``
-  (the minus sign is dropped), ``"1/2"`` equals ``"12"``, ``"a.b"`` equals ``"ab"``.
-
-Numeric types (opt-in, per path): ``integer`` accepts only a JSON number written without a
-fraction or exponent (``5``; ``5.0`` and ``5e0`` fail with ``numeric_type_mismatch``);
-``number`` accepts any JSON number. Without a type, grading.md's ``4550 == 4550.0`` holds.
+``n²`` cheap comparisons, not ``n²`` parses. What each rule means for one value (paths, string
+modes, numeric types) lives in :mod:`grader.checks.call_rules`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, NamedTuple
 
 from grader.checks._base import CheckReasonCode
-from grader.errors import GraderError
-from grader.toolcall.canon import (
-    Canon,
-    CArray,
-    CObject,
-    TooDeepError,
-    canon,
-    kind_of,
-    normalise_string,
+from grader.checks.call_answer import UNCOMPARABLE, AnswerCall, leaf_in
+from grader.checks.call_rules import (
+    ARTICLE,
+    EVERY,
+    NumberType,
+    Path,
+    StringMode,
+    canon_in,
+    number_fails,
+    path_text,
 )
+from grader.toolcall.canon import Canon, CArray, CObject, TooDeepError, kind_of
 from grader.toolcall.diff import first_difference
 
-StringMode = Literal["exact", "casefold", "bfcl"]
-STRING_MODES: tuple[StringMode, ...] = ("exact", "casefold", "bfcl")
-NumberType = Literal["integer", "number", "float"]
-NUMBER_TYPES: tuple[NumberType, ...] = ("integer", "number", "float")
-Path = tuple[str | int, ...]
-_ARTICLE = {"integer": "an", "number": "a", "float": "a"}
-EVERY = -1  # the index step of ``[*]``: every element of an array (numbers only)
 
-_SEGMENT = re.compile(r"([^.\[\]]+)((?:\[(?:[0-9]+|\*)\])*)")
-_INDEX = re.compile(r"\[([0-9]+|\*)\]")
-_BFCL_DROP = re.compile(r"[ ,./\-_*^]")
-
-
-class PathError(GraderError, ValueError):
-    """A path that is not ``arguments.<key>[<index>]...``."""
-
-
-def parse_path(text: Any) -> Path:
-    """``"arguments.items[0].qty"`` -> ``("items", 0, "qty")``; raise :class:`PathError`."""
-    if not isinstance(text, str) or not text.startswith("arguments."):
-        raise PathError(f"path {text!r} must look like 'arguments.<key>[<index>][.<key>...]'")
-    path: list[str | int] = []
-    for part in text[len("arguments.") :].split("."):
-        match = _SEGMENT.fullmatch(part)
-        if match is None:
-            raise PathError(f"path {text!r} must look like 'arguments.<key>[<index>][.<key>...]'")
-        path.append(match.group(1))
-        path.extend(EVERY if i == "*" else int(i) for i in _INDEX.findall(match.group(2)))
-    return tuple(path)
-
-
-def path_text(path: Path) -> str:
-    """The reported form of a path: ``arguments.items[0].qty``."""
-    out = "arguments"
-    for step in path:
-        if isinstance(step, int):
-            out += "[*]" if step == EVERY else f"[{step}]"
-        else:
-            out += f".{step}"
-    return out
-
-
-def bfcl_standardize(text: str) -> str:
-    """BFCL's ``standardize_string`` (bfcl-eval 2026.3.23), character for character."""
-    return _BFCL_DROP.sub("", text).lower().replace("'", '"')
-
-
-def _fold_strings(value: Canon, mode: StringMode) -> Canon:
-    if mode == "exact":
-        return value
-    if isinstance(value, str):
-        return value.casefold() if mode == "casefold" else bfcl_standardize(value)
-    if isinstance(value, CObject):
-        return CObject(tuple((k, _fold_strings(v, mode)) for k, v in value.items))
-    if isinstance(value, CArray):
-        return CArray(tuple(_fold_strings(v, mode) for v in value.items))
-    return value
-
-
-def canon_in(value: Any, mode: StringMode) -> Canon:
-    """The canonical value under a string mode; raise ``TooDeepError``/``TypeError``."""
-    if type(value) is str:  # the common leaf, without the generic walk
-        plain = normalise_string(value)
-        if mode == "exact" or not isinstance(plain, str):
-            return plain
-        return plain.casefold() if mode == "casefold" else bfcl_standardize(plain)
-    if type(value) is int:
-        return value
-    return _fold_strings(canon(value), mode)
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def number_fails(kind: NumberType, value: Any) -> bool:
-    """Whether ``value`` breaks a strict numeric type: ``integer`` is a number written without
-    fraction or exponent, ``float`` one written with them (``5.0``), ``number`` either."""
-    if not is_number(value):
-        return True
-    if kind == "integer":
-        return isinstance(value, float)
-    return kind == "float" and not isinstance(value, float)
-
-
-@dataclass(frozen=True, slots=True)
-class Mismatch:
-    """Why a call did not match: a check reason code, the path, a human reason."""
+class Mismatch(NamedTuple):
+    """Why a call did not match: a check reason code, the path, a human reason (a tuple: one
+    is made per failing answer, and a frozen dataclass costs several times more to build)."""
 
     code: CheckReasonCode
     path: str | None
     reason: str
-
-
-_UNCOMPARABLE = object()
-
-
-@dataclass(slots=True)
-class AnswerCall:
-    """One call from the answer, parsed once; canonical forms cached per string mode (the whole
-    arguments, and each top-level argument), so matching it against many expected calls
-    canonicalises each value once."""
-
-    name: str | None
-    arguments: dict[str, Any] | None
-    _canon: dict[StringMode, Canon | None] = field(default_factory=dict)
-    _leaf: dict[tuple[str, StringMode], Any] = field(default_factory=dict)
-    shallow: bool | None = None  # nesting within extract's bound; None: not yet known
-
-    def leaf(self, key: str, mode: StringMode) -> Any:
-        """The canonical value of top-level argument ``key`` under ``mode`` (cached);
-        :data:`_UNCOMPARABLE` when it cannot be compared."""
-        found = self._leaf.get((key, mode))
-        if found is None:
-            assert self.arguments is not None
-            try:
-                found = canon_in(self.arguments[key], mode)
-            except (TooDeepError, TypeError):
-                found = _UNCOMPARABLE
-            self._leaf[(key, mode)] = found
-        return found
-
-    def canonical(self, mode: StringMode) -> Canon | None:
-        """The arguments' canonical value under ``mode``; None when they cannot be compared."""
-        if mode not in self._canon:
-            try:
-                self._canon[mode] = canon_in(self.arguments, mode)
-            except (TooDeepError, TypeError):
-                self._canon[mode] = None
-        return self._canon[mode]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +63,18 @@ class _Key:
     accept: frozenset[Canon] | None
     want: Canon
     element: NumberType | None = None  # numbers "arguments.<key>[*]"
+    number_ok: frozenset[type] = frozenset()  # value types that always meet ``number``
+    where: str = ""  # the reported path, ``arguments.<key>``
+
+
+# The Python types that meet a strict numeric type without asking number_fails (JSON gives no
+# other int or float types; anything else takes the general test).
+_NUMBER_OK: dict[NumberType | None, frozenset[type]] = {
+    "integer": frozenset({int}),
+    "number": frozenset({int, float}),
+    "float": frozenset({float}),
+    None: frozenset(),
+}
 
 
 def _element_fails(kind: NumberType | None, value: Any) -> int | None:
@@ -220,6 +98,8 @@ class ExpectedCall:
         "_every",
         "_keys",
         "_known",
+        "_mode",
+        "_required",
         "_ruled",
         "_table",
         "arguments",
@@ -244,6 +124,11 @@ class ExpectedCall:
         self._keys = self._compile_keys()
         self._known = frozenset(entry.key for entry in self._keys or ())
         self._table = {entry.key: entry for entry in self._keys or ()}
+        self._required = frozenset(
+            entry.key for entry in self._keys or () if entry.in_expected and not entry.optional
+        )
+        modes = {entry.mode for entry in self._keys or ()}
+        self._mode: StringMode | None = modes.pop() if len(modes) == 1 else None
 
     def _compile_keys(self) -> tuple[_Key, ...] | None:
         """The per-key table, or None when a rule reaches below a top-level argument."""
@@ -267,12 +152,15 @@ class ExpectedCall:
                     self._accept.get(path),
                     want,
                     self.rules.numbers.get((key, EVERY)),
+                    _NUMBER_OK[self.rules.numbers.get(path)],
+                    path_text(path),
                 )
             )
         return tuple(table)
 
     def matches(self, got: AnswerCall) -> bool:
-        """Whether ``got`` matches: the same verdict as ``mismatch(got) is None``, faster."""
+        """Whether ``got`` matches: the same verdict as ``mismatch(got) is None``, faster (a
+        yes/no needs no order: the key sets are compared first, then each answer value once)."""
         if got.name != self.name or got.arguments is None:
             return False
         if not self._ruled:
@@ -281,22 +169,24 @@ class ExpectedCall:
         if self._keys is None:
             return self.mismatch(got) is None
         args = got.arguments
-        if not self._known.issuperset(args):
+        keys = args.keys()
+        if not (keys <= self._known and keys >= self._required):
             return False
-        for entry in self._keys:
-            if entry.key not in args:
-                if entry.in_expected and not entry.optional:
-                    return False
-                continue
-            if entry.number is not None and number_fails(entry.number, args[entry.key]):
-                return False
+        table, mode = self._table, self._mode
+        leaves = got.leaves(mode) if mode is not None else None
+        for key, value in args.items():
+            entry = table[key]
+            number = entry.number
             if (
-                entry.element is not None
-                and _element_fails(entry.element, args[entry.key]) is not None
+                number is not None
+                and type(value) not in entry.number_ok
+                and number_fails(number, value)
             ):
                 return False
-            mine = got.leaf(entry.key, entry.mode)
-            if mine is _UNCOMPARABLE:
+            if entry.element is not None and _element_fails(entry.element, value) is not None:
+                return False
+            mine = leaves[key] if leaves is not None else got.leaf(key, entry.mode)
+            if mine is UNCOMPARABLE:
                 return False
             if entry.accept is not None and mine in entry.accept:
                 continue
@@ -326,7 +216,7 @@ class ExpectedCall:
                 return Mismatch(
                     "too_deep", "arguments", "arguments nest deeper than the grader follows"
                 )
-            return _differ(self._canon, mine, (), False)
+            return _differ(self._canon, mine, "arguments", False)
         try:
             if self._keys is not None:
                 return self._keyed_mismatch(got, got.arguments)
@@ -340,41 +230,49 @@ class ExpectedCall:
         """:meth:`mismatch` through the per-key table (rules on top-level arguments only),
         reusing the answer's cached canonical values."""
         table = self._table
-        known = self._known.issuperset(args)
+        leaves = got.cached_leaves(self._mode)
+        known = args.keys() <= self._known
         for key in table if known else sorted(self._known | set(args)):
-            entry, sub = table.get(key), (key,)
+            entry = table.get(key)
             if entry is None:
-                return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
+                where = path_text((key,))
+                return Mismatch("unexpected", where, f"{where} unexpected")
             if key not in args:
                 if entry.in_expected and not entry.optional:
-                    return Mismatch("missing", path_text(sub), f"{path_text(sub)} missing")
+                    return Mismatch("missing", entry.where, f"{entry.where} missing")
                 continue
             value = args[key]
-            if entry.number is not None and number_fails(entry.number, value):
-                where = path_text(sub)
+            if (
+                entry.number is not None
+                and type(value) not in entry.number_ok
+                and number_fails(entry.number, value)
+            ):
+                where = entry.where
                 return Mismatch(
                     "numeric_type_mismatch",
                     where,
-                    f"{where}: expected {_ARTICLE[entry.number]} {entry.number}, got {value!r}",
+                    f"{where}: expected {ARTICLE[entry.number]} {entry.number}, got {value!r}",
                 )
-            bad = _element_fails(entry.element, value)
+            bad = None if entry.element is None else _element_fails(entry.element, value)
             if bad is not None:
-                where = path_text((*sub, bad))
+                where = path_text((key, bad))
                 kind = entry.element
                 return Mismatch(
                     "numeric_type_mismatch",
                     where,
-                    f"{where}: expected {_ARTICLE[kind or 'number']} {kind}, got {value[bad]!r}",
+                    f"{where}: expected {ARTICLE[kind or 'number']} {kind}, got {value[bad]!r}",
                 )
-            mine = got.leaf(key, entry.mode)
-            if mine is _UNCOMPARABLE:
-                where = path_text(sub)
+            mine = leaves[key] if leaves is not None else leaf_in(value, entry.mode)
+            if mine is UNCOMPARABLE:
+                where = entry.where
                 return Mismatch("too_deep", where, f"{where} nests deeper than the grader follows")
             if entry.accept is not None and mine in entry.accept:
                 continue
             if not entry.in_expected:
-                return Mismatch("unexpected", path_text(sub), f"{path_text(sub)} unexpected")
-            found = _differ(entry.want, mine, sub, entry.accept is not None)
+                return Mismatch("unexpected", entry.where, f"{entry.where} unexpected")
+            if mine == entry.want:
+                continue
+            found = _differ(entry.want, mine, entry.where, entry.accept is not None)
             if found is not None:
                 return found
         return None
@@ -389,14 +287,14 @@ class ExpectedCall:
             return Mismatch(
                 "numeric_type_mismatch",
                 where,
-                f"{where}: expected {_ARTICLE[wanted_type]} {wanted_type}, got {got!r}",
+                f"{where}: expected {ARTICLE[wanted_type]} {wanted_type}, got {got!r}",
             )
         element = self.rules.numbers.get((*path, EVERY)) if self._every else None
         if element is not None and isinstance(got, list):
             for index, value in enumerate(got):
                 if number_fails(element, value):
                     where = path_text((*path, index))
-                    article = _ARTICLE[element]
+                    article = ARTICLE[element]
                     return Mismatch(
                         "numeric_type_mismatch",
                         where,
@@ -433,14 +331,15 @@ class ExpectedCall:
 
     @staticmethod
     def _plain(want: Any, got: Any, path: Path, mode: StringMode, listed: bool) -> Mismatch | None:
-        return _differ(canon_in(want, mode), canon_in(got, mode), path, listed)
+        where = path_text(path) if path else "arguments"
+        return _differ(canon_in(want, mode), canon_in(got, mode), where, listed)
 
 
-def _differ(a: Canon, b: Canon, path: Path, listed: bool) -> Mismatch | None:
-    """The first difference of two canonical values below ``path`` (grading.md's order)."""
+def _differ(a: Canon, b: Canon, where: str, listed: bool) -> Mismatch | None:
+    """The first difference of two canonical values below ``where``, the reported path
+    (grading.md's order)."""
     if a == b:
         return None
-    where = path_text(path) if path else "arguments"
     if isinstance(a, CObject | CArray) and isinstance(b, CObject | CArray):
         diff = first_difference(a, b, where)
         if diff is not None:

@@ -12,64 +12,73 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from grader._json import MAX_DEPTH, JSONError, loads_exact, value_depth
-from grader.checks._base import Sample
-from grader.checks.call_match import AnswerCall, Mismatch, Path, path_text
-from grader.toolcall.extract import extract
+from grader.checks.call_answer import AnswerCall
+from grader.checks.call_match import Mismatch
+from grader.checks.call_rules import Path, path_text
+from grader.checks.sample import Sample
+from grader.toolcall.extract import Extraction, extract
 
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
 
 
 def _parsed(function: Any) -> AnswerCall:
-    """An ``output_tools`` function as an :class:`AnswerCall`; ``shallow`` is settled from the
-    JSON text when it holds too few brackets to nest past the bound (``str.count`` is cheap;
-    walking the parsed value is not)."""
-    name, arguments = _arguments(function)
-    call = AnswerCall(name, arguments)
-    raw = function.get("arguments") if isinstance(function, dict) else None
-    if isinstance(raw, str) and raw.count("{") + raw.count("[") <= _DEPTH_OK:
-        call.shallow = True
-    return call
+    """A ``tool_calls`` function as an :class:`AnswerCall`, under grading.md's usability rules
+    (``null``/``""``/absent arguments mean ``{}``, a string must hold a JSON object), without
+    the canonicalisation ``extract.usable_call`` adds: matching canonicalises what it compares.
 
-
-def _arguments(function: Any) -> tuple[str | None, dict[str, Any] | None]:
-    """A ``tool_calls`` function's name and arguments under grading.md's usability rules
-    (``null``/``""``/absent mean ``{}``, a string must hold a JSON object), without the
-    canonicalisation ``extract.usable_call`` adds: matching canonicalises what it compares."""
+    ``shallow`` is settled from the JSON text when it holds too few brackets to nest past the
+    bound (``str.count`` is cheap; walking the parsed value is not)."""
     if not isinstance(function, dict):
-        return None, None
+        return AnswerCall(None, None)
     name = function.get("name")
     if not isinstance(name, str):
-        return None, None
-    arguments = function.get("arguments")
-    if arguments is None or arguments == "":
-        return name, {}
-    if isinstance(arguments, str):
+        return AnswerCall(None, None)
+    raw = function.get("arguments")
+    if raw is None or raw == "":
+        call = AnswerCall(name, {})
+    elif isinstance(raw, str):
         try:
-            arguments = loads_exact(arguments)
+            arguments = loads_exact(raw)
         except JSONError:  # JSONTooDeepError included
-            return name, None
-    return (name, arguments) if isinstance(arguments, dict) else (name, None)
+            arguments = None
+        call = AnswerCall(name, arguments if isinstance(arguments, dict) else None)
+        if raw.count("{") + raw.count("[") <= _DEPTH_OK:
+            call.shallow = True
+    else:
+        call = AnswerCall(name, raw if isinstance(raw, dict) else None)
+    return call
 
 
 def usable_depth(call: AnswerCall) -> bool:
     """Whether the call's arguments nest shallowly enough to be usable (``extract``'s bound);
     a deeper one never matches anyway (its values cannot be canonicalised), so only the
-    single-call form's "last usable call" rule needs to ask."""
-    if call.arguments is None:
+    single-call form's "last usable call" rule needs to ask. Arguments holding no object or
+    array (most calls) are one level deep: no walk is needed to say so."""
+    arguments = call.arguments
+    if arguments is None:
         return False
     if call.shallow is None:
-        call.shallow = value_depth(call.arguments) <= _DEPTH_OK
+        call.shallow = True
+        for value in arguments.values():
+            if isinstance(value, dict | list):
+                call.shallow = value_depth(arguments) <= _DEPTH_OK
+                break
     return call.shallow
 
 
-def answer_calls(sample: Sample) -> list[AnswerCall]:
+def answer_calls(sample: Sample, found: Extraction | None = None) -> list[AnswerCall]:
     """Every call of the answer, parsed once: each ``output_tools`` element (``arguments`` None
-    when unusable), else the one call extracted from the text. The same calls, in the same
-    order, as ``grader.checks._base.sample_calls``."""
+    when unusable), else the one call extracted from the text (``found``: the caller's own
+    extraction of it, so the text is scanned once). The same calls, in the same order, as
+    ``grader.checks._base.sample_calls``."""
     if sample.output_tools:
         return [_parsed(tool.get("function")) for tool in sample.output_tools]
-    found = extract(sample.answer).call
-    return [] if found is None else [AnswerCall(found.name, found.arguments)]
+    call = (found if found is not None else extract(sample.answer)).call
+    if call is None:
+        return []
+    answer = AnswerCall(call.name, call.arguments)
+    answer.shallow = True  # extract's call is usable: within the depth bound
+    return [answer]
 
 
 def max_matching(
@@ -86,20 +95,23 @@ def max_matching(
     unmatched in every maximum matching grown from this one), leaving later rows None.
     """
     memo: dict[tuple[int, int], bool] = {}
+    owner: dict[int, int] = {}
+    partner: list[int | None] = [None] * rows
+    for row in range(rows):
+        for col in range(cols):
+            if col not in owner:
+                found = memo[(row, col)] = fit(row, col)
+                if found:
+                    owner[col], partner[row] = row, col
+                    break
+    if None not in partner:  # first fit matched every row: no augmenting path to look for
+        return partner
 
     def fits(row: int, col: int) -> bool:
         found = memo.get((row, col))
         if found is None:
             found = memo[(row, col)] = fit(row, col)
         return found
-
-    owner: dict[int, int] = {}
-    partner: list[int | None] = [None] * rows
-    for row in range(rows):
-        for col in range(cols):
-            if col not in owner and fits(row, col):
-                owner[col], partner[row] = row, col
-                break
 
     def augment(row: int, seen: set[int]) -> bool:
         for col in range(cols):

@@ -2,7 +2,8 @@
 
 ``{"type": "tool_call", "name"}`` grades exactly as :func:`grader.toolcall.match.match_call` does
 against the task's ``expected`` (and ``metadata.stale``); a task without ``checks`` gets this check,
-named ``tool_call``. Options (matching semantics live in :mod:`grader.checks.call_match`):
+named ``tool_call``. Options (matching semantics live in :mod:`grader.checks.call_match`,
+what each rule means for a value in :mod:`grader.checks.call_rules`):
 
 * ``expected`` — a call to grade against instead of the task's (then no stale call applies);
 * ``acceptable`` — ``{"arguments.<path>": [values...]}``: any listed value is accepted at that
@@ -30,24 +31,20 @@ Paths are written as the grader reports them: ``arguments.filters.status``,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from grader.checks._base import BaseCheck, CheckDefinitionError, CheckReasonCode, CheckResult, Spec
-from grader.checks.call_match import (
-    EVERY,
-    NUMBER_TYPES,
-    STRING_MODES,
-    AnswerCall,
-    ExpectedCall,
-    Mismatch,
-    NumberType,
-    Path,
-    PathError,
-    Rules,
-    StringMode,
-    parse_path,
+from grader.checks.call_answer import AnswerCall
+from grader.checks.call_match import ExpectedCall, Mismatch
+from grader.checks.call_options import (
+    RULE_KEYS,
+    compile_call,
+    read_parallel,
+    read_rules,
 )
+from grader.checks.call_options import call_of as call_of  # re-exported: build.py reads it
 from grader.checks.call_sets import (
     answer_calls,
     max_matching,
@@ -57,80 +54,15 @@ from grader.checks.call_sets import (
 from grader.checks.json_schema import FROM_REQUEST, request_schema
 from grader.checks.sample import CheckContext, Sample
 from grader.toolcall.extract import Call, call_from_value, extract
-from grader.toolcall.match import match_call
+from grader.toolcall.match import match_call, no_call_verdict
 from grader.verdict import Verdict
 
-MAX_PARALLEL = 64
+# The details of a verdict without a path or stale call; read-only, since results that hold it
+# are shared (ToolCallCheck._constant).
+_NOT_STALE: Mapping[str, Any] = MappingProxyType({"path": None, "staleSchemaUsed": False})
+_CONSTANT_VERDICTS = frozenset({"no_call", "too_deep"})
 DEFAULT_DEFINITION: Mapping[str, Any] = {"name": "tool_call", "type": "tool_call"}
 COUNTS = ("last", "exactly_one")
-_RULE_KEYS = ("acceptable", "optional", "strings", "numbers")
-_ENTRY_KEYS = frozenset({"name", "arguments", "function", "type", "id", *_RULE_KEYS})
-
-
-def call_of(value: Any) -> Call | None:
-    """A task-style call: an object (wrappers allowed) or a JSON string holding one."""
-    return extract(value).call if isinstance(value, str) else call_from_value(value)
-
-
-def _path(spec: Spec, key: str, text: Any) -> Path:
-    try:
-        path = parse_path(text)
-    except PathError as exc:
-        raise spec.error(key, str(exc)) from None
-    every = [i for i, step in enumerate(path) if step == EVERY]
-    if every and (not key.endswith("numbers") or every != [len(path) - 1]):
-        raise spec.error(key, f"path {text!r}: '[*]' is allowed only at the end of a numbers path")
-    return path
-
-
-def _rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | None = None) -> Rules:
-    """Read ``acceptable``/``optional``/``strings``/``numbers`` from ``raw`` over ``base``."""
-    acceptable = dict(base.acceptable) if base else {}
-    acc_raw = raw.get("acceptable", {})
-    if not isinstance(acc_raw, dict):
-        raise spec.error(f"{where}acceptable", "must map argument paths to lists of values")
-    for text, values in acc_raw.items():
-        if not isinstance(values, list) or not values:
-            raise spec.error(f"{where}acceptable", f"{text!r} needs a non-empty list of values")
-        acceptable[_path(spec, f"{where}acceptable", text)] = tuple(values)
-    opt_raw = raw.get("optional", [])
-    if not isinstance(opt_raw, list):
-        raise spec.error(f"{where}optional", "must be a list of argument paths")
-    optional = set(base.optional) if base else set()
-    optional.update(_path(spec, f"{where}optional", p) for p in opt_raw)
-    strings: StringMode = base.strings if base else "exact"
-    string_paths = dict(base.string_paths) if base else {}
-    str_raw = raw.get("strings")
-    if isinstance(str_raw, str):
-        str_raw = {"default": str_raw}
-    if str_raw is not None:
-        if not isinstance(str_raw, dict):
-            raise spec.error(f"{where}strings", f"must be one of {STRING_MODES} or an object")
-        for text, mode in str_raw.items():
-            if mode not in STRING_MODES:
-                raise spec.error(f"{where}strings", f"{mode!r} is not one of {STRING_MODES}")
-            if text == "default":
-                strings = mode
-            else:
-                string_paths[_path(spec, f"{where}strings", text)] = mode
-    numbers: dict[Path, NumberType] = dict(base.numbers) if base else {}
-    num_raw = raw.get("numbers", {})
-    if num_raw == FROM_REQUEST and not where:
-        num_raw = {}  # the check's numbers_from_request flag; read by build()
-    if not isinstance(num_raw, dict):
-        raise spec.error(f"{where}numbers", "must map argument paths to 'integer' or 'number'")
-    for text, kind in num_raw.items():
-        if kind not in NUMBER_TYPES:
-            raise spec.error(f"{where}numbers", f"{kind!r} is not one of {NUMBER_TYPES}")
-        numbers[_path(spec, f"{where}numbers", text)] = kind
-    return Rules(acceptable, frozenset(optional), strings, string_paths, numbers)
-
-
-def _compile(spec: Spec, key: str, call: Call, rules: Rules) -> ExpectedCall:
-    try:
-        return ExpectedCall(call.name, call.arguments, rules)
-    except (ValueError, TypeError) as exc:
-        raise spec.error(key, f"holds a value the grader cannot compare: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +74,10 @@ class ToolCallCheck(BaseCheck):
     expect_no_call: bool = False
     count: str = "last"
     numbers_from_request: bool = False
+    # Results of outcomes that never vary (see _constant); not part of the check's identity.
+    results: dict[str, CheckResult] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @classmethod
     def build(
@@ -154,7 +90,7 @@ class ToolCallCheck(BaseCheck):
         spec = Spec(
             definition,
             where,
-            frozenset({"expected", "parallel", "expect_no_call", "count", *_RULE_KEYS}),
+            frozenset({"expected", "parallel", "expect_no_call", "count", *RULE_KEYS}),
         )
         expected, stale = task_expected, task_stale
         if "expected" in definition:
@@ -167,9 +103,9 @@ class ToolCallCheck(BaseCheck):
         count = definition.get("count", "last")
         if count not in COUNTS:
             raise spec.error("count", f"must be one of {', '.join(COUNTS)}")
-        rules = _rules(spec, definition, "")
-        has_rules = any(key in definition for key in _RULE_KEYS)
-        parallel = cls._parallel(spec, definition.get("parallel"), rules)
+        rules = read_rules(spec, definition, "")
+        has_rules = any(key in definition for key in RULE_KEYS)
+        parallel = read_parallel(spec, definition.get("parallel"), rules)
         if no_call and (has_rules or parallel or "expected" in definition):
             raise spec.error("expect_no_call", "cannot be combined with other options")
         if parallel and "count" in definition:
@@ -180,7 +116,7 @@ class ToolCallCheck(BaseCheck):
             )
         matcher = None
         if expected is not None and not parallel and (has_rules or count != "last"):
-            matcher = _compile(spec, "acceptable", expected, rules)
+            matcher = compile_call(spec, "acceptable", expected, rules)
         return cls(
             spec.name,
             "tool_call",
@@ -194,31 +130,6 @@ class ToolCallCheck(BaseCheck):
             definition.get("numbers") == FROM_REQUEST,
         )
 
-    @staticmethod
-    def _parallel(spec: Spec, raw: Any, rules: Rules) -> tuple[ExpectedCall, ...]:
-        if raw is None:
-            return ()
-        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_PARALLEL:
-            raise spec.error("parallel", f"must be a list of 1 to {MAX_PARALLEL} calls")
-        calls = []
-        for index, value in enumerate(raw):
-            own: Mapping[str, Any] = {}
-            unknown = sorted(set(value) - _ENTRY_KEYS) if isinstance(value, dict) else []
-            if unknown:
-                known = ", ".join(sorted(_ENTRY_KEYS))
-                raise spec.error(
-                    f"parallel[{index}]", f"has unknown field {unknown[0]!r} ({known})"
-                )
-            if isinstance(value, dict) and any(key in value for key in _RULE_KEYS):
-                own = value
-                value = {k: v for k, v in value.items() if k not in _RULE_KEYS}
-            call = call_of(value)
-            if call is None:
-                raise spec.error(f"parallel[{index}]", "is not a usable call {name, arguments}")
-            entry_rules = _rules(spec, own, f"parallel[{index}].", rules) if own else rules
-            calls.append(_compile(spec, f"parallel[{index}]", call, entry_rules))
-        return tuple(calls)
-
     # --- grading ----------------------------------------------------------------------------
 
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
@@ -226,7 +137,7 @@ class ToolCallCheck(BaseCheck):
             name = _first_call_name(sample)
             if name is not None:
                 return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
-            return self.result(True, "no call, as expected", "match")
+            return self._constant("expected_no_call", True, "no call, as expected", "match")
         if self.numbers_from_request and not context.request_tools:
             reason = "numbers is 'from_request' but the request declared no tools"
             return self.result(None, reason, "no_request_tools", error=reason)
@@ -236,7 +147,7 @@ class ToolCallCheck(BaseCheck):
         if self.expected is None:  # build() refuses this; kept total for the type checker
             return self.result(None, "no expected call", "check_error", error="no expected call")
         if self.matcher is not None:
-            return self._run_rules(self.matcher, sample, tools)
+            return self._run_rules(self.matcher, self.expected, sample, tools)
         return self._from_verdict(self._grade(self.expected, self.stale, sample.answer))
 
     def _grade(self, expected: Call, stale: Call | None, answer: str) -> Verdict:
@@ -245,27 +156,31 @@ class ToolCallCheck(BaseCheck):
         return match_call(expected, stale, answer)
 
     def _run_rules(
-        self, matcher: ExpectedCall, sample: Sample, tools: list[Any] | None
+        self, matcher: ExpectedCall, expected: Call, sample: Sample, tools: list[Any] | None
     ) -> CheckResult:
         """The single-call form with options: the last usable call (or the only call).
 
         Calls are read once (``answer_calls``): a ``tool_calls`` answer is not re-serialised
-        and re-extracted, and pre-parsed ``output_tools`` arguments are not parsed at all.
+        and re-extracted, and pre-parsed ``output_tools`` arguments are not parsed at all. A
+        text answer is extracted once: without a call, its extraction gives the verdict.
         """
-        calls = answer_calls(sample)
+        found = None if sample.output_tools else extract(sample.answer)
+        calls = answer_calls(sample, found)
         if self.count == "exactly_one" and len(calls) > 1:
             dup = any(_same(calls[0], c) for c in calls[1:])
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             return self.result(False, f"expected exactly one call, got {len(calls)}", code)
-        got = next((c for c in reversed(calls) if c.name is not None and usable_depth(c)), None)
+        got = _last_usable(calls)
         if got is None:
-            return self._from_verdict(self._grade(matcher_call(matcher), None, sample.answer))
+            if found is not None:  # text: extract's own no-call verdict
+                return self._from_verdict(no_call_verdict(found))
+            return self._from_verdict(self._grade(expected, None, sample.answer))
         miss = matcher.mismatch(got) or _typed(got, tools)
         if miss is None:
             return self._rules_result(None)
         if self.stale is not None:
-            found = call_from_value({"name": got.name, "arguments": got.arguments})
-            if found is not None and found.canonical == self.stale.canonical:
+            stale_found = call_from_value({"name": got.name, "arguments": got.arguments})
+            if stale_found is not None and stale_found.canonical == self.stale.canonical:
                 return self.result(
                     False,
                     "staleSchemaUsed: the call matches the pre-migration schema",
@@ -276,12 +191,7 @@ class ToolCallCheck(BaseCheck):
 
     def _rules_result(self, miss: Mismatch | None) -> CheckResult:
         if miss is None:
-            return self.result(
-                True,
-                "matches the expected call",
-                "match",
-                details={"path": None, "staleSchemaUsed": False},
-            )
+            return self._constant("match", True, "matches the expected call", "match", _NOT_STALE)
         return self.result(
             False,
             miss.reason,
@@ -296,6 +206,9 @@ class ToolCallCheck(BaseCheck):
         return self._grade(self.expected, self.stale, sample.answer)
 
     def _from_verdict(self, verdict: Verdict) -> CheckResult:
+        if verdict.reason_code in _CONSTANT_VERDICTS:  # one reason, no path: the same result
+            code = verdict.reason_code
+            return self._constant(code, False, verdict.reason, code, _NOT_STALE)
         return self.result(
             verdict.score == 1,
             verdict.reason,
@@ -311,21 +224,28 @@ class ToolCallCheck(BaseCheck):
                 f"expected {want} parallel calls, got {len(answers)}",
                 "parallel_count_mismatch",
             )
-        typed = [_typed(a, tools) is None for a in answers]
         expected = self.parallel
+        if tools is None:  # no schema strictness: every answer call may be matched
 
-        def fit(row: int, col: int) -> bool:
-            return typed[col] and expected[row].matches(answers[col])
+            def fit(row: int, col: int) -> bool:
+                exp, got = expected[row], answers[col]
+                return exp.name == got.name and exp.matches(got)
+
+        else:
+            typed = [_typed(a, tools) is None for a in answers]
+
+            def fit(row: int, col: int) -> bool:
+                return typed[col] and expected[row].matches(answers[col])
 
         partner = max_matching(want, len(answers), fit, perfect=True)
-        for index, got in enumerate(partner):
-            if got is None:
-                exp = self.parallel[index]
-                return self.result(
-                    False,
-                    f"expected call #{index} ({exp.name}) matches no call in the answer",
-                    "parallel_unmatched",
-                )
+        if None in partner:
+            index = partner.index(None)
+            exp = self.parallel[index]
+            return self.result(
+                False,
+                f"expected call #{index} ({exp.name}) matches no call in the answer",
+                "parallel_unmatched",
+            )
         if len(answers) > want:
             used = {p for p in partner if p is not None}
             extra = [i for i in range(len(answers)) if i not in used]
@@ -335,7 +255,23 @@ class ToolCallCheck(BaseCheck):
             return self.result(
                 False, f"expected {want} parallel calls, got {len(answers)}: {what}", code
             )
-        return self.result(True, f"all {want} parallel calls matched", "match")
+        return self._constant("match", True, f"all {want} parallel calls matched", "match")
+
+    def _constant(
+        self,
+        key: str,
+        passed: bool,
+        reason: str,
+        code: CheckReasonCode,
+        details: Mapping[str, Any] | None = None,
+    ) -> CheckResult:
+        """A result that is the same for every answer with this outcome (a pass, a missing
+        call), built once per check: a CheckResult is immutable, and building one is a good
+        part of grading an answer. ``key`` names the outcome within this check."""
+        found = self.results.get(key)
+        if found is None:
+            found = self.results[key] = self.result(passed, reason, code, details=details)
+        return found
 
 
 def _first_call_name(sample: Sample) -> str | None:
@@ -360,15 +296,33 @@ def _typed(call: AnswerCall, tools: list[Any] | None) -> Mismatch | None:
 
 
 def _same(a: AnswerCall, b: AnswerCall) -> bool:
-    return a.name == b.name and a.canonical("exact") == b.canonical("exact")
+    """Whether two answer calls are the same call (canonically: ``1`` and ``1.0`` are)."""
+    if a.name != b.name:
+        return False
+    if _identical(a.arguments, b.arguments):  # a repeated call is usually written identically
+        return True
+    return a.canonical("exact") == b.canonical("exact")
 
 
-def matcher_call(matcher: ExpectedCall) -> Call:
-    """The plain call of a compiled expected call (for grading.md's no-call verdicts)."""
-    call = call_from_value({"name": matcher.name, "arguments": matcher.arguments})
-    if call is None:  # pragma: no cover - built from a usable call
-        raise AssertionError("compiled expected call is not usable")
-    return call
+def _identical(a: Any, b: Any) -> bool:
+    """The same JSON value, types included (Python's ``True == 1`` does not count): identical
+    values have identical canonical forms, so only a False needs the canonical comparison."""
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is dict:
+        return a.keys() == b.keys() and all(_identical(v, b[k]) for k, v in a.items())
+    if kind is list:
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _last_usable(calls: list[AnswerCall]) -> AnswerCall | None:
+    """grading.md's graded call: the last one with a name and usable arguments."""
+    for call in reversed(calls):
+        if call.name is not None and usable_depth(call):
+            return call
+    return None
 
 
 def default_check(expected: Call | None, stale: Call | None, where: str = "") -> ToolCallCheck:

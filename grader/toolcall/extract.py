@@ -65,6 +65,9 @@ class Extraction:
     too_deep: bool
 
 
+_NOTHING = Extraction(None, too_deep=False)  # immutable: the one result of most prose
+
+
 def _next_opener(text: str, pos: int) -> re.Match[str] | None:
     """The next ``{`` or ``[`` at or after ``pos``, searched a window at a time (see
     ``grader._json.SEARCH_WINDOW``: one long C-level search would hold the GIL)."""
@@ -272,7 +275,7 @@ def _may_hold_call(text: str, start: int = 0) -> bool:
 def extract(answer: str) -> Extraction:
     """Find the graded call in a raw answer string."""
     if not _may_hold_call(answer):
-        return Extraction(None, too_deep=False)
+        return _NOTHING
     stripped = answer.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
         # Fast path: a whole-JSON answer is exactly one top-level span.
@@ -305,4 +308,4 @@ def _pick(values: Iterator[Any], too_deep: bool) -> Extraction:
             return Extraction(usable_call(candidate), too_deep)
         except _UnusableError as unusable:
             too_deep = too_deep or unusable.too_deep
-    return Extraction(None, too_deep)
+    return Extraction(None, too_deep) if too_deep else _NOTHING

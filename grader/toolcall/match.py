@@ -15,15 +15,24 @@ from __future__ import annotations
 import orjson
 
 from grader.toolcall.diff import first_difference
-from grader.toolcall.extract import Call, extract
+from grader.toolcall.extract import Call, Extraction, extract
 from grader.verdict import NO_CALL_REASON, Verdict
 
 _SHOWN = 60
+# The two verdicts of an answer without a usable call: constant, and a Verdict is immutable.
+_NO_CALL = Verdict(0, False, NO_CALL_REASON, "no_call")
+_TOO_DEEP = Verdict(0, False, "answer nests deeper than the grader follows", "too_deep")
 
 
 def _quoted(name: str) -> str:
     text = orjson.dumps(name).decode()
     return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+
+
+def no_call_verdict(found: Extraction) -> Verdict:
+    """The verdict of an answer in which ``extract`` found no usable call (``too_deep`` when
+    depth is what made a call unusable); for callers that extracted the answer already."""
+    return _TOO_DEEP if found.too_deep else _NO_CALL
 
 
 def match_call(expected: Call, stale: Call | None, answer: object) -> Verdict:
@@ -37,9 +46,7 @@ def match_call(expected: Call, stale: Call | None, answer: object) -> Verdict:
     found = extract(answer)
     call = found.call
     if call is None:
-        if found.too_deep:
-            return Verdict(0, False, "answer nests deeper than the grader follows", "too_deep")
-        return Verdict(0, False, NO_CALL_REASON, "no_call")
+        return no_call_verdict(found)
     graded = {"name": call.name, "arguments": call.arguments}
     if call.canonical == expected.canonical:
         return Verdict(1, False, "matches the expected call", "match", None, graded)

@@ -35,6 +35,7 @@ from proxy.config.model import (
     Upstream,
 )
 from proxy.config.urls import url_warnings
+from proxy.telemetry.settings import Tracing
 
 __all__ = [
     "Admin",
@@ -55,6 +56,7 @@ __all__ = [
     "Shadow",
     "Shutdown",
     "Tasks",
+    "Tracing",
     "Ui",
     "Upstream",
     "load_config",

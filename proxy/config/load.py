@@ -22,6 +22,7 @@ from proxy.config.coerce import section as build_section
 from proxy.config.model import ENV_PREFIX, Config, Judge, Shadow
 from proxy.config.urls import check_base_url
 from proxy.config.yamlpos import field_line, yaml_error_line
+from proxy.telemetry.settings import tracing_problems
 
 
 def _check_secret(where: str, name: str | None) -> None:
@@ -129,6 +130,8 @@ def _validate(config: Config) -> Config:
     _validate_judge(config.judge)
     if config.scoring.max_batch < 1:
         raise ConfigError("scoring.max_batch: must be >= 1")
+    if problems := tracing_problems(config.tracing):
+        raise ConfigError(problems[0])
     return config
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from proxy.config.coerce import plain
+from proxy.telemetry.settings import Tracing
 
 ENV_PREFIX = "GRADEPROXY_"
 
@@ -94,7 +95,11 @@ class Grading:
     # The sampling key of both grading and shadow sampling: this header (e.g. a conversation
     # id) when the request has it, else the request id.
     sampling_header: str | None = None
-    inline_max_bytes: int = 16384  # larger responses are graded in a thread, off the event loop
+    inline_max_bytes: int = 16384  # larger responses are graded off the event loop
+    # Where off-loop grading runs: a grading process (no GIL shared with the event loop) or a
+    # thread of the proxy's process (docs/operations.md, "How grading runs").
+    isolation: Literal["process", "thread"] = "process"
+    batch_max: int = 64  # jobs a worker takes off the queue at once (one message to the process)
     pair_max_pending: int = 10000  # shadow pairs waiting for their second leg
     pair_ttl_s: float = 900.0  # how long a pair waits for its second leg
     # Jobs waiting while none was taken off the queue for this long: grading is stuck.
@@ -218,6 +223,7 @@ class Config:
     judge: Judge = field(default_factory=Judge)
     scoring: Scoring = field(default_factory=Scoring)
     ui: Ui = field(default_factory=Ui)
+    tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry export (docs/tracing.md)
 
     def upstream_api_key(self) -> str | None:
         """The upstream key from the environment variable the config names, if any."""

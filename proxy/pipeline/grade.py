@@ -1,8 +1,9 @@
 """One grade job: what the handler captured, and how it becomes result rows.
 
 A :class:`GradeJob` is built on the hot path without parsing anything; :func:`grade_job` is the
-pure-CPU step the grade queue runs on it (inline for small responses, in the grading thread
-otherwise): capture the copy (chat completions or the Responses API), grade every answer with
+pure-CPU step the grade queue runs on it (inline for small responses, else in the grading
+process, ``proxy.pipeline.child``, or with ``grading.isolation: thread`` in a thread): capture
+the copy (chat completions or the Responses API), grade every answer with
 the one engine (``grader.engine``), build the rows (``grader.rows``), and hand an agent
 episode's turn to ``proxy.pipeline.episodes``. Nothing here touches the event loop, the
 metrics or the result file: the queue (``proxy.pipeline.queue``) records what this returns.
@@ -19,13 +20,14 @@ import orjson
 
 from grader._json import dumps
 from grader.checks import CheckContext
-from grader.engine import grade, needs_judge, reads_request_tools
+from grader.engine import LocalColumns, grade, local_columns, needs_judge, reads_request_tools
 from grader.rows import Live, live_row
 from grader.tasks import Task
 from proxy.pipeline.admit import Api, SkipReason
 from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
 from proxy.pipeline.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
+from proxy.telemetry.record import SpanRecord
 
 # Api is re-exported: the grade job names its wire format by it (defined by admission).
 __all__ = ["Api", "GradeJob", "Graded", "grade_job", "runs_off_loop"]
@@ -54,10 +56,14 @@ class GradeJob:
     role: str | None = None  # the role header: policy authority reads it over item.role
     sample_id: str | None = None  # the sample-id header
     upstream_request_id: str | None = None  # the upstream's x-request-id
+    span: SpanRecord | None = None  # the request's span context while tracing is on
 
     @property
     def size(self) -> int:
         return sum(len(part) for part in self.response)
+
+
+Pending = tuple[int, str, CheckContext, Live, LocalColumns]
 
 
 @dataclass(slots=True)
@@ -67,13 +73,16 @@ class Graded:
     rows: list[dict[str, Any]]
     skip_reason: SkipReason | None = None
     error_kind: str | None = None
-    # Rows of a task with judge checks, graded on the event loop: (row index, answer, context,
-    # live fields); the row at that index is built once the judge has answered.
-    pending: list[tuple[int, str, CheckContext, Live]] = field(default_factory=list)
+    # Rows of a task with judge checks, finished on the event loop: (row index, answer, context,
+    # live fields, the columns that need no judge, already graded here); the row at that index
+    # is built once the judge has answered.
+    pending: list[Pending] = field(default_factory=list)
     # An episode not graded although this response ended it (incomplete history, a limit hit).
     episode_skip: SkipReason | None = None
     episode_limit: str | None = None
     episode: EpisodeOutcome | None = None  # its row is in ``rows``; a judge may settle it
+    # The parsed copy's facts for the trace (``id``, ``model``, ``usage``; docs/tracing.md).
+    call: dict[str, Any] = field(default_factory=dict)
 
 
 def _request_json(body: bytes) -> dict[str, Any] | None:
@@ -142,7 +151,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     episode = _episode(job, captured, model)
     if episode_only(job.task):  # its turns make no rows; the episode's last one makes one
         if episode is not None and episode.row is not None:
-            return Graded([episode.row], episode=episode)
+            return Graded([episode.row], episode=episode, call=_call(captured))
         reason = episode.skip if episode is not None else "episode_turn"
         return Graded(
             [], skip_reason=reason, episode_limit=episode.limit if episode is not None else None
@@ -154,7 +163,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     judged = needs_judge(job.task)
     keep_tools = capture_answer and reads_request_tools(job.task)
     rows: list[dict[str, Any]] = []
-    pending: list[tuple[int, str, CheckContext, Live]] = []
+    pending: list[Pending] = []
     received = datetime.fromtimestamp(job.received_at, UTC).isoformat()
     for index in sorted(captured.answers):
         text = answer_text(captured.answers[index])
@@ -177,8 +186,9 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             sample_id=job.sample_id,
             tools=context.request_tools if keep_tools else None,
         )
-        if judged:  # finished on the event loop, where the judge's client lives
-            pending.append((len(rows), text, context, live))
+        if judged:  # judge columns on the event loop, where the judge's client lives
+            local = local_columns(job.task, text, context)
+            pending.append((len(rows), text, context, live, local))
             rows.append({})
         else:
             rows.append(live_row(job.task, grade(job.task, text, context), job.tasks_digest, live))
@@ -191,7 +201,12 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         episode_skip=skip,
         episode_limit=episode.limit if episode is not None else None,
         episode=episode,
+        call=_call(captured),
     )
+
+
+def _call(captured: CaptureResult) -> dict[str, Any]:
+    return {"id": captured.response_id, "model": captured.model, "usage": captured.usage}
 
 
 def _episode(job: GradeJob, captured: CaptureResult, model: str | None) -> EpisodeOutcome | None:

@@ -1,9 +1,13 @@
 """The grade queue: captured responses are graded after the client has its last byte.
 
 Handlers only ``submit`` (a non-blocking put); a full queue drops the job and counts it. Workers
-parse the captured copy, run the grader, and record metrics and result rows. Small responses
-are graded inline (tens of microseconds); large ones in a thread so a pathological answer never
-stalls the event loop that is relaying other streams.
+take the jobs waiting (up to ``batch_max`` at a time), have them graded, and record metrics and
+result rows. Small responses whose checks cost little are graded inline (tens of
+microseconds); the rest, with ``grading.isolation: process`` (the default), in the grading
+process (``proxy.pipeline.offload``, ``proxy.pipeline.child``): the jobs a worker takes travel
+as one batch, and only the judge's columns are graded back here, where its client lives. With
+``isolation: thread`` they are graded in a thread of this process, which shares its GIL with
+the event loop. Either way a pathological answer never stalls the loop relaying other streams.
 
 The pipeline must not die: whatever one job raises is caught, counted in
 ``grading_errors_total{kind="worker"}``, logged once with the request id, and the worker takes
@@ -25,13 +29,16 @@ from typing import Any, Literal
 from grader.checks import Judge
 from grader.engine import grade_async
 from grader.rows import live_row
+from grader.tasks import TaskSet
 from proxy.logs import get_logger
 from proxy.pipeline.episodes import judge_episode
-from proxy.pipeline.grade import GradeJob, grade_job, runs_off_loop
+from proxy.pipeline.grade import Graded, GradeJob, grade_job, runs_off_loop
+from proxy.pipeline.offload import GradingProcess, GradingProcessDiedError, NotPicklableError
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.results import ResultsWriteError, ResultWriter
 from proxy.shadow.pairs import PairTracker
+from proxy.telemetry.record import SpanSink
 
 log = get_logger("gradeproxy.grading")
 
@@ -40,7 +47,8 @@ log = get_logger("gradeproxy.grading")
 GIL_SWITCH_INTERVAL_S = 0.001
 
 
-HealthProblem = Literal["workers_gone", "queue_stuck"]
+HealthProblem = Literal["workers_gone", "queue_stuck", "grader_down"]
+Isolation = Literal["process", "thread"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +89,12 @@ class GradeQueue:
         stuck_after_s: float = 30.0,
         max_answer_chars: int = 65536,
         failures: FailureRing | None = None,
+        isolation: Isolation = "thread",
+        batch_max: int = 64,
     ) -> None:
         self.metrics = metrics
         self.failures = failures  # the /ui inspector's ring of failing and stale answers
+        self.telemetry: SpanSink | None = None  # tracing on: each job's span ends in _report
         self.judge = judge
         self.writer = writer
         self.pairs = pairs
@@ -99,6 +110,15 @@ class GradeQueue:
             max_workers=1, thread_name_prefix="gradeproxy-write"
         )
         self.max_answer_chars = max_answer_chars
+        self.batch_max = max(batch_max, 1)
+        self.process: GradingProcess | None = None
+        if isolation == "process":
+            self.process = GradingProcess(
+                capture_answer=capture_answer,
+                max_answer_chars=max_answer_chars,
+                batch_max=self.batch_max,
+                on_restart=metrics.process_restarts.inc,
+            )
         self.graded_rows = 0
         self.stuck_after_s = stuck_after_s
         self._stopping = False
@@ -119,8 +139,20 @@ class GradeQueue:
     def start(self) -> None:
         self._stopping = False
         self._last_taken = time.monotonic()
+        if self.process is not None:
+            self.process.start()
         for number in range(self._workers_wanted):
             self._spawn(number)
+
+    async def started(self, timeout_s: float) -> bool:
+        """Wait (bounded) until the grading process is up; False if it is not (still unhealthy)."""
+        if self.process is None:
+            return True
+        try:
+            await asyncio.wait_for(self.process.ready(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     def _spawn(self, number: int) -> None:
         worker = asyncio.create_task(self._work(), name=f"grade-worker-{number}")
@@ -146,6 +178,8 @@ class GradeQueue:
         idle_s = time.monotonic() - self._last_taken
         if alive < self._workers_wanted:
             reason: HealthProblem | None = "workers_gone"
+        elif self.process is not None and not self.process.up:
+            reason = "grader_down"  # starting, or restarting after it died
         elif depth > 0 and idle_s > self.stuck_after_s:
             reason = "queue_stuck"
         else:
@@ -161,7 +195,9 @@ class GradeQueue:
         return True
 
     async def stop(self, timeout_s: float | None = None) -> None:
-        """Drain, then stop the workers and the grading thread."""
+        """Drain (the jobs in the grading process included), then stop the workers, the
+        grading process and the threads, all within ``timeout_s``."""
+        started = time.monotonic()
         drained = await self.drain(timeout_s)
         if not drained:
             log.error("grade_queue_not_drained", left=self._queue.qsize())
@@ -172,39 +208,79 @@ class GradeQueue:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
         self._workers.clear()
+        if self.process is not None:
+            # Drained: the child holds nothing and ends at once. Not drained: the grace is spent.
+            left: float | None = 0.0
+            if drained and timeout_s is not None:
+                left = max(timeout_s - (time.monotonic() - started), 1.0)
+            elif drained:
+                left = None
+            await self.process.stop(left)
         self._executor.shutdown(wait=True)
         self._writer_executor.shutdown(wait=True)
 
     async def _work(self) -> None:
         while True:
-            job = await self._queue.get()
+            jobs = [await self._queue.get()]
+            while len(jobs) < self.batch_max and not self._queue.empty():
+                jobs.append(self._queue.get_nowait())
             self._last_taken = time.monotonic()
-            try:
-                await self._handle(job)
-            except Exception:  # the pipeline outlives any one job
-                self.metrics.grading_errors.labels("worker").inc()
-                _log_quietly("grade_job_failed", exc_info=True, request_id=job.request_id)
-                with contextlib.suppress(Exception):
-                    self._report(job, None)
-            finally:
-                self._queue.task_done()
-                self._last_taken = time.monotonic()
-                self.metrics.queue_depth.set(self._queue.qsize())
+            if len(jobs) == 1:
+                await self._run(jobs[0])
+            else:  # handled together: the grading process gets them as one batch
+                await asyncio.gather(*(self._run(job) for job in jobs))
+
+    async def _run(self, job: GradeJob) -> None:
+        try:
+            await self._handle(job)
+        except Exception:  # the pipeline outlives any one job
+            self.metrics.grading_errors.labels("worker").inc()
+            _log_quietly("grade_job_failed", exc_info=True, request_id=job.request_id)
+            with contextlib.suppress(Exception):
+                self._report(job, None)
+        finally:
+            self._queue.task_done()
+            self._last_taken = time.monotonic()
+            self.metrics.queue_depth.set(self._queue.qsize())
+
+    def on_tasks(self, tasks: TaskSet) -> None:
+        """A task set was (re)loaded: the grading process gets it now, not with each job."""
+        if self.process is not None:
+            self.process.set_tasks(tasks)
+
+    async def run_heavy(self, function: Any, *args: Any) -> Any:
+        """Run a heavy check off the event loop where grading runs (the scoring API's path)."""
+        if self.process is not None:
+            with contextlib.suppress(NotPicklableError):  # e.g. a check holding a validator
+                return await self.process.call(function, *args)
+        return await asyncio.to_thread(function, *args)
+
+    async def _grade(self, job: GradeJob) -> Graded:
+        if job.size <= self.inline_max_bytes and not runs_off_loop(job.task):
+            return grade_job(job, self.capture_answer, self.max_answer_chars)
+        if self.process is not None:
+            with contextlib.suppress(NotPicklableError):  # graded in the thread instead
+                return await self.process.grade(job)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, grade_job, job, self.capture_answer, self.max_answer_chars
+        )
 
     async def _handle(self, job: GradeJob) -> None:
         try:
-            if job.size <= self.inline_max_bytes and not runs_off_loop(job.task):
-                graded = grade_job(job, self.capture_answer, self.max_answer_chars)
-            else:
-                loop = asyncio.get_running_loop()
-                graded = await loop.run_in_executor(
-                    self._executor, grade_job, job, self.capture_answer, self.max_answer_chars
-                )
-        except Exception:  # a grader bug is an infrastructure error, never a model failure
+            graded = await self._grade(job)
+        except GradingProcessDiedError:  # died with this job: infrastructure, not the model
+            self.metrics.grading_errors.labels("grader_process").inc()
+            _log_quietly("grading_process_died", request_id=job.request_id, task=job.task.id)
+            self._report(job, None)
+            return
+        except Exception:  # a grader bug (a GraderError from the child): never a model failure
             self.metrics.grading_errors.labels("grader").inc()
             log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
             self._report(job, None)
             return
+        if job.span is not None:  # the trace's response facts, from the parsed copy
+            job.span.call = graded.call
         if graded.error_kind is not None:
             self.metrics.grading_errors.labels(graded.error_kind).inc()
             self._report(job, None)
@@ -217,9 +293,9 @@ class GradeQueue:
             return
         if graded.episode_skip is not None:  # the turn's rows stand; the episode is skipped
             self.metrics.skipped.labels(graded.episode_skip).inc()
-        for index, text, context, live in graded.pending:
+        for index, text, context, live, local in graded.pending:
             try:
-                outcome = await grade_async(job.task, text, context, judge=self.judge)
+                outcome = await grade_async(job.task, text, context, judge=self.judge, local=local)
             except Exception:  # a check bug: an infrastructure error, never a model failure
                 self.metrics.grading_errors.labels("grader").inc()
                 log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
@@ -231,7 +307,10 @@ class GradeQueue:
         await self.record(job, graded.rows)
 
     def _report(self, job: GradeJob, rows: list[dict[str, Any]] | None) -> None:
-        """Tell the pair tracker how a leg of a shadowed request ended (once per leg)."""
+        """Tell the pair tracker how a leg of a shadowed request ended (once per leg), and
+        the exporter how its request did (the span's evaluation results are its rows)."""
+        if self.telemetry is not None and job.span is not None:
+            self.telemetry.finish(job.span, rows)
         if job.pair_id is None or self.pairs is None:
             return
         results = None

@@ -37,6 +37,7 @@ from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.route import ShadowTarget
 from proxy.shadow.pairs import PairTracker
+from proxy.telemetry.record import SpanRecord
 
 log = get_logger("gradeproxy.shadow")
 
@@ -99,6 +100,7 @@ class ShadowLeg:
     meta: dict[str, str] = field(default_factory=dict)
     api: Api = "chat_completions"  # the primary's route: the shadow answers in its format
     sample_id: str | None = None  # the primary's sample-id header: both legs join the same way
+    span: SpanRecord | None = None  # tracing on: the leg's own span, linked to the primary's
 
 
 @dataclass(slots=True)
@@ -151,10 +153,14 @@ class ShadowRunner:
         else:
             outcome = task.result()
         self.metrics.shadow_requests.labels(outcome.result).inc()
+        if leg.span is not None and leg.span.finished is None:  # ended before its last byte
+            leg.span.finished = time.perf_counter()
         if outcome.job is not None:
             self.queue.submit(outcome.job)  # the queue reports the leg to the pair tracker
         else:
             self.pairs.leg(leg.pair_id, "shadow", leg.task.id, None)
+            if leg.span is not None and self.queue.telemetry is not None:
+                self.queue.telemetry.finish(leg.span)
 
     async def _run(self, leg: ShadowLeg) -> _Outcome:
         target = leg.target
@@ -190,6 +196,8 @@ class ShadowRunner:
                     )
             parts = copy.parts
             finished = time.perf_counter()
+            if leg.span is not None:
+                leg.span.shadow_ended(sent, finished, response.status, response.content_type == SSE)
             if response.status >= 400:
                 log.info("shadow_status", pair_id=leg.pair_id, status=response.status)
                 return _Outcome("error")
@@ -212,6 +220,7 @@ class ShadowRunner:
             pair_id=leg.pair_id,
             api=leg.api,
             sample_id=leg.sample_id,
+            span=leg.span,
         )
         return _Outcome("ok", job)
 

@@ -29,8 +29,9 @@ An oversized batch is a 400 ``batch_too_large``, not a 413: 413 here already mea
 is over ``limits.max_body_bytes``" (clients shrink bytes on a 413, but must split on this).
 
 Scoring never touches the Prometheus grade counters or the result rows: those describe live
-traffic, and a scoring call is not traffic. Grading runs off the event loop (a worker thread),
-so a large batch never delays the proxied requests sharing this loop.
+traffic, and a scoring call is not traffic. Grading runs off the event loop,
+so a large batch never delays the proxied requests sharing this loop: in the proxy's grading
+process (``grading.isolation: process``, the live grade jobs' own), else a worker thread.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from grader.checks.judge import Judge
 from grader.engine import arun_check, needs_judge, run_check
 from grader.tasks import TaskSet
 from proxy.errors import BadRequestError, ProxyError, TasksNotReadyError, render
-from proxy.state import CONFIG, QUEUE, TASKS
+from proxy.state import CONFIG, QUEUE, QUEUE_SLOT, TASKS
 
 PREFIX = "/grading/v1"
 # The short paths, and OpenAI's own under our prefix: the official SDKs, given
@@ -102,6 +103,16 @@ def _judge(request: web.Request) -> Judge | None:
     """The proxy's judge, when the app has a grade queue with one (``judge.endpoint``)."""
     queue = request.app.get(QUEUE)
     return queue.judge if queue is not None else None
+
+
+async def _off_loop(request: web.Request, function: Callable[..., Any], *args: Any) -> Any:
+    """Run a heavy check where the proxy grades off the loop: its grading process (or thread,
+    with ``grading.isolation: thread``); a bare app without a grade queue uses a thread."""
+    slot = request.app.get(QUEUE_SLOT)
+    queue = slot.queue if slot is not None else request.app.get(QUEUE)
+    if queue is None:
+        return await asyncio.to_thread(function, *args)
+    return await queue.run_heavy(function, *args)
 
 
 def _json(payload: Any) -> web.Response:
@@ -172,7 +183,7 @@ class _ScoringRoutes:
         if judge is not None and any(needs_judge(task) for task, _, _ in pairs):
             result = await grade_all_async(pairs, digest, judge)
         else:
-            result = await asyncio.to_thread(grade_all, pairs, digest)
+            result = await _off_loop(request, grade_all, pairs, digest)
         if batch:
             return _json(result.to_dict())
         return _json({"verdict": result.results[0].to_dict()})
@@ -222,14 +233,21 @@ def _build_check(definition: dict[str, Any]) -> grader_checks.Check:
 
 
 async def _run_check(
-    check: grader_checks.Check, model_sample: str, item: dict[str, Any], judge: Judge | None
+    request: web.Request,
+    check: grader_checks.Check,
+    model_sample: str,
+    item: dict[str, Any],
+    judge: Judge | None,
 ) -> grader_checks.CheckResult:
     """One check through the engine's runner (a check that raises is a ``check_error``)."""
     sample = grader_checks.Sample.from_answer(model_sample)
     context = grader_checks.CheckContext(request_tools=None)
     if check.needs_judge and judge is not None:
         return await arun_check(check, sample, item, context, judge)
-    return await asyncio.to_thread(run_check, check, sample, item, context)
+    result: grader_checks.CheckResult = await _off_loop(
+        request, run_check, check, sample, item, context
+    )
+    return result
 
 
 # A check's infrastructure-error reason code -> the metadata.errors flag OpenAI sets for it.
@@ -309,7 +327,7 @@ async def run_grader(request: web.Request) -> web.Response:
         )
     check = _build_check(definition)
     started = time.perf_counter()
-    result = await _run_check(check, model_sample, item, _judge(request))
+    result = await _run_check(request, check, model_sample, item, _judge(request))
     return _json(run_response(check, result, time.perf_counter() - started))
 
 

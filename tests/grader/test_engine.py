@@ -301,3 +301,68 @@ def test_checks_never_import_tasks_score_or_the_engine(path: Path) -> None:
     """The cycle tasks → checks → tool_call → score → tasks is gone: checks hold behaviour and
     read no task (mutation.py, validate-tasks' analysis, is outside ``grader.checks``' init)."""
     assert not _imports(path) & {"grader.tasks", "grader.score", "grader.engine", "grader.api"}
+
+
+class _ScriptedJudge:
+    """A JudgeClient answering from a script (the grading process's parent calls the judge)."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+
+    async def complete(self, model: str, messages: list[dict[str, str]], temperature: float) -> str:
+        return self.replies.pop(0) if self.replies else "PASS"
+
+
+JUDGED_AND_LOCAL = {
+    "id": "mixed",
+    "prompt": "Reply politely, naming Zürich.",
+    "checks": [
+        {
+            "type": "string_check",
+            "name": "names_zurich",
+            "operation": "ilike",
+            "input": "{{ sample.output_text }}",
+            "reference": "zürich",
+        },
+        {
+            "type": "label_model",
+            "name": "polite",
+            "model": "judge-model-2024-08-06",
+            "criterion": "The reply is polite.",
+            "pass_examples": ["Thank you!"],
+            "fail_examples": ["Go away."],
+        },
+    ],
+    "pass_rule": "all",
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "reply", "result"),
+    [
+        ("Thanks! Sunny in Zürich today.", "PASS", "pass"),
+        ("Thanks! Sunny in Zürich today.", "FAIL", "fail"),
+        ("Sunny in Bern.", "PASS", "fail"),
+        ("Sunny in Bern.", "maybe", "error"),
+    ],
+    ids=["both_pass", "judge_fails", "local_fails", "judge_unparsed_is_an_error"],
+)
+async def test_local_columns_finished_by_the_judge_give_the_same_outcome(
+    answer: str, reply: str, result: str
+) -> None:
+    """The grading process computes ``local_columns`` (pickled to the parent); the parent runs
+    only the judge: the outcome equals grading everything in one place."""
+    from grader.engine import local_columns
+
+    task = parse_task(JUDGED_AND_LOCAL)
+    local = pickle.loads(pickle.dumps(local_columns(task, answer)))
+    assert [c is None for c in local] == [False, True]
+    split = await grade_async(task, answer, judge=_ScriptedJudge([reply] * 3), local=local)
+    whole = await grade_async(task, answer, judge=_ScriptedJudge([reply] * 3))
+
+    def verdict(outcome: Any) -> Any:  # the judge's own details (its timing) aside
+        columns = [(c.name, c.passed, c.score, c.reason_code, c.reason) for c in outcome.checks]
+        return outcome.result, columns, outcome.verdict
+
+    assert verdict(split) == verdict(whole)
+    assert split.result == result

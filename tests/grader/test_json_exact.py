@@ -70,6 +70,35 @@ def test_windowed_digit_search_matches_one_search(at: int, run: int, size: int) 
     assert has_long_digit_run(text) is (re.search(r"[0-9]{19,}", text) is not None)
 
 
+@given(
+    st.lists(
+        st.one_of(
+            TEXT,  # any code point: non-ASCII digits (U+0663) and lone surrogates included
+            st.integers(min_value=0, max_value=30).map(lambda n: "9" * n),
+        ),
+        max_size=6,
+    )
+)
+def test_digit_run_search_is_the_ascii_digit_regex(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert has_long_digit_run(text) is (re.search(r"[0-9]{19,}", text) is not None)
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        pytest.param("1" * 19, True, id="nineteen_digits"),
+        pytest.param("x" + "1" * 18 + "x" + "1" * 18, False, id="two_runs_of_eighteen"),
+        pytest.param("\u0663" * 25, False, id="arabic_indic_digits_are_not_ascii_digits"),
+        pytest.param("\uff11" * 25, False, id="fullwidth_digits_are_not_ascii_digits"),
+        pytest.param("\ud800" + "1" * 19 + "\udcff", True, id="beside_lone_surrogates"),
+        pytest.param("\u00e9" + "1" * 19, True, id="after_a_two_byte_character"),
+    ],
+)
+def test_digit_runs_are_ascii_digit_runs(text: str, found: bool) -> None:
+    assert has_long_digit_run(text) is found
+
+
 def test_a_run_straddling_a_window_boundary_is_found() -> None:
     text = "x" * (SEARCH_WINDOW - 10) + "1" * 19 + "x" * SEARCH_WINDOW
     assert has_long_digit_run(text)

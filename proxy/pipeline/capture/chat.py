@@ -66,6 +66,7 @@ class CaptureResult:
     error: str | None = None
     usage: dict[str, Any] | None = None
     done: bool = False
+    response_id: str | None = None  # the response's `id` (the trace's gen_ai.response.id)
     upstream_error: bool = False
 
 
@@ -95,6 +96,7 @@ def answers_from_body(body: bytes) -> CaptureResult:
             finish_reasons=finish_reasons,
             usage=dict(usage) if isinstance(usage, Mapping) else None,
             done=True,
+            response_id=nonempty_str(payload.get("id")),
         )
     except CaptureError as exc:
         return CaptureResult(answers={}, error=str(exc), upstream_error=exc.upstream)
@@ -126,6 +128,7 @@ class StreamCapture:
         "_error",
         "_events",
         "_finished",
+        "_id",
         "_model",
         "_upstream",
         "_usage",
@@ -135,6 +138,7 @@ class StreamCapture:
         self._decoder = SSEDecoder()
         self._choices: dict[int, Choice] = {}
         self._model: str | None = None
+        self._id: str | None = None
         self._usage: dict[str, Any] | None = None
         self._error: str | None = None
         self._upstream = False
@@ -184,6 +188,7 @@ class StreamCapture:
             error=self._error,
             usage=self._usage,
             done=self._done,
+            response_id=self._id,
             upstream_error=self._upstream,
         )
 
@@ -221,6 +226,8 @@ class StreamCapture:
             raise UpstreamReportedError(error_message(payload["error"]))
         if self._model is None:
             self._model = nonempty_str(payload.get("model"))
+        if self._id is None:
+            self._id = nonempty_str(payload.get("id"))
         usage = payload.get("usage")
         if isinstance(usage, Mapping):
             # Servers that report usage on every chunk count cumulatively: the last one wins.

@@ -144,6 +144,7 @@ def _result(response: Mapping[str, Any], output: list[Any]) -> CaptureResult:
         finish_reasons={0: _finish_reason(response, has_calls)},
         usage=_usage(response),
         done=True,
+        response_id=nonempty_str(response.get("id")),
     )
 
 

@@ -39,7 +39,7 @@ del GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR  # we build our own regi
 ROUTES: tuple[str, ...] = get_args(Route)
 SKIP_REASONS: tuple[str, ...] = get_args(SkipReason)
 RESULTS = ("pass", "fail", "stale")
-GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker")
+GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker", "grader_process")
 CHECK_RESULTS = ("pass", "fail", "error")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
@@ -48,6 +48,8 @@ UPSTREAM_ERROR_KINDS: tuple[str, ...] = get_args(UpstreamErrorKind)
 CLIENT_TIMEOUT_PHASES = ("header", "body", "idle")
 EPISODE_RESULTS = ("pass", "fail", "error")
 EPISODE_LIMITS = ("turns", "calls", "bytes")
+TRACE_SIGNALS = ("spans", "logs")  # proxy/telemetry/export.py's Signal and DropReason
+TRACE_DROP_REASONS = ("queue_full", "export_failed", "shutdown")
 OTHER_MODEL = "other"
 UNKNOWN_MODEL = "unknown"
 
@@ -233,9 +235,15 @@ class ProxyMetrics:
             "Grade workers that ended and were restarted by the supervisor.",
             registry=reg,
         )
+        self.process_restarts = Counter(
+            "gradeproxy_grade_process_restarts_total",
+            "Grading processes (grading.isolation: process) that ended and were restarted.",
+            registry=reg,
+        )
         self.grading_healthy = Gauge(
             "gradeproxy_grading_healthy",
-            "1 while every grade worker runs and the queue is not stuck, else 0.",
+            "1 while every grade worker (and the grading process) runs and the queue is not"
+            " stuck, else 0.",
             registry=reg,
         )
         self.client_timeouts = Counter(
@@ -293,6 +301,19 @@ class ProxyMetrics:
             ["limit"],
             registry=reg,
         )
+        self.trace_dropped = Counter(
+            "gradeproxy_trace_dropped_total",
+            "Spans and evaluation log records not exported (tracing): queue_full, "
+            "export_failed, shutdown.",
+            ["signal", "reason"],
+            registry=reg,
+        )
+        self.trace_exported = Counter(
+            "gradeproxy_trace_exported_total",
+            "Spans and evaluation log records the collector accepted (tracing).",
+            ["signal"],
+            registry=reg,
+        )
         # Known label combinations exist at 0 from the start, so rates and alerts see them.
         self._requests_by: dict[tuple[str, int], Any] = {}
         self._skipped_by: dict[str, Any] = {}
@@ -316,6 +337,10 @@ class ProxyMetrics:
             self.shadow_unpaired.labels(reason)
         for limit in EPISODE_LIMITS:
             self.episode_limits.labels(limit)
+        for signal in TRACE_SIGNALS:
+            self.trace_exported.labels(signal)
+            for reason in TRACE_DROP_REASONS:
+                self.trace_dropped.labels(signal, reason)
         for variant in VARIANTS:
             self.variant_duration.labels(variant)
             self.variant_ttfb.labels(variant)

@@ -1,5 +1,5 @@
 """tool_call's BFCL-parity options: per-call rules in parallel, exact counts, string modes,
-strict numbers, index paths (grader/checks/call_match.py)."""
+strict numbers, index paths (grader/checks/call_match.py, grader/checks/call_rules.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader.checks import CheckContext, CheckDefinitionError, build_check
-from grader.checks.call_match import bfcl_standardize, parse_path, path_text
+from grader.checks.call_rules import bfcl_standardize, parse_path, path_text
 from tests.support.checks import call, run, wire
 
 PLAY_A = call("play", artist="Taylor Swift", minutes=20)

@@ -230,9 +230,19 @@ SCHEMA_TASK = {
 
 
 @pytest.mark.parametrize(
-    ("task", "thread"),
-    [("weather.single", "MainThread"), ("weather.schema_checked", "gradeproxy-grade")],
-    ids=["tool_call_only_inline", "schema_check_off_the_loop"],
+    ("task", "isolation", "graded_in"),
+    [
+        ("weather.single", "process", ["MainThread"]),
+        ("weather.single", "thread", ["MainThread"]),
+        ("weather.schema_checked", "process", ["grading process"]),
+        ("weather.schema_checked", "thread", ["gradeproxy-grade"]),
+    ],
+    ids=[
+        "tool_call_only_inline",
+        "tool_call_only_inline_thread_mode",
+        "schema_check_in_the_grading_process",
+        "schema_check_in_the_grading_thread",
+    ],
 )
 async def test_checks_whose_cost_grows_run_off_the_event_loop(
     make_proxy: ProxyFactory,
@@ -240,10 +250,12 @@ async def test_checks_whose_cost_grows_run_off_the_event_loop(
     results_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     task: str,
-    thread: str,
+    isolation: str,
+    graded_in: list[str],
 ) -> None:
     """A small response is graded inline only when its task runs nothing but the tool-call
-    check; schema, similarity, formula and policy checks always run in the grading thread."""
+    check; schema, similarity, formula and policy checks always run off the loop: in the
+    grading process, or with ``isolation: thread`` in the grading thread."""
     import threading
 
     from grader._json import dumps
@@ -256,12 +268,14 @@ async def test_checks_whose_cost_grows_run_off_the_event_loop(
     real = jobs.grade_job
 
     def spy(*args: Any) -> Any:
-        seen.append(threading.current_thread().name)
+        seen.append(threading.current_thread().name.split("_")[0])
         return real(*args)
 
     monkeypatch.setattr(grading, "grade_job", spy)  # the queue calls it by this name
-    client = await make_proxy()
+    client = await make_proxy(grading={"isolation": isolation})
     await client.post("/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": task})
     [row] = await rows_of(client, results_path)
     assert row["result"] == "pass"
-    assert [name.split("_")[0] for name in seen] == [thread]
+    process = client.app[QUEUE].process
+    sent = process.jobs_sent if process is not None else 0
+    assert seen + ["grading process"] * sent == graded_in

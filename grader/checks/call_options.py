@@ -1,0 +1,122 @@
+"""Reading ``tool_call``'s options: rule paths, ``acceptable``/``optional``/``strings``/
+``numbers`` and the ``parallel`` list, validated and compiled into :class:`ExpectedCall`s.
+
+Kept apart from :mod:`grader.checks.tool_call` (which grades) because every error here names
+the check and the field at load time, while grading never raises: the two share nothing but
+the compiled calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from grader.checks._base import Spec
+from grader.checks.call_match import ExpectedCall, Rules
+from grader.checks.call_rules import (
+    EVERY,
+    NUMBER_TYPES,
+    STRING_MODES,
+    NumberType,
+    Path,
+    PathError,
+    StringMode,
+    parse_path,
+)
+from grader.checks.json_schema import FROM_REQUEST
+from grader.toolcall.extract import Call, call_from_value, extract
+
+MAX_PARALLEL = 64
+RULE_KEYS = ("acceptable", "optional", "strings", "numbers")
+ENTRY_KEYS = frozenset({"name", "arguments", "function", "type", "id", *RULE_KEYS})
+
+
+def call_of(value: Any) -> Call | None:
+    """A task-style call: an object (wrappers allowed) or a JSON string holding one."""
+    return extract(value).call if isinstance(value, str) else call_from_value(value)
+
+
+def _path(spec: Spec, key: str, text: Any) -> Path:
+    try:
+        path = parse_path(text)
+    except PathError as exc:
+        raise spec.error(key, str(exc)) from None
+    every = [i for i, step in enumerate(path) if step == EVERY]
+    if every and (not key.endswith("numbers") or every != [len(path) - 1]):
+        raise spec.error(key, f"path {text!r}: '[*]' is allowed only at the end of a numbers path")
+    return path
+
+
+def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | None = None) -> Rules:
+    """Read ``acceptable``/``optional``/``strings``/``numbers`` from ``raw`` over ``base``."""
+    acceptable = dict(base.acceptable) if base else {}
+    acc_raw = raw.get("acceptable", {})
+    if not isinstance(acc_raw, dict):
+        raise spec.error(f"{where}acceptable", "must map argument paths to lists of values")
+    for text, values in acc_raw.items():
+        if not isinstance(values, list) or not values:
+            raise spec.error(f"{where}acceptable", f"{text!r} needs a non-empty list of values")
+        acceptable[_path(spec, f"{where}acceptable", text)] = tuple(values)
+    opt_raw = raw.get("optional", [])
+    if not isinstance(opt_raw, list):
+        raise spec.error(f"{where}optional", "must be a list of argument paths")
+    optional = set(base.optional) if base else set()
+    optional.update(_path(spec, f"{where}optional", p) for p in opt_raw)
+    strings: StringMode = base.strings if base else "exact"
+    string_paths = dict(base.string_paths) if base else {}
+    str_raw = raw.get("strings")
+    if isinstance(str_raw, str):
+        str_raw = {"default": str_raw}
+    if str_raw is not None:
+        if not isinstance(str_raw, dict):
+            raise spec.error(f"{where}strings", f"must be one of {STRING_MODES} or an object")
+        for text, mode in str_raw.items():
+            if mode not in STRING_MODES:
+                raise spec.error(f"{where}strings", f"{mode!r} is not one of {STRING_MODES}")
+            if text == "default":
+                strings = mode
+            else:
+                string_paths[_path(spec, f"{where}strings", text)] = mode
+    numbers: dict[Path, NumberType] = dict(base.numbers) if base else {}
+    num_raw = raw.get("numbers", {})
+    if num_raw == FROM_REQUEST and not where:
+        num_raw = {}  # the check's numbers_from_request flag; read by build()
+    if not isinstance(num_raw, dict):
+        raise spec.error(f"{where}numbers", "must map argument paths to 'integer' or 'number'")
+    for text, kind in num_raw.items():
+        if kind not in NUMBER_TYPES:
+            raise spec.error(f"{where}numbers", f"{kind!r} is not one of {NUMBER_TYPES}")
+        numbers[_path(spec, f"{where}numbers", text)] = kind
+    return Rules(acceptable, frozenset(optional), strings, string_paths, numbers)
+
+
+def compile_call(spec: Spec, key: str, call: Call, rules: Rules) -> ExpectedCall:
+    """The expected call compiled with its rules; a value canon cannot read names ``key``."""
+    try:
+        return ExpectedCall(call.name, call.arguments, rules)
+    except (ValueError, TypeError) as exc:
+        raise spec.error(key, f"holds a value the grader cannot compare: {exc}") from None
+
+
+def read_parallel(spec: Spec, raw: Any, rules: Rules) -> tuple[ExpectedCall, ...]:
+    """The ``parallel`` list compiled: each entry's own rules added to the check's ``rules``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_PARALLEL:
+        raise spec.error("parallel", f"must be a list of 1 to {MAX_PARALLEL} calls")
+    calls = []
+    for index, value in enumerate(raw):
+        own: Mapping[str, Any] = {}
+        unknown = sorted(set(value) - ENTRY_KEYS) if isinstance(value, dict) else []
+        if unknown:
+            known = ", ".join(sorted(ENTRY_KEYS))
+            raise spec.error(f"parallel[{index}]", f"has unknown field {unknown[0]!r} ({known})")
+        if isinstance(value, dict) and any(key in value for key in RULE_KEYS):
+            own = value
+            value = {k: v for k, v in value.items() if k not in RULE_KEYS}
+        call = call_of(value)
+        if call is None:
+            raise spec.error(f"parallel[{index}]", "is not a usable call {name, arguments}")
+        entry_rules = read_rules(spec, own, f"parallel[{index}].", rules) if own else rules
+        calls.append(compile_call(spec, f"parallel[{index}]", call, entry_rules))
+    return tuple(calls)

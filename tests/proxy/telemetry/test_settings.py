@@ -1,0 +1,192 @@
+"""The ``tracing`` section like every other (errors name the field, variables override it), the
+pinned attribute names against OpenTelemetry's own package, and the sampling rule."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
+
+from proxy.config import ConfigError, load_config
+from proxy.telemetry import begin, semconv
+from proxy.telemetry.export import evaluation_count
+from proxy.telemetry.settings import Tracing
+
+V1 = {"upstream": {"url": "http://127.0.0.1:8000/v1"}}
+
+
+@pytest.mark.parametrize(
+    ("tracing", "message"),
+    [
+        ({"sample_ratio": 1.5}, "tracing.sample_ratio: must be within 0..1"),
+        ({"max_queue_size": 0}, "tracing.max_queue_size: must be >= 1"),
+        ({"max_export_batch_size": 0}, "tracing.max_export_batch_size: must be >= 1"),
+        ({"schedule_delay_s": 0}, "tracing.schedule_delay_s: must be > 0"),
+        ({"export_timeout_s": -1}, "tracing.export_timeout_s: must be > 0"),
+        ({"shutdown_timeout_s": -1}, "tracing.shutdown_timeout_s: must be >= 0"),
+        ({"max_content_chars": -1}, "tracing.max_content_chars: must be >= 0"),
+        ({"endpoint": "collector:4318"}, "tracing.endpoint: must be an http(s) URL"),
+        ({"service_name": " "}, "tracing.service_name: must not be empty"),
+        ({"evaluation_events": "both"}, "tracing.evaluation_events: must be one of span|log"),
+        ({"enabeld": True}, "did you mean tracing.enabled?"),
+    ],
+)
+def test_a_bad_tracing_field_is_named(tracing: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, {**V1, "tracing": tracing}, environ={})
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, Tracing()),
+        (
+            {"GRADEPROXY_TRACING_ENABLED": "true", "GRADEPROXY_TRACING_SAMPLE_RATIO": "0.25"},
+            Tracing(enabled=True, sample_ratio=0.25),  # the default is 0.05
+        ),
+        ({"GRADEPROXY_TRACING_EVALUATION_EVENTS": "LOG"}, Tracing(evaluation_events="log")),
+    ],
+    ids=["off-by-default", "variables", "closed-set-ignores-case"],
+)
+def test_tracing_is_off_by_default_and_set_like_any_section(
+    environ: dict[str, str], expected: Tracing
+) -> None:
+    assert load_config(None, V1, environ=environ).tracing == expected
+
+
+OURS = {
+    "gen_ai.operation.name": gen_ai.GEN_AI_OPERATION_NAME,
+    "gen_ai.provider.name": gen_ai.GEN_AI_PROVIDER_NAME,
+    "gen_ai.request.model": gen_ai.GEN_AI_REQUEST_MODEL,
+    "gen_ai.request.temperature": gen_ai.GEN_AI_REQUEST_TEMPERATURE,
+    "gen_ai.request.top_p": gen_ai.GEN_AI_REQUEST_TOP_P,
+    "gen_ai.request.max_tokens": gen_ai.GEN_AI_REQUEST_MAX_TOKENS,
+    "gen_ai.request.frequency_penalty": gen_ai.GEN_AI_REQUEST_FREQUENCY_PENALTY,
+    "gen_ai.request.presence_penalty": gen_ai.GEN_AI_REQUEST_PRESENCE_PENALTY,
+    "gen_ai.request.seed": gen_ai.GEN_AI_REQUEST_SEED,
+    "gen_ai.request.choice.count": gen_ai.GEN_AI_REQUEST_CHOICE_COUNT,
+    "gen_ai.request.stop_sequences": gen_ai.GEN_AI_REQUEST_STOP_SEQUENCES,
+    "gen_ai.response.model": gen_ai.GEN_AI_RESPONSE_MODEL,
+    "gen_ai.response.id": gen_ai.GEN_AI_RESPONSE_ID,
+    "gen_ai.response.finish_reasons": gen_ai.GEN_AI_RESPONSE_FINISH_REASONS,
+    "gen_ai.usage.input_tokens": gen_ai.GEN_AI_USAGE_INPUT_TOKENS,
+    "gen_ai.usage.output_tokens": gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS,
+    "gen_ai.input.messages": gen_ai.GEN_AI_INPUT_MESSAGES,
+    "gen_ai.output.messages": gen_ai.GEN_AI_OUTPUT_MESSAGES,
+    "gen_ai.evaluation.name": gen_ai.GEN_AI_EVALUATION_NAME,
+    "gen_ai.evaluation.score.value": gen_ai.GEN_AI_EVALUATION_SCORE_VALUE,
+    "gen_ai.evaluation.score.label": gen_ai.GEN_AI_EVALUATION_SCORE_LABEL,
+    "gen_ai.evaluation.explanation": gen_ai.GEN_AI_EVALUATION_EXPLANATION,
+    "error.type": error_attributes.ERROR_TYPE,
+    "http.request.method": http_attributes.HTTP_REQUEST_METHOD,
+    "http.response.status_code": http_attributes.HTTP_RESPONSE_STATUS_CODE,
+    "http.route": http_attributes.HTTP_ROUTE,
+    "server.address": server_attributes.SERVER_ADDRESS,
+    "server.port": server_attributes.SERVER_PORT,
+}
+
+
+def _emitted() -> set[str]:
+    request = {
+        "model": "m",
+        "temperature": 0.1,
+        "top_p": 1,
+        "max_tokens": 5,
+        "seed": 3,
+        "n": 2,
+        "frequency_penalty": 0,
+        "presence_penalty": 0,
+        "stop": "x",
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    row = {
+        "kind": "answer",
+        "model": "m",
+        "choice": 0,
+        "finish_reason": "stop",
+        "answer": "a",
+        "checks": [{"name": "c", "passed": None, "reason_code": "judge_unavailable"}],
+    }
+    call = {"id": "r", "usage": {"prompt_tokens": 1, "completion_tokens": 2}}
+    names = set(semconv.request_attributes(request, "openai"))
+    names |= set(semconv.response_attributes([row], call))
+    names |= set(semconv.content_attributes(request, [row], 10))
+    for evaluation in semconv.evaluations([row], "r"):
+        names |= set(evaluation)
+    return {n for n in names if not n.startswith("gradeproxy.")}
+
+
+@pytest.mark.parametrize("name", sorted(_emitted()))
+def test_every_emitted_name_is_the_conventions_own(name: str) -> None:
+    assert OURS[name] == name
+
+
+@pytest.mark.parametrize(
+    ("trace_id", "ratio", "sampled"),
+    [
+        (0x0000000000000000_0000000000000001, 0.5, True),
+        (0xFFFFFFFFFFFFFFFF_7FFFFFFFFFFFFFFF, 0.5, True),  # only the low 64 bits count
+        (0x0000000000000000_8000000000000000, 0.5, False),
+        (0x0000000000000000_0000000000000001, 0.0, False),
+        (0x0000000000000000_FFFFFFFFFFFFFFFF, 1.0, True),
+    ],
+)
+def test_a_started_trace_is_kept_by_the_low_bits_of_its_id(
+    trace_id: int, ratio: float, sampled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = iter([trace_id.to_bytes(16, "big"), b"\x01" * 8, b"\x02" * 8])
+    monkeypatch.setattr("proxy.telemetry.record.os.urandom", lambda n: next(ids))
+    record = begin(None, ratio)
+    assert record.trace_id == trace_id
+    assert record.sampled is sampled
+    assert record.traceparent.endswith("-01" if sampled else "-00")
+
+
+@pytest.mark.parametrize(
+    ("rows", "count"),
+    [
+        (None, 0),
+        ([{"checks": [{}, {}]}, {"checks": [{}]}], 3),
+        ([{"kind": "episode", "columns": [{}, {}, {}, {}]}], 4),
+    ],
+)
+def test_the_results_a_dropped_request_would_have_made_are_counted(
+    rows: list[dict[str, Any]] | None, count: int
+) -> None:
+    assert evaluation_count(rows) == count
+
+
+WITHOUT_OTEL = """
+import importlib.abc, sys
+
+class NoOtel(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(name)
+        return None
+
+sys.meta_path.insert(0, NoOtel())
+from proxy.app import make_app
+from proxy.config import ConfigError, load_config
+
+make_app(load_config(None, {"upstream": {"url": "http://127.0.0.1:9/v1"}}, environ={}))
+try:
+    load_config(None, {"upstream": {"url": "http://127.0.0.1:9/v1"},
+                       "tracing": {"enabled": True}}, environ={})
+except ConfigError as exc:
+    print(exc)
+"""
+
+
+def test_without_the_otel_extra_the_proxy_runs_and_tracing_says_what_is_missing() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_OTEL], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == (
+        "tracing.enabled: needs the otel extra: pip install 'gradeproxy[otel]'"
+    )
