@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from grader import CheckDefinition, Task, engine, grade, load_tasks, parse_task
+from grader import CheckDefinition, Task, built, grade, load_tasks, parse_task
 from grader._json import dumps
 from grader.checks import columns_of
 from grader.checks._base import BaseCheck
@@ -70,14 +70,14 @@ def test_the_engine_builds_what_the_definitions_say(task: Task) -> None:
 @pytest.mark.parametrize("task", GRADED, ids=lambda t: t.id)
 def test_a_loaded_task_is_never_built_again(task: Task, monkeypatch: pytest.MonkeyPatch) -> None:
     """The loader hands the checks it built to validate the task to the engine's cache."""
-    monkeypatch.setattr("grader.engine._BUILT", {})  # this process has built nothing yet
+    monkeypatch.setattr("grader.built._BUILT", {})  # this process has built nothing yet
     loaded = parse_task(dict(task.raw), task.source)
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a check was built on the grading path")
 
-    monkeypatch.setattr("grader.engine.build_check", refuse)
-    monkeypatch.setattr("grader.engine.default_check", refuse)
+    monkeypatch.setattr("grader.built.build_check", refuse)
+    monkeypatch.setattr("grader.built.default_check", refuse)
     first = checks_of(loaded)
     assert checks_of(loaded) is first
     call = loaded.expected_call
@@ -141,14 +141,14 @@ def test_a_bad_definition_is_refused_at_load_not_at_grading() -> None:
 def test_the_cache_is_bounded_and_an_evicted_task_is_built_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("grader.engine._BUILT", {})
-    monkeypatch.setattr("grader.engine._BUILT_MAX", 2)
+    monkeypatch.setattr("grader.built._BUILT", {})
+    monkeypatch.setattr("grader.built._BUILT_MAX", 2)
     references = ("BILLING", "SALES", "SUPPORT")
     tasks = [
         parse_task({"id": r, "expected": CALL, "checks": [{**QUEUE, "reference": r}]})
         for r in references
     ]
-    assert list(engine._BUILT) == [t.checks_digest for t in tasks[1:]]  # the oldest went out
+    assert list(built._BUILT) == [t.checks_digest for t in tasks[1:]]  # the oldest went out
     right = answer("route_ticket", {"queue": "BILLING"})
     assert [grade(t, right).result for t in tasks] == ["pass", "fail", "fail"]
     assert [c.digest for c in checks_of(tasks[0])] == [d.digest for d in tasks[0].checks]
