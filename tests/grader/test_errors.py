@@ -3,9 +3,6 @@ keeps a builtin base its callers catch, and is drawn in ``grader/errors.py``'s d
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
 import re
 
 import pytest
@@ -13,26 +10,12 @@ import pytest
 import grader
 import grader.errors
 from grader.errors import GraderError
+from tests.support.exceptions import defined_exceptions
 
-
-def defined_exceptions() -> dict[str, type[BaseException]]:
-    found: dict[str, type[BaseException]] = {}
-    for module_info in pkgutil.walk_packages(grader.__path__, "grader."):
-        if module_info.name in {"grader.cli.mcp", "grader.cli.__main__"}:
-            continue  # the mcp SDK is optional, __main__ runs the CLI; neither defines one
-        module = importlib.import_module(module_info.name)
-        for name, value in vars(module).items():
-            if (
-                inspect.isclass(value)
-                and issubclass(value, BaseException)
-                and value.__module__ == module.__name__
-                and not name.startswith("_")
-            ):
-                found[name] = value
-    return found
-
-
-EXCEPTIONS = defined_exceptions()
+# the mcp SDK is optional, __main__ runs the CLI; neither defines one
+EXCEPTIONS = defined_exceptions(
+    grader, lambda name: name in {"grader.cli.mcp", "grader.cli.__main__"}
+)
 
 
 @pytest.mark.parametrize("name", sorted(EXCEPTIONS))

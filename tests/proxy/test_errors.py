@@ -3,9 +3,6 @@ drawn in ``proxy/errors.py``'s docstring, and reaches a client through ``render`
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
 import re
 
 import orjson
@@ -24,26 +21,10 @@ from proxy.errors import (
     render,
 )
 from proxy.pipeline.record.results import ResultsWriteError
+from tests.support.exceptions import defined_exceptions
 
-
-def defined_exceptions() -> dict[str, type[BaseException]]:
-    found: dict[str, type[BaseException]] = {}
-    for module_info in pkgutil.walk_packages(proxy.__path__, "proxy."):
-        if module_info.name.startswith("proxy.demo"):
-            continue  # the demo backend plays the upstream: its errors are a model server's
-        module = importlib.import_module(module_info.name)
-        for name, value in vars(module).items():
-            if (
-                inspect.isclass(value)
-                and issubclass(value, BaseException)
-                and value.__module__ == module.__name__
-                and not name.startswith("_")
-            ):
-                found[name] = value
-    return found
-
-
-EXCEPTIONS = defined_exceptions()
+# the demo backend plays the upstream: its errors are a model server's
+EXCEPTIONS = defined_exceptions(proxy, lambda name: name.startswith("proxy.demo"))
 
 
 @pytest.mark.parametrize("name", sorted(EXCEPTIONS))
