@@ -19,6 +19,7 @@ fails: values are never altered before they are logged.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import sys
@@ -131,9 +132,14 @@ def _timestamp() -> str:
 
 class RequestLog:
     """``info`` for the canonical request line: orjson straight to stdout (see the module's
-    docstring), structlog's own logger wherever the fast path cannot be the same line."""
+    docstring), structlog's own logger wherever the fast path cannot be the same line.
 
-    __slots__ = ("_enabled", "_fallback", "_out", "_processors", "_renderer")
+    On the event loop the buffer is flushed once per loop iteration (a ``call_soon``), not
+    once per line: the lines of the requests that ended in one iteration leave in one write,
+    before any client can read a response that iteration sent. Off the loop every line is
+    flushed at once. Interpreter exit flushes what an interrupted loop left."""
+
+    __slots__ = ("_enabled", "_fallback", "_flushing", "_out", "_processors", "_renderer")
 
     def __init__(self, name: str) -> None:
         self._fallback = get_logger(name)
@@ -141,14 +147,20 @@ class RequestLog:
         self._enabled = True
         self._processors: list[Any] = []
         self._renderer: Any = None
+        # The loop a flush is scheduled on (one that stopped before running it is not this one).
+        self._flushing: asyncio.AbstractEventLoop | None = None
 
     def configure(self, out: IO[bytes] | None, enabled: bool, processors: list[Any]) -> None:
         """Called by :func:`configure_logging`: ``out`` None means render through structlog.
         ``processors`` is structlog's own list, which it edits in place (capture_logs)."""
-        self._out, self._enabled = out, enabled
+        self._out, self._enabled, self._flushing = out, enabled, None
         self._processors, self._renderer = processors, processors[-1]
 
     def info(self, event: str, **fields: Any) -> None:
+        self.write(event, fields)
+
+    def write(self, event: str, fields: dict[str, Any]) -> None:
+        """``info`` for a dict built by the caller (which it takes over): one dict, not two."""
         out = self._out
         # structlog's chain was changed since (structlog.testing.capture_logs): it decides.
         if out is None or self._processors[-1] is not self._renderer:
@@ -161,6 +173,17 @@ class RequestLog:
         fields["level"] = "info"
         fields["timestamp"] = _timestamp()
         out.write(_dumps(fields) + b"\n")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop: nothing would flush it later
+            out.flush()
+            return
+        if self._flushing is not loop:
+            self._flushing = loop
+            loop.call_soon(self._flush, out)
+
+    def _flush(self, out: IO[bytes]) -> None:
+        self._flushing = None
         out.flush()
 
 

@@ -3,8 +3,12 @@ the same keys in the same order, the same values, escaped the same way, at the s
 
 from __future__ import annotations
 
+import asyncio
+import io
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -100,3 +104,51 @@ def test_fast_line_carries_the_bound_contextvars_as_the_chain_does(
     fast, chain = (orjson.loads(line) for line in capfdbinary.readouterr().out.splitlines())
     assert list(fast) == list(chain)
     assert {key: fast[key] for key in bound} == bound
+
+
+def _line_off_the_loop() -> None:
+    request_log.info("request", status=200)
+
+
+def _line_on_a_loop_then_one_iteration() -> None:
+    async def main() -> None:
+        request_log.info("request", status=200)
+        await asyncio.sleep(0)  # the iteration that runs the scheduled flush
+
+    asyncio.run(main())
+
+
+def _line_after_a_loop_that_stopped_before_its_flush() -> None:
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.call_soon(lambda: request_log.info("request", status=199))  # schedules a flush...
+    loop.call_soon(loop.stop)  # ...that this loop never runs
+    loop.run_forever()
+    loop.close()
+    _line_on_a_loop_then_one_iteration()  # a new loop still flushes (both lines)
+
+
+@pytest.mark.parametrize(
+    ("write", "lines"),
+    [
+        pytest.param(_line_off_the_loop, 1, id="off_the_loop_at_once"),
+        pytest.param(_line_on_a_loop_then_one_iteration, 1, id="on_the_loop_next_iteration"),
+        pytest.param(
+            _line_after_a_loop_that_stopped_before_its_flush, 2, id="a_stopped_loop_blocks_none"
+        ),
+    ],
+)
+def test_request_lines_reach_stdout_without_waiting_for_more(
+    tmp_path: Path, write: Callable[[], None], lines: int
+) -> None:
+    """Lines are flushed once per loop iteration, never left in the buffer for later lines."""
+    configure_logging("info", "json", cache=False)
+    stdout = tmp_path / "stdout"
+    with io.BufferedWriter(io.FileIO(stdout, "w")) as buffered:  # as sys.stdout.buffer is
+        request_log.configure(buffered, True, structlog.get_config()["processors"])
+        try:
+            write()
+            flushed = stdout.read_bytes()  # the file: only what was flushed
+        finally:
+            configure_logging("info", "json", cache=False)
+    assert flushed.count(b'"event":"request"') == lines
