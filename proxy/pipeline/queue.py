@@ -41,8 +41,8 @@ from proxy.pipeline.record.recording import (
     Recorder,
     Recording,
     RecordOptions,
+    WriterThread,
     grade_and_reduce,
-    recording,
 )
 from proxy.pipeline.record.results import ResultWriter
 from proxy.shadow.pairs import PairTracker
@@ -112,15 +112,13 @@ class GradeQueue:
         self._workers_wanted = workers
         self._workers: list[asyncio.Task[None]] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradeproxy-grade")
-        # Rows are serialised and appended in a thread of their own, in submission order: a
-        # response with thousands of choices must not stall the loop, nor a slow disk.
-        self._writer_executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="gradeproxy-write"
-        )
         self.max_answer_chars = max_answer_chars
         self.batch_max = max(batch_max, 1)
         self.options = RecordOptions(capture_answer, failures.size if failures is not None else 0)
         self.recorder = Recorder(metrics, writer, failures)
+        # Rows are reduced, counted and appended in a thread of their own, in submission
+        # order: a response with thousands of choices must not stall the loop, nor a slow disk.
+        self.writes = WriterThread(self.recorder, self.options)
         self.process: GradingProcess | None = None
         if isolation == "process":
             self.process = GradingProcess(
@@ -227,7 +225,7 @@ class GradeQueue:
                 left = None
             await self.process.stop(left)
         self._executor.shutdown(wait=True)
-        self._writer_executor.shutdown(wait=True)
+        self.writes.close()
 
     async def _work(self) -> None:
         while True:
@@ -344,24 +342,10 @@ class GradeQueue:
         """Count and write a job's rows (and settle its pair, when it is a shadowed leg).
 
         Rows come reduced from where they were graded (``done``); rows graded inline, or
-        finished here by a judge, are reduced in the writer thread first. Reducing, counting
-        and appending run in that thread, in submission order; the pair tracker and the
-        exporter's hand-over run here, on the loop, which owns them.
+        finished here by a judge, are reduced in the writer thread first. The pair tracker and
+        the exporter's hand-over run here, on the loop, which owns them.
         """
-        loop = asyncio.get_running_loop()
-        if done is None:
-            done = await loop.run_in_executor(
-                self._writer_executor,
-                recording,
-                job.task,
-                rows,
-                job.finished_at,
-                self.options,
-                job.span is not None,
-            )
-        self._report(job, done)
-        failed = await loop.run_in_executor(
-            self._writer_executor, self.recorder.record, job.task.id, job.variant, done
-        )
+        done, failed = await self.writes.record(job, done, rows)
         if failed is not None:
             _log_quietly("results_write_failed", request_id=job.request_id, error=str(failed))
+        self._report(job, done)

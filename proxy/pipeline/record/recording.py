@@ -17,8 +17,10 @@ function (:func:`recording`): one row schema, one way to count it, wherever grad
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -170,3 +172,75 @@ class Recorder:
         self.rows_written += done.rows
         metrics.grade_latency.observe(done.latency_s)
         return None
+
+
+# What the writer thread made of one job, or what it raised.
+Written = tuple[Recording, ResultsWriteError | None] | Exception
+
+
+class WriterThread:
+    """The one thread that reduces, counts and appends rows, in submission order.
+
+    Jobs recorded in the same turn of the event loop are handed to it at once: on a busy proxy
+    a batch of graded responses costs one wake-up of the thread, not one each.
+    """
+
+    def __init__(self, recorder: Recorder, options: RecordOptions) -> None:
+        self.recorder = recorder
+        self.options = options
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradeproxy-write")
+        self._waiting: list[
+            tuple[GradeJob, Recording | None, list[dict[str, Any]], asyncio.Future[Written]]
+        ] = []
+
+    async def record(
+        self, job: GradeJob, done: Recording | None, rows: list[dict[str, Any]]
+    ) -> tuple[Recording, ResultsWriteError | None]:
+        """Reduce ``rows`` (unless ``done`` already is), count and append them; raises what
+        reducing or counting raised (a bug), and returns a failed append for the caller."""
+        loop = asyncio.get_running_loop()
+        written: asyncio.Future[Written] = loop.create_future()
+        self._waiting.append((job, done, rows, written))
+        if len(self._waiting) == 1:
+            loop.call_soon(self._hand_over)
+        outcome = await written
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def _hand_over(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        loop = asyncio.get_running_loop()
+        handed = loop.run_in_executor(self._executor, self._write_all, waiting)
+
+        def settle(handed: asyncio.Future[list[Written]]) -> None:
+            if handed.cancelled() or handed.exception() is not None:  # the executor is gone
+                gone: list[Written] = [RuntimeError("the writer thread is gone")]
+                outcomes = gone * len(waiting)
+            else:
+                outcomes = handed.result()
+            for (*_, written), outcome in zip(waiting, outcomes, strict=True):
+                if not written.done():
+                    written.set_result(outcome)
+
+        handed.add_done_callback(settle)
+
+    def _write_all(
+        self,
+        waiting: list[tuple[GradeJob, Recording | None, list[dict[str, Any]], Any]],
+    ) -> list[Written]:
+        """The thread's part, one job at a time: a job that raises fails alone."""
+        outcomes: list[Written] = []
+        for job, done, rows, _ in waiting:
+            try:
+                if done is None:
+                    keep = job.span is not None
+                    done = recording(job.task, rows, job.finished_at, self.options, keep)
+                outcomes.append((done, self.recorder.record(job.task.id, job.variant, done)))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def close(self) -> None:
+        """Wait for what was handed over, then end the thread."""
+        self._executor.shutdown(wait=True)

@@ -8,6 +8,7 @@ tracker's verdicts) with what the rows say directly.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,11 @@ from prometheus_client import generate_latest
 
 from grader import parse_task
 from grader._json import dumps, loads_exact
+from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.record import results
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
-from proxy.pipeline.record.recording import Recorder, RecordOptions, recording
+from proxy.pipeline.record.recording import Recorder, RecordOptions, WriterThread, recording
 from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
 from tests.support.metrics import metric_value
 
@@ -219,3 +221,45 @@ def test_a_write_cut_in_a_later_piece_leaves_no_row_of_the_batch(
     monkeypatch.setattr(os, "write", real_write)
     writer.close()
     assert [loads_exact(line.decode())["n"] for line in path.read_bytes().splitlines()] == [0]
+
+
+def job_of(request_id: str, task: Any = TASK) -> GradeJob:
+    return GradeJob(
+        request_id=request_id,
+        task=task,
+        tasks_digest="d",
+        upstream="u",
+        stream=False,
+        request_body=b"{}",
+        response=[b"{}"],
+        finished_at=time.perf_counter(),
+    )
+
+
+async def test_jobs_recorded_in_one_turn_reach_the_writer_thread_together_and_fail_alone(
+    tmp_path: Path,
+) -> None:
+    metrics = ProxyMetrics()
+    writer = ResultWriter(tmp_path / "grades.jsonl", 1 << 30, 0)
+    writes = WriterThread(Recorder(metrics, writer, None), RecordOptions())
+    handed: list[int] = []
+    real = writes._write_all
+
+    def counted(waiting: list[Any]) -> list[Any]:
+        handed.append(len(waiting))
+        return real(waiting)
+
+    writes._write_all = counted  # type: ignore[method-assign]
+    broken = [{"result": "pass"}]  # no `checks`, no `timings`: reducing it raises
+    outcomes = await asyncio.gather(
+        writes.record(job_of("a"), None, [row(0, "pass", column("call", True))]),
+        writes.record(job_of("b"), None, broken),
+        writes.record(job_of("c"), None, [row(1, "fail", column("call", False))]),
+        return_exceptions=True,
+    )
+    writes.close()
+    writer.close()
+    assert handed == [3]  # one hand-over for the three
+    assert isinstance(outcomes[1], KeyError)
+    lines = (tmp_path / "grades.jsonl").read_bytes().splitlines()
+    assert [loads_exact(line.decode())["choice"] for line in lines] == [0, 1]  # in order
