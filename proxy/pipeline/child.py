@@ -39,6 +39,7 @@ import pickle
 import signal
 import struct
 from collections import OrderedDict
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -60,25 +61,31 @@ TaskRef = tuple[str, str, str] | tuple[str, Task]
 Piece = bytes | memoryview
 
 
-def frame(parts: list[bytes]) -> list[Piece]:
-    """``parts`` as one frame (a length, then the bytes), in pieces of about SLICE_BYTES: a
-    stream's many small chunks joined a slice at a time, a large part cut without a copy."""
+def frames(bodies: Sequence[list[bytes]]) -> list[Piece]:
+    """Frames (each a length, then its parts' bytes) as pieces of about SLICE_BYTES to write:
+    small parts joined, across frames, a slice at a time (a batch of small jobs is one write);
+    a large part cut into slices without a copy."""
     pieces: list[Piece] = []
-    run: list[bytes] = [HEADER.pack(sum(len(part) for part in parts))]
+    run: list[bytes] = []
     size = 0
-    for part in parts:
-        if len(part) < SLICE_BYTES:
+    for parts in bodies:
+        for part in (HEADER.pack(sum(len(part) for part in parts)), *parts):
+            if not part:
+                continue
+            if len(part) >= SLICE_BYTES:
+                if run:
+                    pieces.append(b"".join(run))
+                    run, size = [], 0
+                view = memoryview(part)
+                pieces.extend(
+                    view[start : start + SLICE_BYTES] for start in range(0, len(part), SLICE_BYTES)
+                )
+                continue
             run.append(part)
             size += len(part)
-            if size < SLICE_BYTES:
-                continue
-        pieces.append(b"".join(run))
-        run, size = [], 0
-        if len(part) >= SLICE_BYTES:
-            view = memoryview(part)
-            pieces.extend(
-                view[start : start + SLICE_BYTES] for start in range(0, len(part), SLICE_BYTES)
-            )
+            if size >= SLICE_BYTES:
+                pieces.append(b"".join(run))
+                run, size = [], 0
     if run:
         pieces.append(b"".join(run))
     return pieces
@@ -132,13 +139,14 @@ def _answer(conn: Connection, seq: int, message: tuple[Any, ...]) -> None:
 
 def _grade(conn: Connection, seq: int, outcome: Outcome) -> None:
     """Send a job's outcome in pieces no one message of which is long to unpickle: a reduced
-    job's JSONL pieces first; else its rows, all but the last piece first, so the last row (an
-    episode's, which ``graded.episode`` shares) travels in the pickle that refers to it."""
+    job's JSONL pieces but the last first; else its rows, all but the last piece first, so the
+    last row (an episode's, which ``graded.episode`` shares) travels in the pickle that refers
+    to it."""
     graded, done = outcome
-    if done is not None:
-        for piece in done.lines:
+    if done is not None:  # the last piece (for most jobs the only one) goes with the outcome
+        for piece in done.lines[:-1]:
             _answer(conn, seq, ("lines", seq, piece))
-        done.lines = []
+        done.lines = done.lines[-1:]
     rows = graded.rows
     cut = max(len(rows) - ROWS_PER_MESSAGE, 0)
     for start in range(0, cut, ROWS_PER_MESSAGE):

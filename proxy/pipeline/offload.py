@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import pickle
 import socket
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,13 +37,14 @@ from grader.tasks import TaskSet
 from proxy.errors import ProxyError
 from proxy.logs import get_logger
 from proxy.pipeline import child
-from proxy.pipeline.child import HEADER, PICKLE, SLICE_BYTES, Piece, TaskRef, frame, job_wire, keep
+from proxy.pipeline.child import HEADER, PICKLE, SLICE_BYTES, Piece, TaskRef, frames, job_wire, keep
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.record.recording import Outcome, RecordOptions
 
 log = get_logger("gradeproxy.grading")
 
 RESTART_BACKOFF_S = (0.05, 0.2, 1.0, 5.0)
+YIELD_S = 0.0005  # the longest the pipe's reader keeps the loop while messages wait
 
 
 class GradingProcessDiedError(ProxyError, RuntimeError):
@@ -151,6 +153,7 @@ class GradingProcess:
     async def _read(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, attempt: int
     ) -> None:
+        turn = time.perf_counter()
         try:
             while True:
                 size = HEADER.unpack(await reader.readexactly(HEADER.size))[0]
@@ -160,9 +163,11 @@ class GradingProcess:
                     attempt = 0
                 else:
                     self._answer(message)
-                # readexactly does not yield while the buffer holds the next message: yield, so
-                # a 10,000-row answer is unpickled between other requests, never all at once.
-                await asyncio.sleep(0)
+                # readexactly does not yield while the buffer holds the next message: yield
+                # every YIELD_S, so a 10,000-row answer is read between other requests.
+                if time.perf_counter() - turn > YIELD_S:
+                    await asyncio.sleep(0)
+                    turn = time.perf_counter()
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass  # the child is gone
         finally:
@@ -176,7 +181,7 @@ class GradingProcess:
         self._child_sets.clear()
         if self._tasks_blob is not None:
             digest, blob = self._tasks_blob
-            self._emit(frame([blob]))
+            self._emit(frames([[blob]]))
             keep(self._child_sets, digest, None)
         self._flush()
 
@@ -254,7 +259,7 @@ class GradingProcess:
             return
         self._tasks_blob = (tasks.digest, blob)
         if self._writer is not None:  # else the next child's "ready" sends it
-            self._emit(frame([blob]))
+            self._emit(frames([[blob]]))
             keep(self._child_sets, tasks.digest, None)
 
     def holds(self, digest: str) -> bool:
@@ -304,10 +309,7 @@ class GradingProcess:
 
     def _write(self, message: tuple[Any, ...], bodies: Sequence[list[bytes]] = ()) -> None:
         """One message, then the bodies that follow it, each a frame."""
-        pieces = frame([pickle.dumps(message, PICKLE)])
-        for body in bodies:
-            pieces.extend(frame(body))
-        self._emit(pieces)
+        self._emit(frames([[pickle.dumps(message, PICKLE)], *bodies]))
 
     def _emit(self, pieces: list[Piece]) -> None:
         """Write now when nothing waits and it is small; else behind what waits, by the pump."""

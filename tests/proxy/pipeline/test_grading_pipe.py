@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from grader._json import dumps
 from proxy.pipeline import child
-from proxy.pipeline.child import HEADER, frame
+from proxy.pipeline.child import HEADER, frames
 from proxy.pipeline.offload import GradingProcess
 from proxy.state import QUEUE
 from tests.support.backend import Reply, ScriptedBackend, wire
@@ -34,19 +34,26 @@ TAGGED = {"X-Grade-Task": "weather.single"}
 CALL = wire("openai_single_tool.json")
 
 
-@given(parts=st.lists(st.binary(max_size=40), max_size=30), cut=st.integers(1, 32))
-def test_a_frame_is_its_parts_behind_their_length_in_bounded_pieces(
-    parts: list[bytes], cut: int
+BODIES = st.lists(st.lists(st.binary(max_size=40), max_size=12), min_size=1, max_size=5)
+
+
+@given(bodies=BODIES, cut=st.integers(1, 32))
+def test_frames_are_their_parts_behind_their_lengths_in_bounded_pieces(
+    bodies: list[list[bytes]], cut: int
 ) -> None:
     old = child.SLICE_BYTES
     child.SLICE_BYTES = cut
     try:
-        pieces = frame(parts)
+        pieces = frames(bodies)
     finally:
         child.SLICE_BYTES = old
     data = b"".join(bytes(piece) for piece in pieces)
-    assert data == HEADER.pack(sum(map(len, parts))) + b"".join(parts)
-    assert all(len(piece) < 2 * cut + HEADER.size for piece in pieces)
+    assert data == b"".join(HEADER.pack(sum(map(len, b))) + b"".join(b) for b in bodies)
+    assert all(0 < len(piece) < 2 * max(cut, HEADER.size) for piece in pieces)
+
+
+def test_a_batch_of_small_jobs_is_one_write() -> None:
+    assert len(frames([[b"message"], [CALL], [CALL, CALL]])) == 1
 
 
 def choices(count: int) -> bytes:
