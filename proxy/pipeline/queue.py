@@ -128,6 +128,7 @@ class GradeQueue:
                 batch_max=self.batch_max,
                 on_restart=metrics.process_restarts.inc,
             )
+        self.heavy_in_thread = 0  # heavy calls run in a thread (no process, or unpicklable)
         self.stuck_after_s = stuck_after_s
         self._stopping = False
         self._last_taken = time.monotonic()
@@ -261,6 +262,7 @@ class GradeQueue:
         if self.process is not None:
             with contextlib.suppress(NotPicklableError):  # e.g. a check holding a validator
                 return await self.process.call(function, *args)
+        self.heavy_in_thread += 1
         return await asyncio.to_thread(function, *args)
 
     @property
