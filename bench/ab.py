@@ -8,8 +8,9 @@ for graded runs, read once the grade queue is empty): on one core, throughput is
 and it is far steadier than req/s when other processes share the machine.
 
 With ``--floor`` the bare aiohttp relay (bench/_servers.py's pass-through) runs on the same
-core too and is measured in the forwarded rounds, so the distance left to the floor (µs of CPU
-per request above it) comes from the same run.
+core too and is measured in the forwarded rounds (with ``--together``, loaded at the same
+instants as both versions), so the distance left to the floor (µs of CPU per request above it)
+comes from the same run.
 
 Run: ``python bench/ab.py [--base main] [--rounds 5] [--seconds 3] [--conns 16] [--floor]``.
 """
@@ -134,13 +135,13 @@ def main() -> int:
         for number in range(args.rounds):
             order = list(subjects.items())[:: 1 if number % 2 == 0 else -1]  # no order bias
             for mode, script in scripts.items():
-                if floor is not None and mode == "forwarded":
-                    got.setdefault((mode, "floor"), []).append(measure(*floor, script, mode, args))
-                if args.together:
-                    runs = together(order, script, mode, args)
+                bare = [("floor", floor)] if floor is not None and mode == "forwarded" else []
+                if args.together:  # the floor too: all of them share the core's instants
+                    runs = together(order + bare, script, mode, args)
                 else:
                     runs = {
-                        name: measure(port, pid, script, mode, args) for name, (port, pid) in order
+                        name: measure(port, pid, script, mode, args)
+                        for name, (port, pid) in order + bare
                     }
                 for name, result in runs.items():
                     got.setdefault((mode, name), []).append(result)
