@@ -110,38 +110,34 @@ def _line_off_the_loop() -> None:
     request_log.info("request", status=200)
 
 
-def _line_on_a_loop_then_one_iteration() -> None:
-    async def main() -> None:
-        request_log.info("request", status=200)
-        await asyncio.sleep(0)  # the iteration that runs the scheduled flush
-
-    asyncio.run(main())
-
-
-def _line_after_a_loop_that_stopped_before_its_flush() -> None:
+def _line_on_a_loop_that_then_stops() -> None:
     loop = asyncio.new_event_loop()
-    loop.run_until_complete(asyncio.sleep(0))
-    loop.call_soon(lambda: request_log.info("request", status=199))  # schedules a flush...
-    loop.call_soon(loop.stop)  # ...that this loop never runs
+    loop.call_soon(lambda: request_log.write("request", {"status": 200}))
+    loop.call_soon(loop.stop)  # no later iteration: the line must already be out
     loop.run_forever()
     loop.close()
-    _line_on_a_loop_then_one_iteration()  # a new loop still flushes (both lines)
+
+
+def _two_lines_one_iteration() -> None:
+    async def main() -> None:
+        request_log.info("request", status=200)
+        request_log.write("request", {"status": 502})
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize(
     ("write", "lines"),
     [
-        pytest.param(_line_off_the_loop, 1, id="off_the_loop_at_once"),
-        pytest.param(_line_on_a_loop_then_one_iteration, 1, id="on_the_loop_next_iteration"),
-        pytest.param(
-            _line_after_a_loop_that_stopped_before_its_flush, 2, id="a_stopped_loop_blocks_none"
-        ),
+        pytest.param(_line_off_the_loop, 1, id="off_the_loop"),
+        pytest.param(_line_on_a_loop_that_then_stops, 1, id="on_a_loop_that_stops"),
+        pytest.param(_two_lines_one_iteration, 2, id="two_lines_in_one_iteration"),
     ],
 )
-def test_request_lines_reach_stdout_without_waiting_for_more(
+def test_request_lines_reach_stdout_as_they_are_written(
     tmp_path: Path, write: Callable[[], None], lines: int
 ) -> None:
-    """Lines are flushed once per loop iteration, never left in the buffer for later lines."""
+    """Each line is flushed when written: none waits in the buffer for a later one."""
     configure_logging("info", "json", cache=False)
     stdout = tmp_path / "stdout"
     with io.BufferedWriter(io.FileIO(stdout, "w")) as buffered:  # as sys.stdout.buffer is
