@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/*-venv.sh: a pinned package in a cached virtual environment of its own.
 #
 #   cached_venv NAME REQUIREMENT EXECUTABLE
