@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -71,22 +70,22 @@ def recording(
     ``perf_counter`` is ``CLOCK_MONOTONIC``, one clock for every process on the machine.
     """
     latency = time.perf_counter() - finished_at
-    checks: Counter[tuple[str, str]] = Counter()
-    grades: Counter[tuple[str | None, str]] = Counter()
-    errors = seen = 0
+    checks: dict[tuple[str, str], int] = {}
+    grades: dict[tuple[str | None, str], int] = {}
+    errors = 0
     episodes: list[dict[str, Any]] = []
-    failures: list[dict[str, Any]] = []
+    failing: list[dict[str, Any]] = []
     verdicts: dict[int, str] = {}
+    stamped: dict[int, dict[str, Any]] = {}  # a job's rows share one timings dict: copy it once
     for row in rows:
-        row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
+        timings = row["timings"]
+        copy = stamped.get(id(timings))
+        if copy is None:
+            copy = stamped[id(timings)] = {**timings, "grade_latency_s": round(latency, 6)}
+        row["timings"] = copy
         result = row["result"]
-        if result in ("fail", "stale"):
-            seen += 1
-            entry = failure_entry(task, row, options.capture_answer)
-            if entry is not None and options.failures_kept:
-                failures.append(entry)
-                if len(failures) > 2 * options.failures_kept:  # bounded while it is built
-                    del failures[: -options.failures_kept]
+        if result == "fail" or result == "stale":
+            failing.append(row)
         if row.get("kind") == "episode":  # its columns are episode metrics, not checks
             episodes.append(row)
             continue
@@ -94,12 +93,17 @@ def recording(
             if column.get("advisory"):  # out of every pass rate, the metrics' too
                 continue
             passed = column["passed"]
-            checks[column["name"], "error" if passed is None else "pass" if passed else "fail"] += 1
+            key = (column["name"], "error" if passed is None else "pass" if passed else "fail")
+            checks[key] = checks.get(key, 0) + 1
         if result == "error":
             errors += 1
             continue
-        grades[row["model"], result] += 1
+        grade = (row["model"], result)
+        grades[grade] = grades.get(grade, 0) + 1
         verdicts[row["choice"]] = result
+    # Only the newest `failures_kept` can stay in the ring: the others' entries are not built.
+    kept = failing[-options.failures_kept :] if options.failures_kept else []
+    failures = [e for row in kept if (e := failure_entry(task, row, options.capture_answer))]
     return Recording(
         lines=jsonl_pieces(rows),
         rows=len(rows),
@@ -108,8 +112,8 @@ def recording(
         grades=[(model, result, count) for (model, result), count in grades.items()],
         errors=errors,
         episodes=episodes,
-        failures=failures[-options.failures_kept :] if options.failures_kept else [],
-        failures_seen=seen,
+        failures=failures,
+        failures_seen=len(failing),
         verdicts=verdicts,
         kept=rows if keep_rows else None,
     )

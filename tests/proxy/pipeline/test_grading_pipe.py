@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from proxy.state import QUEUE
 from tests.support.backend import Reply, ScriptedBackend, wire
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
+from tests.support.workers import wait_until
 
 TAGGED = {"X-Grade-Task": "weather.single"}
 CALL = wire("openai_single_tool.json")
@@ -147,30 +147,22 @@ async def test_large_responses_grade_the_same_in_the_process_as_in_the_thread(
     assert thread_counts == process_counts == [rows_wanted, rows_wanted, 0]
 
 
-async def until(condition: Callable[[], bool], what: str, polls: int = 2000) -> None:
-    for _ in range(polls):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"never reached: {what}")
-
-
 async def test_a_child_killed_with_a_frame_half_written_leaves_the_next_child_a_clean_pipe(
     make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
 ) -> None:
     client = await make_proxy(grading={"inline_max_bytes": 0})
     process = client.app[QUEUE].process
     assert isinstance(process, GradingProcess)
-    await until(lambda: process.up, "the child up")
+    await wait_until(lambda: process.up, "the child up")
     first = process.pid
     assert first is not None
     os.kill(first, signal.SIGSTOP)  # it reads nothing: the big frame stays half written
     backend.replies.append(Reply(body=long_text(8_000_000)))
     response = await client.post("/v1/chat/completions", data=b"{}", headers=TAGGED)
     await response.read()
-    await until(lambda: bool(process._out), "a frame waiting behind a full pipe")
+    await wait_until(lambda: bool(process._out), "a frame waiting behind a full pipe")
     os.kill(first, signal.SIGKILL)
-    await until(lambda: process.up and process.pid != first, "a new child")
+    await wait_until(lambda: process.up and process.pid != first, "a new child")
     backend.replies.append(Reply(body=CALL))
     await client.post("/v1/chat/completions", data=b"{}", headers=TAGGED)
     rows = await rows_of(client, results_path)
