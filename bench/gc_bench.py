@@ -29,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _servers
 from aiohttp import web
 
-from proxy.app import GC_YOUNG_THRESHOLD, make_app
+from proxy.app import make_app
 from proxy.config import load_config
 from proxy.logs import configure_logging
+from proxy.pipeline.child import GC_YOUNG_THRESHOLD
 from proxy.pipeline.watchdog import WatchedRunner
 from proxy.state import WATCHDOG
 

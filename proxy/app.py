@@ -24,6 +24,7 @@ from proxy.errors import ProxyError, render
 from proxy.handler import proxy_handler
 from proxy.judge_client import AiohttpJudgeClient
 from proxy.logs import get_logger
+from proxy.pipeline.child import GC_YOUNG_THRESHOLD
 from proxy.pipeline.forward import RelayRequest
 from proxy.pipeline.guard import Guard
 from proxy.pipeline.queue import GradeQueue
@@ -64,7 +65,6 @@ GUARD = web.AppKey("guard", Guard)
 PROCESS_START_TIMEOUT_S = 30.0  # the grading process's first start (its imports) on a slow box
 # The young generation's collection threshold while serving (CPython's default is 700): see
 # :func:`_collector`.
-GC_YOUNG_THRESHOLD = 10_000
 
 
 @web.middleware

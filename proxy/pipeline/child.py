@@ -34,6 +34,7 @@ sent to the whole process group cannot lose queued jobs.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import signal
@@ -53,6 +54,9 @@ PICKLE = pickle.HIGHEST_PROTOCOL
 # The child yields the CPU to the relay: on a core both share, the event loop runs first and
 # grading takes what is left (a queue that then fills drops and counts, as it always did).
 NICENESS = 10
+# Young collections every this many net allocations, in the proxy's process while it serves
+# (proxy/app.py) and here: above what the jobs and requests in flight swing by.
+GC_YOUNG_THRESHOLD = 10_000
 
 HEADER = struct.Struct("!i")  # multiprocessing.connection's framing: a length, then the bytes
 SLICE_BYTES = 256 * 1024  # the most the parent's loop copies into the pipe's buffer in one go
@@ -184,6 +188,15 @@ def _call(conn: Connection, seq: int, blob: bytes) -> None:
     _answer(conn, seq, ("called", seq, True, result))
 
 
+def _settle_heap() -> None:
+    """Freeze what lives long (the modules, the task sets held), as the proxy's process does
+    (proxy/app.py): grading allocates thousands of objects a job, and every full collection
+    would walk the whole heap again. Unfrozen first, so an evicted task set's cycles are freed."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 def main(conn: Connection) -> None:
     """The child's loop: one message at a time, in the order the parent sent them."""
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -191,6 +204,8 @@ def main(conn: Connection) -> None:
     with contextlib.suppress(OSError):
         os.nice(NICENESS)
     sets: OrderedDict[str, TaskSet] = OrderedDict()
+    _settle_heap()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     _send(conn, ("ready", os.getpid()))
     while True:
         try:
@@ -200,6 +215,7 @@ def main(conn: Connection) -> None:
         kind = message[0]
         if kind == "tasks":
             keep(sets, message[1], message[2])
+            _settle_heap()  # the new set is long-lived; an evicted one may hold cycles
         elif kind == "grade":
             try:
                 bodies = [conn.recv_bytes() for _ in message[1]]  # they follow the batch

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from proxy.app import GC_YOUNG_THRESHOLD, make_app
+from proxy.app import make_app
+from proxy.pipeline.child import GC_YOUNG_THRESHOLD
 from tests.support.proxy import build_config
 
 

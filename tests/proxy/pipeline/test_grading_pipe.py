@@ -10,6 +10,7 @@ written leaves nothing half-read for the next one.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 from pathlib import Path
@@ -24,7 +25,7 @@ from grader._json import dumps
 from proxy.pipeline import child
 from proxy.pipeline.child import HEADER, frames
 from proxy.pipeline.offload import GradingProcess
-from proxy.state import QUEUE
+from proxy.state import QUEUE, TASKS
 from tests.support.backend import Reply, ScriptedBackend, wire
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
@@ -169,3 +170,25 @@ async def test_a_child_killed_with_a_frame_half_written_leaves_the_next_child_a_
     assert [row["result"] for row in rows] == ["pass"]  # the new child read whole frames
     text = await (await client.get("/metrics")).text()
     assert metric_value(text, "gradeproxy_grading_errors_total", kind="grader_process") == 1
+
+
+async def test_the_grading_process_keeps_its_long_lived_heap_frozen(
+    make_proxy: ProxyFactory, tasks_file: Path
+) -> None:
+    """Like the proxy's process: full collections never walk the modules and task sets again,
+    and a reload freezes the new set too."""
+    client = await make_proxy()
+    process = client.app[QUEUE].process
+    assert isinstance(process, GradingProcess)
+    await wait_until(lambda: process.up, "the child up")
+    frozen = await process.call(gc.get_freeze_count)
+    assert frozen > 10_000  # the grader's modules, at least
+    assert (await process.call(gc.get_threshold))[0] == child.GC_YOUNG_THRESHOLD
+    store = client.app[TASKS]
+    with tasks_file.open("ab") as out:
+        out.write(b'{"id":"later","expected":{"name":"f","arguments":{}}}\n')
+    assert await store.reload()
+    assert store.current is not None
+    digest = store.current.digest
+    await wait_until(lambda: process.holds(digest), "the new set in the child")
+    assert await process.call(gc.get_freeze_count) > frozen
