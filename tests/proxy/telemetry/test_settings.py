@@ -13,6 +13,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
 
 from proxy.config import ConfigError, load_config
+from proxy.pipeline.tracecontext import trace_context
 from proxy.telemetry import begin, semconv
 from proxy.telemetry.export import evaluation_count
 from proxy.telemetry.settings import Tracing
@@ -139,12 +140,51 @@ def test_every_emitted_name_is_the_conventions_own(name: str) -> None:
 def test_a_started_trace_is_kept_by_the_low_bits_of_its_id(
     trace_id: int, ratio: float, sampled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ids = iter([trace_id.to_bytes(16, "big"), b"\x01" * 8, b"\x02" * 8])
-    monkeypatch.setattr("proxy.telemetry.record.os.urandom", lambda n: next(ids))
+    drawn = trace_id.to_bytes(16, "big") + b"\x01" * 8 + b"\x02" * 8
+    monkeypatch.setattr("proxy.telemetry.record.os.urandom", lambda n: drawn[:n])
     record = begin(None, ratio)
     assert record.trace_id == trace_id
     assert record.sampled is sampled
     assert record.traceparent.endswith("-01" if sampled else "-00")
+
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "draws", "ids"),
+    [
+        # One draw: the trace id's halves, then the server and the upstream span's ids.
+        (None, [bytes(range(1, 33))], (0x1112131415161718, 0x191A1B1C1D1E1F20)),
+        # A zero id is invalid: the whole draw is taken again (a trace id's high half may be 0).
+        (None, [bytes(16) + b"\x05" * 16, b"\x03" * 32], (0x0303030303030303,) * 2),
+        (None, [bytes(8) + b"\x05" * 24], (0x0505050505050505,) * 2),
+        (None, [b"\x04" * 16 + bytes(8) + b"\x04" * 8, b"\x06" * 32], (0x0606060606060606,) * 2),
+        # A continued trace draws its two span ids only.
+        (PARENT, [b"\x07" * 8 + bytes(8), b"\x08" * 16], (0x0808080808080808,) * 2),
+        (PARENT, [b"\x09" * 8 + b"\x0a" * 8], (0x0909090909090909, 0x0A0A0A0A0A0A0A0A)),
+    ],
+)
+def test_the_ids_come_from_one_draw_and_never_zero(
+    traceparent: str | None,
+    draws: list[bytes],
+    ids: tuple[int, int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    taken = iter(draws)
+    asked: list[int] = []
+
+    def urandom(n: int) -> bytes:
+        asked.append(n)
+        return next(taken)
+
+    monkeypatch.setattr("proxy.telemetry.record.os.urandom", urandom)
+    context = trace_context({"traceparent": traceparent} if traceparent else {})
+    record = begin(context, 1.0)
+    assert (record.server_span_id, record.upstream_span_id) == ids
+    assert asked == [16 if traceparent else 32] * len(draws)
+    if traceparent:
+        assert record.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
 
 
 @pytest.mark.parametrize(
@@ -173,6 +213,7 @@ class NoOtel(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, NoOtel())
 from proxy.app import make_app
 from proxy.config import ConfigError, load_config
+from proxy.pipeline.tracecontext import trace_context
 
 make_app(load_config(None, {"upstream": {"url": "http://127.0.0.1:9/v1"}}, environ={}))
 try:
