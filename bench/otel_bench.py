@@ -310,7 +310,7 @@ def main() -> int:
     )
     try:
         got = proxy_runs(args)
-    except (StartError, FigureError, ValueError) as error:
+    except (StartError, FigureError, ValueError, OSError) as error:
         print(f"no figure: {error}", file=sys.stderr)
         return 1
     report(got, args.rounds)
