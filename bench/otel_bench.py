@@ -13,9 +13,12 @@ run gives throughput and p50/p99 latency, and the steadier figure: CPU time per 
 subject (schedstat nanoseconds of its threads and processes over the requests wrk completed),
 read once the grade queue is empty and the export queue drained, so grading and the export
 thread's building, encoding and sending are all counted. On one core, throughput is its inverse.
+Each round then loads all three at once as well (``--no-together`` skips it), as bench/ab.py's
+``--together``: sharing the core at the same instants, a neighbour's load falls on each alike,
+so their CPU ratio is the steadiest figure on a shared machine, and the verdict's.
 
 The goal (issue 20): at most 5% throughput cost with export on; a verdict line per sampling
-ratio. Any figure that cannot be produced (a subject that does not start, a wrk run with errors,
+ratio (met: the CPU ratio off/on at the most connections >= 0.95, and no span dropped). Any figure that cannot be produced (a subject that does not start, a wrk run with errors,
 a queue that does not drain) exits non-zero.
 
 Run: ``python bench/otel_bench.py [--seconds 5] [--rounds 5]`` (needs wrk and the ``otel`` extra).
@@ -24,6 +27,7 @@ Run: ``python bench/otel_bench.py [--seconds 5] [--rounds 5]`` (needs wrk and th
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import statistics
 import sys
@@ -111,6 +115,7 @@ def per_span(samples: int) -> None:
             encode_spans(spans[offset : offset + 512]).SerializeToString()
         encode_s = time.process_time() - start
         n = len(spans)
+        total_us = 1e6 * (build_s + encode_s) / n  # the last: graded, with its events
         print(
             f"  {label:<28} build {1e6 * build_s / n:6.1f} us/span   encode {1e6 * encode_s / n:6.1f} us/span"
             f"   total {1e6 * (build_s + encode_s) / n:6.1f} us/span ({2e6 * (build_s + encode_s) / n:6.1f} us/request)"
@@ -129,6 +134,19 @@ def per_span(samples: int) -> None:
     ids = time.process_time() - start
     print(
         f"  on the event loop: begin {1e6 * ids / samples:.2f} us + finish {1e6 * hot / samples:.2f} us per request"
+    )
+    start = time.process_time()
+    for _ in range(samples):  # what the handler and the grade queue do with an unsampled one
+        record = begin(None, 0.0)
+        _header = record.traceparent
+        record.ended(200, None, None, "bench.weather", None)
+        quiet.finish(record, [ROW])
+    unsampled = 1e6 * (time.process_time() - start) / samples
+    ratio = DEFAULT.sample_ratio
+    print(
+        f"  an unsampled request (begin, traceparent, ended, finish): {unsampled:.2f} us;"
+        f" at the default sample_ratio {ratio:g}: {ratio * 2 * total_us + (1 - ratio) * unsampled:.1f} us"
+        " per graded request on average (the sampled share's build and encode, the rest's path)"
     )
 
 
@@ -208,10 +226,16 @@ def variants() -> dict[str, str]:
     }
 
 
-def proxy_runs(args: argparse.Namespace) -> dict[str, dict[int, list[Run]]]:
-    """Every subject started once, then loaded in turn, the order rotated each round."""
+Runs = dict[str, dict[int, list[Run]]]  # variant -> connections -> one Run per round
+
+
+def proxy_runs(args: argparse.Namespace) -> tuple[Runs, Runs]:
+    """Every subject started once, then loaded in turn, the order rotated each round; with
+    ``--together``, each round then loads all of them at once as well (bench/ab.py's mode):
+    sharing the core at the same instants, whatever else the machine runs falls on each alike."""
     conns = [int(c) for c in args.conns.split(",")]
-    got: dict[str, dict[int, list[Run]]] = {name: {c: [] for c in conns} for name in variants()}
+    got: Runs = {name: {c: [] for c in conns} for name in variants()}
+    together: Runs = {name: {c: [] for c in conns} for name in variants()}
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gp-otel-")))
         (work / "tasks.jsonl").write_text(TASK)
@@ -241,13 +265,28 @@ def proxy_runs(args: argparse.Namespace) -> dict[str, dict[int, list[Run]]]:
             for name, (port, pid) in order[shift:] + order[:shift]:
                 for conn in conns:
                     got[name][conn].append(measure(port, pid, script, conn, args.seconds))
-    return got
+            if args.together:
+                for conn in conns:
+                    with concurrent.futures.ThreadPoolExecutor(len(order)) as pool:
+                        futures = {
+                            name: pool.submit(measure, port, pid, script, conn, args.seconds)
+                            for name, (port, pid) in order
+                        }
+                        for name, future in futures.items():
+                            together[name][conn].append(future.result())
+    return got, together
 
 
-def report(got: dict[str, dict[int, list[Run]]], rounds: int) -> None:
+def _ratio(off: list[Run], on: list[Run]) -> tuple[float, str]:
+    """The median of the rounds' CPU ratios off/on, and the rounds' own."""
+    ratios = [a.cpu_us / b.cpu_us for a, b in zip(off, on, strict=True)]
+    return statistics.median(ratios), ", ".join(f"{r:.3f}" for r in ratios)
+
+
+def report(got: Runs, together: Runs, rounds: int) -> None:
     print(
         f"{'':<18} {'conn':>4} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>11}"
-        f" {'spans dropped':>14}   (medians of {rounds} rounds)"
+        f" {'spans dropped':>14}   (each loaded alone; medians of {rounds} rounds)"
     )
     for name, by_conn in got.items():
         for conn, runs in by_conn.items():
@@ -258,30 +297,37 @@ def report(got: dict[str, dict[int, list[Run]]], rounds: int) -> None:
                 f" {statistics.median(r.cpu_us for r in runs):>11.0f}"
                 f" {sum(r.dropped for r in runs):>14.0f}"
             )
-    print("\nratios against off, per round (medians; CPU: off/on, the throughput one core allows):")
-    off = got["off"]
+    print(
+        "\nagainst off, medians of the rounds' ratios (CPU per request off/on: the throughput"
+        " one core allows; 'together': all three loaded at once, the steadiest):"
+    )
     verdicts = []
     for name, by_conn in got.items():
         if name == "off":
             continue
         for conn, runs in by_conn.items():
-            pairs = list(zip(off[conn], runs, strict=True))
-            cpu = statistics.median(a.cpu_us / b.cpu_us for a, b in pairs)
+            pairs = list(zip(got["off"][conn], runs, strict=True))
+            cpu, spread = _ratio(got["off"][conn], runs)
             rps = statistics.median(b.load.rps / a.load.rps for a, b in pairs)
             p50 = statistics.median(b.load.p50_ms - a.load.p50_ms for a, b in pairs)
             p99 = statistics.median(b.load.p99_ms - a.load.p99_ms for a, b in pairs)
-            spread = ", ".join(f"{a.cpu_us / b.cpu_us:.3f}" for a, b in pairs)
             print(
-                f"  {name:<18} {conn:>2} conn: CPU {cpu:.3f} (rounds: {spread})   req/s {rps:.3f}"
-                f"   added p50 {p50:+.3f} ms, p99 {p99:+.3f} ms"
+                f"  {name:<18} {conn:>2} conn: req/s {rps:.3f}   added p50 {p50:+.3f} ms,"
+                f" p99 {p99:+.3f} ms   CPU alone {cpu:.3f} (rounds: {spread})"
             )
+            dropped = sum(r.dropped for r in runs)
+            figure = f"CPU per request off/on, alone, {cpu:.3f}"
+            if together[name][conn]:
+                both, spread = _ratio(together["off"][conn], together[name][conn])
+                dropped += sum(r.dropped for r in together[name][conn])
+                print(f"  {'':<18} {'':>2}       CPU together {both:.3f} (rounds: {spread})")
+                cpu, figure = both, f"CPU per request off/on, together, {both:.3f}"
             if conn == max(by_conn):
-                dropped = sum(r.dropped for r in runs)
-                met = cpu >= GOAL and not dropped  # req/s: the same, far noisier
+                met = cpu >= GOAL and not dropped  # req/s: the same, far noisier when shared
                 verdicts.append(
                     f"goal <= 5% throughput cost, {name}: {'met' if met else 'NOT MET'}"
-                    f" (CPU per request off/on {cpu:.3f} at {conn} conn, goal >= {GOAL};"
-                    f" req/s on/off {rps:.3f}; {dropped:.0f} spans dropped)"
+                    f" ({figure} at {conn} conn, goal >= {GOAL}; req/s on/off {rps:.3f};"
+                    f" {dropped:.0f} spans dropped)"
                 )
     print("\n" + "\n".join(verdicts))
 
@@ -294,6 +340,12 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=20000, help="requests for part 1")
     parser.add_argument("--serve-sink", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--spans-only", action="store_true", help="part 1 only (no wrk needed)")
+    parser.add_argument(
+        "--together",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="each round also loads all three at once (the verdict's figure)",
+    )
     args = parser.parse_args()
     if args.serve_sink:
         sink_main(args.serve_sink)
@@ -309,11 +361,11 @@ def main() -> int:
         f" the subjects on CPU {SUBJECT_CPU}, backend, wrk and the OTLP sink on CPU {LOAD_CPUS}:"
     )
     try:
-        got = proxy_runs(args)
+        got, together = proxy_runs(args)
     except (StartError, FigureError, ValueError, OSError) as error:
         print(f"no figure: {error}", file=sys.stderr)
         return 1
-    report(got, args.rounds)
+    report(got, together, args.rounds)
     return 0
 
 
