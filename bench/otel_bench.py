@@ -210,7 +210,8 @@ def measure(port: int, pid: int, script: Path, conns: int, seconds: int) -> Run:
     spent = cpu_s([pid]) - before
     if load.errors or not load.requests:
         raise FigureError(
-            f"port {port}, {conns} conn: {load.requests} requests, {load.errors} errors"
+            f"port {port}, {conns} conn: {load.requests} requests, {load.non_2xx} non-2xx,"
+            f" {load.socket_errors} socket errors ({load.timeouts} timeouts)"
         )
     return Run(load, 1e6 * spent / load.requests, dropped)
 
@@ -260,11 +261,19 @@ def proxy_runs(args: argparse.Namespace) -> tuple[Runs, Runs]:
             child = started(argv, port, work / f"subject{number}.log", str(SUBJECT_CPU))
             subjects[name] = (port, stack.enter_context(child).pid)
         order = list(subjects.items())
+        for name, (port, pid) in order:  # warm: the grading process started, code paths hot
+            try:
+                measure(port, pid, script, max(conns), 1)
+            except FigureError as error:
+                raise FigureError(f"{name} (warm-up): {error}") from None
         for number in range(args.rounds):
             shift = number % len(order)
             for name, (port, pid) in order[shift:] + order[:shift]:
                 for conn in conns:
-                    got[name][conn].append(measure(port, pid, script, conn, args.seconds))
+                    try:
+                        got[name][conn].append(measure(port, pid, script, conn, args.seconds))
+                    except FigureError as error:
+                        raise FigureError(f"{name}, round {number + 1}: {error}") from None
             if args.together:
                 for conn in conns:
                     with concurrent.futures.ThreadPoolExecutor(len(order)) as pool:
@@ -273,7 +282,10 @@ def proxy_runs(args: argparse.Namespace) -> tuple[Runs, Runs]:
                             for name, (port, pid) in order
                         }
                         for name, future in futures.items():
-                            together[name][conn].append(future.result())
+                            try:
+                                together[name][conn].append(future.result())
+                            except FigureError as error:
+                                raise FigureError(f"{name}, together: {error}") from None
     return got, together
 
 
