@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,6 +60,13 @@ class SpanRecord:
     call: dict[str, Any] | None = None  # the parsed copy's id, model and usage, once graded
     extra: dict[str, Any] = field(default_factory=dict)
     done: bool = False  # handed to the exporter (once, whichever path ends the request)
+
+    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
+        """A record stays in the process that began it: the exporter is there, and a grade
+        job's wire form (proxy/pipeline/child.py) carries every field of the job. Pickled, it
+        is nothing (it arrives as None), so the grading process never pays to pickle and
+        unpickle some thirty fields per request, sampled or not."""
+        return _nothing, ()
 
     @property
     def traceparent(self) -> str:
@@ -108,6 +115,10 @@ class SpanRecord:
         if perf is None:
             return self.start_ns
         return self.start_ns + int((perf - self.started) * 1e9)
+
+
+def _nothing() -> None:
+    return None
 
 
 class SpanSink(Protocol):

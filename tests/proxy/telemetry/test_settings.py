@@ -3,16 +3,22 @@ pinned attribute names against OpenTelemetry's own package, and the sampling rul
 
 from __future__ import annotations
 
+import pickle
 import re
 import subprocess
 import sys
+from collections import OrderedDict
 from typing import Any
 
 import pytest
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
 
+from grader.loader import parse_task
+from grader.tasks import TaskSet
 from proxy.config import ConfigError, load_config
+from proxy.pipeline.child import job_from_wire, job_wire
+from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.tracecontext import trace_context
 from proxy.telemetry import begin, semconv
 from proxy.telemetry.export import evaluation_count
@@ -149,6 +155,7 @@ def test_a_started_trace_is_kept_by_the_low_bits_of_its_id(
 
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 
 
 @pytest.mark.parametrize(
@@ -231,3 +238,34 @@ def test_without_the_otel_extra_the_proxy_runs_and_tracing_says_what_is_missing(
     assert done.stdout.strip() == (
         "tracing.enabled: needs the otel extra: pip install 'gradeproxy[otel]'"
     )
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "ratio"),
+    [(None, 0.0), (None, 1.0), (PARENT, 1.0), (PARENT.replace("-01", "-00"), 1.0)],
+)
+def test_a_record_stays_in_its_process_when_its_grade_job_crosses_to_the_child(
+    traceparent: str | None, ratio: float
+) -> None:
+    """The grade job's wire form carries every field; its span record arrives as None, the
+    rest of the job whole (the child has no use for the record, the exporter is here)."""
+    context = trace_context({"traceparent": traceparent} if traceparent else {})
+    record = begin(context, ratio)
+    record.request_body = BODY
+    task = parse_task({"id": "t", "expected": {"name": "get_weather", "arguments": {}}})
+    job = GradeJob(
+        request_id="req-1",
+        task=task,
+        tasks_digest="d",
+        upstream="http://127.0.0.1:9/v1",
+        stream=False,
+        request_body=BODY,
+        response=[b"{}"],
+        finished_at=1.0,
+        span=record,
+    )
+    sets: OrderedDict[str, TaskSet] = OrderedDict()
+    crossed = job_from_wire(pickle.loads(pickle.dumps(job_wire(job, ("task", task)))), sets)
+    assert crossed.span is None
+    assert (crossed.request_body, crossed.response, crossed.task.id) == (BODY, [b"{}"], "t")
+    assert job.span is record  # the parent's job keeps it, for the exporter
