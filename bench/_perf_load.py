@@ -48,7 +48,7 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def _tree(pid: int) -> list[int]:
+def tree(pid: int) -> list[int]:
     """``pid`` and its descendants (a ``--workers`` parent's worker processes)."""
     found, todo = [], [pid]
     while todo:
@@ -65,7 +65,7 @@ def cpu_s(pids: list[int]) -> float:
     nanoseconds: a finer clock than /proc/PID/stat's ticks)."""
     total = 0
     for pid in pids:
-        for member in _tree(pid):
+        for member in tree(pid):
             for task in Path(f"/proc/{member}/task").glob("*"):
                 with contextlib.suppress(OSError, ValueError, IndexError):
                     total += int((task / "schedstat").read_text().split()[0])

@@ -91,6 +91,7 @@ class Run:
         self.backend_port = free_port()
         self.upstream = f"http://127.0.0.1:{self.backend_port}/v1"
         self.missing: list[str] = []
+        self.floor_port = 0  # the one-worker floor, once started
         self.rows: list[Row] = []
         self.loads: dict[tuple[str, int], list[Load]] = defaultdict(list)
         self.pids: dict[int, list[int]] = defaultdict(list)  # port -> the subject's processes
@@ -110,7 +111,7 @@ class Run:
             self.pids[port].append(self.stack.enter_context(child).pid)
         return port
 
-    def gradeproxy(self, name: str, flags: list[str], workers: int = 1) -> int:
+    def gradeproxy(self, name: str, flags: list[str], workers: int = 1, extra: str = "") -> int:
         port = free_port()
         config = self.work / f"{name}.yaml"
         # N workers need admin.port: worker i serves its /metrics on admin.port + i.
@@ -119,7 +120,7 @@ class Run:
             f"upstream:\n  url: {self.upstream}\nlisten:\n  port: {port}\n{admin}"
             f"tasks:\n  path: {self.work / 'tasks.jsonl'}\n"
             f"results:\n  path: {self.work / name / 'grades.jsonl'}\n"
-            "logging:\n  level: info\nshutdown:\n  drain_delay_s: 0\n"
+            "logging:\n  level: info\nshutdown:\n  drain_delay_s: 0\n" + extra
         )
         argv = [*SERVE, "--config", str(config), *flags]
         log = self.work / f"{name}.log"

@@ -100,8 +100,9 @@ async def through_child(body: bytes, jobs: int, batch: int) -> tuple[float, floa
     cpu, wall = time.process_time(), time.perf_counter()
     for start in range(0, jobs, batch):
         futures = [process.grade(job(body, n)) for n in range(start, min(start + batch, jobs))]
-        for graded in await asyncio.gather(*futures):
-            assert graded.rows[0]["result"] == "pass"
+        for _graded, done in await asyncio.gather(*futures):
+            assert done is not None
+            assert done.grades[0][1] == "pass"
     parent = 1e6 * (time.process_time() - cpu) / jobs
     elapsed = 1e6 * (time.perf_counter() - wall) / jobs
     child = 1e6 * (cpu_of(process.pid) - child_before) / jobs

@@ -53,6 +53,7 @@ __all__ = [
     "grade",
     "grade_all",
     "grade_all_async",
+    "grade_all_dict",
     "grade_async",
     "grade_run",
     "grade_run_async",
@@ -158,6 +159,12 @@ def _run(graded: list[tuple[Task, Outcome]], digest: str) -> RunResult:
 def grade_all(pairs: Iterable[Sequence[Any]], tasks_digest: str) -> RunResult:
     """Grade ``(task, answer[, context])`` items into a :class:`RunResult` (no judge)."""
     return _run([(t, grade(t, a, c)) for t, a, c in _items(pairs)], tasks_digest)
+
+
+def grade_all_dict(pairs: Iterable[Sequence[Any]], tasks_digest: str) -> dict[str, Any]:
+    """:func:`grade_all` as the scoring API answers it: plain values, which cross to the grading
+    process and back (a :class:`RunResult` holds its tasks, whose built checks do not pickle)."""
+    return grade_all(pairs, tasks_digest).to_dict()
 
 
 async def grade_all_async(

@@ -9,19 +9,9 @@
 #   PYTHON   the interpreter that creates the venv (default: python3)
 set -euo pipefail
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-readonly REPO_ROOT
-readonly VENV="${REPO_ROOT}/.cache/agents-venv"
 # Exact version: the test's expectations (the SDK's chat-completions wire) were checked on it.
 readonly SDK="openai-agents==0.24.0"
-readonly STAMP="${VENV}/.gradeproxy-stamp"
 
-if [ -x "${VENV}/bin/python" ] && [ "$(cat "${STAMP}" 2>/dev/null)" = "${SDK}" ]; then
-    echo "${VENV}/bin/python"
-    exit 0
-fi
-rm -rf "${VENV}"
-"${PYTHON:-python3}" -m venv "${VENV}"
-"${VENV}/bin/python" -m pip install --quiet --disable-pip-version-check "${SDK}" >&2
-echo "${SDK}" > "${STAMP}"
-echo "${VENV}/bin/python"
+# shellcheck source=scripts/_venv.sh
+. "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+cached_venv agents-venv "${SDK}" python

@@ -10,20 +10,10 @@
 #   PYTHON   the interpreter that creates the venv (default: python3)
 set -euo pipefail
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-readonly REPO_ROOT
-readonly VENV="${REPO_ROOT}/.cache/phoenix-venv"
 # Exact version: what the test reads back (its REST API's spans and span annotations, and how
 # it maps a span's attributes) was checked on it.
 readonly PHOENIX="arize-phoenix==20.26.1"
-readonly STAMP="${VENV}/.gradeproxy-stamp"
 
-if [ -x "${VENV}/bin/phoenix" ] && [ "$(cat "${STAMP}" 2>/dev/null)" = "${PHOENIX}" ]; then
-    echo "${VENV}/bin/python"
-    exit 0
-fi
-rm -rf "${VENV}"
-"${PYTHON:-python3}" -m venv "${VENV}"
-"${VENV}/bin/python" -m pip install --quiet --disable-pip-version-check "${PHOENIX}" >&2
-echo "${PHOENIX}" > "${STAMP}"
-echo "${VENV}/bin/python"
+# shellcheck source=scripts/_venv.sh
+. "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+cached_venv phoenix-venv "${PHOENIX}" phoenix

@@ -3,8 +3,11 @@
 Jobs handed to :meth:`GradingProcess.grade` in the same event-loop tick travel as one message;
 the child answers each as it finishes. Everything on this side runs on the event loop and never
 blocks it: the pipe is an asyncio stream (the kernel copies bytes while the loop relays), and
-the only CPU spent here is pickling a job's small fields and its joined body (a copy), and
-unpickling rows, which the child sends in pieces of ``ROWS_PER_MESSAGE``.
+the only CPU spent here is pickling a job's small fields and unpickling what comes back, which
+the child sends in pieces (its JSONL, or rows ``ROWS_PER_MESSAGE`` at a time). A body follows
+its batch as a raw frame, written a slice of ``SLICE_BYTES`` at a time by one writer task that
+waits for the pipe to drain between slices: a 5 MB answer is never pickled, joined or copied
+whole on the loop, and every frame keeps its order.
 
 A child that dies (killed, out of memory, a crash in a C extension) is restarted, with a
 backoff, and counted through ``on_restart``; while it is down :attr:`GradingProcess.up` is
@@ -23,9 +26,9 @@ import multiprocessing
 import os
 import pickle
 import socket
-import struct
-from collections import OrderedDict
-from collections.abc import Callable
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -34,14 +37,14 @@ from grader.tasks import TaskSet
 from proxy.errors import ProxyError
 from proxy.logs import get_logger
 from proxy.pipeline import child
-from proxy.pipeline.child import PICKLE, TaskRef, job_wire, keep
-from proxy.pipeline.grade import Graded, GradeJob
+from proxy.pipeline.child import HEADER, PICKLE, SLICE_BYTES, Piece, TaskRef, frames, job_wire, keep
+from proxy.pipeline.grade import GradeJob
+from proxy.pipeline.record.recording import Outcome, RecordOptions
 
 log = get_logger("gradeproxy.grading")
 
-_HEADER = struct.Struct("!i")  # multiprocessing.connection's framing, which the child reads
 RESTART_BACKOFF_S = (0.05, 0.2, 1.0, 5.0)
-_JOIN_BELOW = 64 * 1024
+YIELD_S = 0.0005  # the longest the pipe's reader keeps the loop while messages wait
 
 
 class GradingProcessDiedError(ProxyError, RuntimeError):
@@ -67,8 +70,9 @@ def context() -> BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-# An outbox item: (seq, "grade" | "call", the pickled wire form or (function, args)).
-Item = tuple[int, str, bytes]
+# An outbox item: (seq, "grade" | "call", the pickled wire form or (function, args), the
+# job's body as captured: its parts, never joined here).
+Item = tuple[int, str, bytes, list[bytes]]
 
 
 @dataclass(slots=True)
@@ -76,6 +80,7 @@ class _Sent:
     future: asyncio.Future[Any]
     item: Item  # kept to send again to the next child after a crash
     rows: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[bytes] = field(default_factory=list)
 
 
 class GradingProcess:
@@ -86,11 +91,13 @@ class GradingProcess:
         *,
         capture_answer: bool,
         max_answer_chars: int,
+        options: RecordOptions | None = None,
         batch_max: int = 64,
         on_restart: Callable[[], None] = lambda: None,
     ) -> None:
         self.capture_answer = capture_answer
         self.max_answer_chars = max_answer_chars
+        self.options = options or RecordOptions(capture_answer)
         self.batch_max = batch_max
         self.on_restart = on_restart
         self.pid: int | None = None  # the running child's, once it said it is ready
@@ -104,6 +111,8 @@ class GradingProcess:
         self._sent: dict[int, _Sent] = {}
         self._outbox: list[Item] = []
         self._flushing = False
+        self._out: deque[Piece] = deque()  # written by the pump, in order, behind a slow pipe
+        self._pump: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._process: Any = None  # multiprocessing's BaseProcess
         self._reader: asyncio.Task[None] | None = None
@@ -144,18 +153,21 @@ class GradingProcess:
     async def _read(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, attempt: int
     ) -> None:
+        turn = time.perf_counter()
         try:
             while True:
-                size = _HEADER.unpack(await reader.readexactly(_HEADER.size))[0]
+                size = HEADER.unpack(await reader.readexactly(HEADER.size))[0]
                 message = pickle.loads(await reader.readexactly(size))
                 if message[0] == "ready":
                     self._ready(message[1], writer)
                     attempt = 0
                 else:
                     self._answer(message)
-                # readexactly does not yield while the buffer holds the next message: yield, so
-                # a 10,000-row answer is unpickled between other requests, never all at once.
-                await asyncio.sleep(0)
+                # readexactly does not yield while the buffer holds the next message: yield
+                # every YIELD_S, so a 10,000-row answer is read between other requests.
+                if time.perf_counter() - turn > YIELD_S:
+                    await asyncio.sleep(0)
+                    turn = time.perf_counter()
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass  # the child is gone
         finally:
@@ -169,7 +181,7 @@ class GradingProcess:
         self._child_sets.clear()
         if self._tasks_blob is not None:
             digest, blob = self._tasks_blob
-            writer.write(_HEADER.pack(len(blob)) + blob)
+            self._emit(frames([[blob]]))
             keep(self._child_sets, digest, None)
         self._flush()
 
@@ -181,18 +193,24 @@ class GradingProcess:
         if kind == "rows":
             sent.rows.extend(message[2])
             return
+        if kind == "lines":
+            sent.lines.append(message[2])
+            return
         del self._sent[seq]
         if sent.future.done():  # its caller was cancelled
             return
         if kind == "unpicklable":  # the caller grades it in a thread instead
             sent.future.set_exception(NotPicklableError(message[2]))
         elif kind == "graded":
-            graded, error = message[2], message[3]
-            if graded is None:
+            outcome, error = message[2], message[3]
+            if outcome is None:
                 sent.future.set_exception(GraderError(error))
             else:
+                graded, done = outcome
                 graded.rows[:0] = sent.rows
-                sent.future.set_result(graded)
+                if done is not None:
+                    done.lines[:0] = sent.lines
+                sent.future.set_result(outcome)
         elif message[2]:
             sent.future.set_result(message[3])
         else:
@@ -207,6 +225,9 @@ class GradingProcess:
         """Fail the item the child died on, keep the rest for the next child, restart it."""
         self.pid, self._writer = None, None
         self._up.clear()
+        self._out.clear()  # half a frame means nothing to the next child
+        if self._pump is not None:
+            self._pump.cancel()
         written = len(self._sent) - len(self._outbox)
         if written > 0:  # the first item written and not answered is the one it died on
             self._fail(next(iter(self._sent)))
@@ -217,6 +238,7 @@ class GradingProcess:
             return
         for sent in self._sent.values():
             sent.rows.clear()
+            sent.lines.clear()
         self._outbox = [sent.item for sent in self._sent.values()]
         self.restarts += 1
         with contextlib.suppress(Exception):
@@ -237,7 +259,7 @@ class GradingProcess:
             return
         self._tasks_blob = (tasks.digest, blob)
         if self._writer is not None:  # else the next child's "ready" sends it
-            self._writer.write(_HEADER.pack(len(blob)) + blob)
+            self._emit(frames([[blob]]))
             keep(self._child_sets, tasks.digest, None)
 
     def holds(self, digest: str) -> bool:
@@ -250,14 +272,14 @@ class GradingProcess:
         self.tasks_inlined += 1
         return ("task", job.task)
 
-    def _enqueue(self, kind: str, payload: Any) -> asyncio.Future[Any]:
+    def _enqueue(self, kind: str, payload: Any, body: list[bytes]) -> asyncio.Future[Any]:
         try:  # each item alone: one that cannot be pickled fails here, not a whole batch
             blob = pickle.dumps(payload, PICKLE)
         except Exception as exc:
             raise NotPicklableError(repr(exc)[:300]) from exc
         loop = asyncio.get_running_loop()
         self._seq += 1
-        item: Item = (self._seq, kind, blob)
+        item: Item = (self._seq, kind, blob, body)
         future: asyncio.Future[Any] = loop.create_future()
         self._sent[self._seq] = _Sent(future, item)
         self._outbox.append(item)
@@ -266,30 +288,48 @@ class GradingProcess:
             loop.call_soon(self._flush)
         return future
 
-    def grade(self, job: GradeJob) -> asyncio.Future[Graded]:
+    def grade(self, job: GradeJob) -> asyncio.Future[Outcome]:
         """Grade ``job`` in the child; jobs submitted in one tick go as one batch.
 
         Raises :class:`NotPicklableError` at once for a job that cannot cross the pipe.
         """
-        future = self._enqueue("grade", job_wire(job, self._ref(job)))
+        future = self._enqueue("grade", job_wire(job, self._ref(job)), job.response)
         self.jobs_sent += 1
         return future
 
     def call(self, function: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """Run a module-level ``function(*args)`` in the child (heavy checks); raises
         :class:`NotPicklableError` at once when the arguments cannot cross the pipe."""
-        future = self._enqueue("call", (function, args))
+        future = self._enqueue("call", (function, args), [])
         self.calls_sent += 1
         return future
 
-    def _write(self, message: tuple[Any, ...]) -> None:
+    def _batch(self, batch: list[tuple[int, bytes]]) -> tuple[Any, ...]:
+        return ("grade", batch, self.capture_answer, self.max_answer_chars, self.options)
+
+    def _write(self, message: tuple[Any, ...], bodies: Sequence[list[bytes]] = ()) -> None:
+        """One message, then the bodies that follow it, each a frame."""
+        self._emit(frames([[pickle.dumps(message, PICKLE)], *bodies]))
+
+    def _emit(self, pieces: list[Piece]) -> None:
+        """Write now when nothing waits and it is small; else behind what waits, by the pump."""
         assert self._writer is not None
-        data = pickle.dumps(message, PICKLE)
-        if len(data) < _JOIN_BELOW:  # one send for a small message
-            self._writer.write(_HEADER.pack(len(data)) + data)
-        else:  # no copy of a large one just to put four bytes in front
-            self._writer.write(_HEADER.pack(len(data)))
-            self._writer.write(data)
+        if not self._out and len(pieces) == 1 and len(pieces[0]) < SLICE_BYTES:
+            self._writer.write(pieces[0])
+            return
+        self._out.extend(pieces)
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(
+                self._drain_out(self._writer), name="grading-pipe"
+            )
+
+    async def _drain_out(self, writer: asyncio.StreamWriter) -> None:
+        """One slice a turn of the loop, waiting whenever the pipe's buffer is full."""
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            while self._out and writer is self._writer:
+                writer.write(self._out.popleft())
+                await writer.drain()
+                await asyncio.sleep(0)
 
     def _flush(self) -> None:
         self._flushing = False
@@ -297,18 +337,20 @@ class GradingProcess:
             return
         outbox, self._outbox = self._outbox, []
         batch: list[tuple[int, bytes]] = []
-        for seq, kind, payload in outbox:
+        bodies: list[list[bytes]] = []
+        for seq, kind, payload, body in outbox:
             if kind == "grade":
                 batch.append((seq, payload))
+                bodies.append(body)
                 if len(batch) < self.batch_max:
                     continue
             if batch:
-                self._write(("grade", batch, self.capture_answer, self.max_answer_chars))
-                batch = []
+                self._write(self._batch(batch), bodies)
+                batch, bodies = [], []
             if kind == "call":
                 self._write(("call", seq, payload))
         if batch:
-            self._write(("grade", batch, self.capture_answer, self.max_answer_chars))
+            self._write(self._batch(batch), bodies)
 
     async def stop(self, timeout_s: float | None) -> None:
         """Let the child finish what it holds (``stop`` is queued behind it), then end it."""

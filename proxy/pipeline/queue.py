@@ -32,11 +32,19 @@ from grader.rows import live_row
 from grader.tasks import TaskSet
 from proxy.logs import get_logger
 from proxy.pipeline.episodes import judge_episode
-from proxy.pipeline.grade import Graded, GradeJob, grade_job, runs_off_loop
+from proxy.pipeline.grade import GradeJob, grade_job, runs_off_loop
 from proxy.pipeline.offload import GradingProcess, GradingProcessDiedError, NotPicklableError
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
-from proxy.pipeline.record.results import ResultsWriteError, ResultWriter
+from proxy.pipeline.record.recording import (
+    Outcome,
+    Recorder,
+    Recording,
+    RecordOptions,
+    WriterThread,
+    grade_and_reduce,
+)
+from proxy.pipeline.record.results import ResultWriter
 from proxy.shadow.pairs import PairTracker
 from proxy.telemetry.record import SpanSink
 
@@ -104,22 +112,23 @@ class GradeQueue:
         self._workers_wanted = workers
         self._workers: list[asyncio.Task[None]] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradeproxy-grade")
-        # Rows are serialised and appended in a thread of their own, in submission order: a
-        # response with thousands of choices must not stall the loop, nor a slow disk.
-        self._writer_executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="gradeproxy-write"
-        )
         self.max_answer_chars = max_answer_chars
         self.batch_max = max(batch_max, 1)
+        self.options = RecordOptions(capture_answer, failures.size if failures is not None else 0)
+        self.recorder = Recorder(metrics, writer, failures)
+        # Rows are reduced, counted and appended in a thread of their own, in submission
+        # order: a response with thousands of choices must not stall the loop, nor a slow disk.
+        self.writes = WriterThread(self.recorder, self.options)
         self.process: GradingProcess | None = None
         if isolation == "process":
             self.process = GradingProcess(
                 capture_answer=capture_answer,
                 max_answer_chars=max_answer_chars,
+                options=self.options,
                 batch_max=self.batch_max,
                 on_restart=metrics.process_restarts.inc,
             )
-        self.graded_rows = 0
+        self.heavy_in_thread = 0  # heavy calls run in a thread (no process, or unpicklable)
         self.stuck_after_s = stuck_after_s
         self._stopping = False
         self._last_taken = time.monotonic()
@@ -217,7 +226,7 @@ class GradeQueue:
                 left = None
             await self.process.stop(left)
         self._executor.shutdown(wait=True)
-        self._writer_executor.shutdown(wait=True)
+        self.writes.close()
 
     async def _work(self) -> None:
         while True:
@@ -253,22 +262,34 @@ class GradeQueue:
         if self.process is not None:
             with contextlib.suppress(NotPicklableError):  # e.g. a check holding a validator
                 return await self.process.call(function, *args)
+        self.heavy_in_thread += 1
         return await asyncio.to_thread(function, *args)
 
-    async def _grade(self, job: GradeJob) -> Graded:
+    @property
+    def graded_rows(self) -> int:
+        return self.recorder.rows_written
+
+    async def _grade(self, job: GradeJob) -> Outcome:
+        """Graded inline (small and cheap: its rows are reduced in the writer thread), else
+        graded and reduced in the grading process, or in the grading thread."""
         if job.size <= self.inline_max_bytes and not runs_off_loop(job.task):
-            return grade_job(job, self.capture_answer, self.max_answer_chars)
+            return grade_job(job, self.capture_answer, self.max_answer_chars), None
         if self.process is not None:
             with contextlib.suppress(NotPicklableError):  # graded in the thread instead
                 return await self.process.grade(job)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, grade_job, job, self.capture_answer, self.max_answer_chars
+            self._executor,
+            grade_and_reduce,
+            job,
+            self.capture_answer,
+            self.max_answer_chars,
+            self.options,
         )
 
     async def _handle(self, job: GradeJob) -> None:
         try:
-            graded = await self._grade(job)
+            graded, done = await self._grade(job)
         except GradingProcessDiedError:  # died with this job: infrastructure, not the model
             self.metrics.grading_errors.labels("grader_process").inc()
             _log_quietly("grading_process_died", request_id=job.request_id, task=job.task.id)
@@ -304,69 +325,29 @@ class GradeQueue:
             graded.rows[index] = live_row(job.task, outcome, job.tasks_digest, live)
         if graded.episode is not None:
             await judge_episode(graded.episode, job.task, self.judge)
-        await self.record(job, graded.rows)
+        await self.record(job, done, graded.rows)
 
-    def _report(self, job: GradeJob, rows: list[dict[str, Any]] | None) -> None:
+    def _report(self, job: GradeJob, done: Recording | None) -> None:
         """Tell the pair tracker how a leg of a shadowed request ended (once per leg), and
         the exporter how its request did (the span's evaluation results are its rows)."""
         if self.telemetry is not None and job.span is not None:
-            self.telemetry.finish(job.span, rows)
+            self.telemetry.finish(job.span, None if done is None else done.kept)
         if job.pair_id is None or self.pairs is None:
             return
-        results = None
-        if rows is not None:  # an `error` row is ungraded: its pair stays incomplete
-            results = {
-                r["choice"]: r["result"]
-                for r in rows
-                if r["result"] != "error" and r.get("kind") != "episode"
-            }
+        # An `error` row is ungraded: its pair stays incomplete.
+        results = None if done is None else done.verdicts
         self.pairs.leg(job.pair_id, job.variant, job.task.id, results)
 
-    async def record(self, job: GradeJob, rows: list[dict[str, Any]]) -> None:
+    async def record(
+        self, job: GradeJob, done: Recording | None, rows: list[dict[str, Any]]
+    ) -> None:
         """Count and write a job's rows (and settle its pair, when it is a shadowed leg).
 
-        Counting, stamping and writing run in the writer thread, in submission order: a
-        response with 10,000 choices is 10,000 rows, and none of that may hold the event loop.
-        The pair tracker is settled here, on the loop, which owns it.
+        Rows come reduced from where they were graded (``done``); rows graded inline, or
+        finished here by a judge, are reduced in the writer thread first. The pair tracker and
+        the exporter's hand-over run here, on the loop, which owns them.
         """
-        self._report(job, rows)
-        latency = time.perf_counter() - job.finished_at
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._writer_executor, self._count_and_write, job, rows, latency)
-
-    def _count_and_write(self, job: GradeJob, rows: list[dict[str, Any]], latency: float) -> None:
-        metrics = self.metrics
-        for row in rows:
-            # the live page's inspector (proxy/pipeline/record/failures.py)
-            if self.failures is not None:
-                self.failures.add(job.task, row)
-            if row.get("kind") == "episode":  # its columns are episode metrics, not checks
-                row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
-                metrics.episode_done(job.task.id, row)
-                continue
-            for column in row["checks"]:
-                if column.get("advisory"):  # out of every pass rate, the metrics' too
-                    continue
-                passed = column["passed"]
-                result = "error" if passed is None else "pass" if passed else "fail"
-                metrics.child(
-                    metrics.check_results, job.task.id, column["name"], result, job.variant
-                ).inc()
-            row["timings"] = {**row["timings"], "grade_latency_s": round(latency, 6)}
-            if row["result"] == "error":  # out of every pass-rate denominator
-                metrics.grading_errors.labels("check").inc()
-                metrics.child(metrics.grade_errors, job.task.id, job.variant).inc()
-                continue
-            model = metrics.model_label(row["model"])
-            metrics.child(metrics.grades, job.task.id, model, row["result"], job.variant).inc()
-            if row["result"] == "stale":
-                metrics.child(metrics.stale, job.task.id, model, job.variant).inc()
-        if self.writer is not None:
-            try:
-                self.writer.write(rows)
-            except ResultsWriteError as exc:  # none of the rows is in the file: count each once
-                metrics.grading_errors.labels("results_write").inc(exc.rows)
-                _log_quietly("results_write_failed", request_id=job.request_id, error=str(exc))
-                return
-        self.graded_rows += len(rows)
-        metrics.grade_latency.observe(latency)
+        done, failed = await self.writes.record(job, done, rows)
+        if failed is not None:
+            _log_quietly("results_write_failed", request_id=job.request_id, error=str(failed))
+        self._report(job, done)

@@ -48,8 +48,8 @@ from grader import checks as grader_checks
 from grader._json import JSONError, dumps, loads_exact
 from grader.api import (
     ScoreRequestError,
-    grade_all,
     grade_all_async,
+    grade_all_dict,
     request_digest,
     resolve_item,
     resolve_items,
@@ -181,12 +181,12 @@ class _ScoringRoutes:
         digest = request_digest(pairs, tasks)
         judge = _judge(request)
         if judge is not None and any(needs_judge(task) for task, _, _ in pairs):
-            result = await grade_all_async(pairs, digest, judge)
+            graded = (await grade_all_async(pairs, digest, judge)).to_dict()
         else:
-            result = await _off_loop(request, grade_all, pairs, digest)
+            graded = await _off_loop(request, grade_all_dict, pairs, digest)
         if batch:
-            return _json(result.to_dict())
-        return _json({"verdict": result.results[0].to_dict()})
+            return _json(graded)
+        return _json({"verdict": graded["results"][0]})
 
 
 # --- OpenAI's fine-tuning grader endpoints -------------------------------------------------

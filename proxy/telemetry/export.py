@@ -39,6 +39,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from proxy.pipeline.tracecontext import TraceContext
+from proxy.telemetry.annotations import PhoenixAnnotations, span_annotations
 from proxy.telemetry.record import SpanRecord, begin
 from proxy.telemetry.semconv import MAX_PARSED_BODY
 from proxy.telemetry.settings import Tracing
@@ -46,7 +47,7 @@ from proxy.telemetry.spans import build
 
 __all__ = ["DropReason", "Signal", "Telemetry"]
 
-Signal = Literal["spans", "logs"]
+Signal = Literal["spans", "logs", "annotations"]
 DropReason = Literal["queue_full", "export_failed", "shutdown"]
 OnDrop = Callable[[Signal, DropReason, int], None]
 OnExport = Callable[[Signal, int], None]
@@ -99,9 +100,15 @@ class Telemetry:
                 endpoint=_signal_url(settings.endpoint, "v1/logs"),
                 timeout=settings.export_timeout_s,
             )
+        self._phoenix: PhoenixAnnotations | None = None
+        if settings.phoenix_url is not None:
+            self._phoenix = PhoenixAnnotations(
+                settings.phoenix_url, settings.export_timeout_s or 10.0
+            )
         self._queue: queue.Queue[Item | None] = queue.Queue(maxsize=settings.max_queue_size)
         self._lock = threading.Lock()
-        self._held: dict[Signal, int] = {"spans": 0, "logs": 0}  # built, not yet exported
+        # Built, not yet exported.
+        self._held: dict[Signal, int] = {"spans": 0, "logs": 0, "annotations": 0}
         self._abandoned = False  # shutdown gave up waiting: what is held was counted
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="gradeproxy-otel", daemon=True)
@@ -137,8 +144,11 @@ class Telemetry:
 
     def _drop_item(self, rows: Sequence[Mapping[str, Any]] | None, reason: DropReason) -> None:
         self._on_drop("spans", reason, SPANS_PER_REQUEST)
-        if self._logs is not None and (count := evaluation_count(rows)):
+        count = evaluation_count(rows)
+        if self._logs is not None and count:
             self._on_drop("logs", reason, count)
+        if self._phoenix is not None and count:
+            self._on_drop("annotations", reason, count)
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -180,6 +190,7 @@ class Telemetry:
     def _run(self) -> None:
         spans: list[ReadableSpan] = []
         logs: list[ReadableLogRecord] = []
+        notes: list[dict[str, Any]] = []
         due: float | None = None
         batch = self.settings.max_export_batch_size
         while True:
@@ -192,7 +203,7 @@ class Telemetry:
                 item = None
                 stop = self._closing
             if item is not None:
-                self._build(item, spans, logs)
+                self._build(item, spans, logs, notes)
                 due = due or time.monotonic() + self.settings.schedule_delay_s
             if (
                 stop
@@ -200,29 +211,51 @@ class Telemetry:
                 or len(logs) >= batch
                 or (due is not None and time.monotonic() >= due)
             ):
-                self._export(spans, logs, batch)
-                spans, logs, due = [], [], None
+                self._export(spans, logs, notes, batch)
+                spans, logs, notes, due = [], [], [], None
             if stop:
                 return
 
-    def _build(self, item: Item, spans: list[ReadableSpan], logs: list[ReadableLogRecord]) -> None:
+    def _build(
+        self,
+        item: Item,
+        spans: list[ReadableSpan],
+        logs: list[ReadableLogRecord],
+        notes: list[dict[str, Any]],
+    ) -> None:
         record, rows, call = item
         try:
             built_spans, built_logs = build(record, rows, call, self.settings, self.resource)
+            built_notes = span_annotations(record, rows or ()) if self._phoenix is not None else []
         except Exception:  # a span that cannot be built must not end the thread
             log.exception("otel_span_build_failed")
             self._drop_item(rows, "export_failed")
             return
         spans.extend(built_spans)
         logs.extend(built_logs)
+        notes.extend(built_notes)
         with self._lock:
             self._held["spans"] += len(built_spans)
             self._held["logs"] += len(built_logs)
+            self._held["annotations"] += len(built_notes)
 
-    def _export(self, spans: list[ReadableSpan], logs: list[ReadableLogRecord], batch: int) -> None:
+    def _export(
+        self,
+        spans: list[ReadableSpan],
+        logs: list[ReadableLogRecord],
+        notes: list[dict[str, Any]],
+        batch: int,
+    ) -> None:
+        exported = True
         for start in range(0, len(spans), batch):
             chunk = spans[start : start + batch]
-            self._settle("spans", len(chunk), self._send_spans(chunk))
+            sent = self._send_spans(chunk)
+            exported = exported and sent
+            self._settle("spans", len(chunk), sent)
+        if self._phoenix is not None:  # after their spans: Phoenix annotates spans it holds
+            for start in range(0, len(notes), batch):
+                some = notes[start : start + batch]
+                self._settle("annotations", len(some), exported and self._phoenix.send(some))
         if self._logs is not None:
             for start in range(0, len(logs), batch):
                 part = logs[start : start + batch]

@@ -38,6 +38,9 @@ class Tracing:
     capture_content: bool = False
     max_content_chars: int = 4096
     evaluation_events: EvaluationForm = "span"
+    # An Arize Phoenix base URL (http://phoenix:6006): evaluation results are also written as
+    # its span annotations, which its evaluation columns read (proxy/telemetry/annotations.py).
+    phoenix_url: str | None = None
     max_queue_size: int = 2048  # finished requests waiting for export; more are dropped
     max_export_batch_size: int = 512  # spans (or log records) per export request
     schedule_delay_s: float = 1.0  # the longest a finished span waits for its batch
@@ -73,6 +76,10 @@ def tracing_problems(tracing: Tracing) -> list[str]:
         (
             tracing.endpoint is None or tracing.endpoint.startswith(("http://", "https://")),
             "endpoint: must be an http(s) URL",
+        ),
+        (
+            tracing.phoenix_url is None or tracing.phoenix_url.startswith(("http://", "https://")),
+            "phoenix_url: must be an http(s) URL",
         ),
     ]
     if tracing.enabled and not _sdk_installed():

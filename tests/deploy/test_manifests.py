@@ -405,6 +405,12 @@ ALERT_CASES: list[tuple[str, list[Json], str, list[tuple[str, list[Json]]]]] = [
         [("4m", []), ("12m", firing(trace_alert("logs")))],
     ),
     (
+        "trace-phoenix-annotations-failing-fires",
+        [traced("annotations", "0+50x30"), traced("annotations", "0+50x30", "export_failed")],
+        "GradeproxyTraceDrops",
+        [("3m", []), ("10m", firing(trace_alert("annotations")))],
+    ),
+    (
         "trace-drops-below-1pct-quiet",
         [traced("spans", "0+1000x30"), traced("spans", "0+5x30", "queue_full")],
         "GradeproxyTraceDrops",

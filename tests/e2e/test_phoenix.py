@@ -69,6 +69,18 @@ def label(column: dict[str, Any]) -> str:
     return "stale" if column["reason_code"] == "stale_schema" else "fail"
 
 
+async def annotations_of(phoenix: Phoenix, span_id: str, wanted: int) -> list[dict[str, Any]]:
+    """The span's annotations, read through Phoenix's API (it inserts them in the background)."""
+    notes: list[dict[str, Any]] = []
+    path = f"/v1/projects/default/span_annotations?span_ids={span_id}&limit=100"
+    for _ in range(200):
+        notes = (await asyncio.to_thread(phoenix.get, path))["data"]
+        if len(notes) >= wanted:
+            break
+        await asyncio.sleep(0.1)
+    return notes
+
+
 @pytest.mark.timeout(600)
 async def test_phoenix_holds_each_request_span_and_one_evaluation_per_column(
     phoenix: Phoenix,
@@ -86,6 +98,7 @@ async def test_phoenix_holds_each_request_span_and_one_evaluation_per_column(
         "endpoint": phoenix.base,
         "sample_ratio": 1.0,
         "schedule_delay_s": 0.05,
+        "phoenix_url": phoenix.base,
     }
     upstream = str(backend_server.make_url("/v1"))
     async with live_proxy(upstream, tasks_file, results, tracing=tracing) as live:
@@ -93,6 +106,8 @@ async def test_phoenix_holds_each_request_span_and_one_evaluation_per_column(
         await live.drained()
     # Shut down: every span is exported (or counted). Phoenix inserts them in the background.
     assert live.metric("gradeproxy_trace_exported_total", signal="spans") == 8
+    columns = sum(len(row["checks"]) for row in read_rows(results))
+    assert live.metric("gradeproxy_trace_exported_total", signal="annotations") == columns
     rows = read_rows(results)
     assert len(rows) == 3
     spans: list[dict[str, Any]] = []
@@ -122,6 +137,14 @@ async def test_phoenix_holds_each_request_span_and_one_evaluation_per_column(
         assert [
             (e["gen_ai.evaluation.name"], e["gen_ai.evaluation.score.label"]) for e in events
         ] == [(c["name"], label(c)) for c in row["checks"]]
+        notes = await annotations_of(phoenix, call["context"]["span_id"], len(row["checks"]))
+        assert sorted(
+            (n["name"], n["result"]["label"], n["annotator_kind"], n["identifier"]) for n in notes
+        ) == sorted(
+            (c["name"], label(c), "CODE", f"gradeproxy:choice:{row['choice']}")
+            for c in row["checks"]
+        )
+        assert {n["metadata"]["task_id"] for n in notes} == {row["task_id"]}
     continued = [s for s in servers.values() if s["context"]["trace_id"] == CLIENT_TRACE]
     assert len(continued) == 1
     assert continued[0]["parent_id"] == "00f067aa0ba902b7"

@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,11 @@ from grader._json import loads_exact
 from grader.cli._io import expand_globs
 from grader.cli.parquet import with_rotations
 from proxy.pipeline.record.results import worker_path
+from proxy.supervisor import MAX_RESTARTS
 from tests.support.backend import SSE, Reply, ScriptedBackend, wire
 from tests.support.tasks import TASK_LINES
 from tests.support.tasks import WEATHER_REQUEST as REQUEST
-from tests.support.workers import WAIT_S, free_ports, supervised, wait_until
+from tests.support.workers import WAIT_S, Supervised, free_ports, supervised, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 TAGGED = {"X-Grade-Task": "weather.single"}
@@ -183,6 +185,41 @@ async def test_a_worker_that_dies_is_restarted_on_its_own_admin_port(
                     assert response.status == 200
         run.process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(run.process.wait(), WAIT_S) == 0
+
+
+def _restarted(run: Supervised, times: int) -> bool:
+    return sum(1 for event in run.events if event.get("event") == "worker_restarted") == times
+
+
+async def _pid_of(run: Supervised, index: int) -> int:
+    """Worker ``index``'s pid, as its own admin port reports it (it changes on a restart)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{run.admin(index)}/ui/failures.json") as response,
+    ):
+        pid: int = (await response.json())["process"]["pid"]
+    return pid
+
+
+async def test_a_worker_that_keeps_dying_stops_the_supervisor_after_max_restarts(
+    tmp_path: Path, tasks_file: Path, backend: ScriptedBackend, aiohttp_server: Server
+) -> None:
+    """Restarts are bounded (MAX_RESTARTS within RESTART_WINDOW_S): a worker that crashes in a
+    loop ends the whole service with status 1, for systemd or Kubernetes to see, instead of
+    restarting forever."""
+    upstream = await aiohttp_server(backend.app())
+    async with supervised(tmp_path, str(upstream.make_url("/v1")), tasks_file) as run:
+        await run.wait_status(1, 200)
+        for death in range(MAX_RESTARTS + 1):
+            pid = await _pid_of(run, 1)
+            await asyncio.to_thread(_kill, pid)
+            if death < MAX_RESTARTS:
+                await wait_until(partial(_restarted, run, death + 1), f"restart {death + 1}")
+                await run.wait_status(1, 200)
+        assert await asyncio.wait_for(run.process.wait(), WAIT_S) == 1
+        failing = await run.wait_event("workers_failing", worker=1)
+        assert failing["restarts"] == MAX_RESTARTS
+        await run.wait_status(0, None)  # the other worker was stopped too
 
 
 async def test_a_worker_that_does_not_drain_in_time_is_killed_and_the_exit_says_so(

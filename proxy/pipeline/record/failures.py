@@ -114,6 +114,41 @@ def _call(call: Any) -> dict[str, Any] | None:
     return {"name": call.name, "arguments": call.arguments}
 
 
+def failure_entry(task: Task, row: dict[str, Any], capture_answer: bool) -> dict[str, Any] | None:
+    """The inspector's entry for a failing or stale row (None when no answer is captured).
+
+    Pure, so the grading process builds it beside the row and the proxy only keeps it.
+    """
+    if not capture_answer or "answer" not in row:
+        return None
+    expected = _call(task.expected_call)
+    got = row.get("call")
+    path = row.get("path")
+    if path is None and expected is not None and isinstance(got, dict):
+        path = first_difference(expected, got)
+    answer = str(row["answer"])
+    return {
+        "request_id": row.get("request_id"),
+        "time": row.get("time"),
+        "task_id": task.id,
+        "mutation_kind": task.mutation_kind,
+        "model": row.get("model"),
+        "variant": row.get("variant"),
+        "choice": row.get("choice"),
+        "result": row["result"],
+        "reason_code": row.get("reason_code"),
+        "reason": row.get("reason"),
+        "path": path,
+        "expected": expected,
+        "stale": _call(task.stale),
+        "got": got,
+        # The inspector shows the first SHOWN_CHARS (the row holds the whole answer): a wall
+        # of invisible characters is the slow case (bench/ui_bench.py). Built off the loop.
+        "answer_runs": visible_runs(answer[:SHOWN_CHARS]),
+        "truncated": bool(row.get("truncated")) or len(answer) > SHOWN_CHARS,
+    }
+
+
 class FailureRing:
     """The last ``size`` failing or stale answers; ``size`` 0 keeps nothing."""
 
@@ -128,38 +163,15 @@ class FailureRing:
         """Keep ``row`` when it failed or was stale (and answers are captured at all)."""
         if row.get("result") not in ("fail", "stale"):
             return
-        self.seen += 1
-        if self.size == 0 or not self.capture_answer or "answer" not in row:
-            return
-        expected = _call(task.expected_call)
-        got = row.get("call")
-        path = row.get("path")
-        if path is None and expected is not None and isinstance(got, dict):
-            path = first_difference(expected, got)
-        answer = str(row["answer"])
-        self._entries.append(
-            {
-                "request_id": row.get("request_id"),
-                "time": row.get("time"),
-                "task_id": task.id,
-                "mutation_kind": task.mutation_kind,
-                "model": row.get("model"),
-                "variant": row.get("variant"),
-                "choice": row.get("choice"),
-                "result": row["result"],
-                "reason_code": row.get("reason_code"),
-                "reason": row.get("reason"),
-                "path": path,
-                "expected": expected,
-                "stale": _call(task.stale),
-                "got": got,
-                # The inspector shows the first SHOWN_CHARS (the row holds the whole answer):
-                # a wall of invisible characters is the slow case (bench/ui_bench.py). The ring
-                # is filled from the grade queue's writer thread, off the event loop.
-                "answer_runs": visible_runs(answer[:SHOWN_CHARS]),
-                "truncated": bool(row.get("truncated")) or len(answer) > SHOWN_CHARS,
-            }
-        )
+        entry = failure_entry(task, row, self.capture_answer)
+        self.extend([] if entry is None else [entry], 1)
+
+    def extend(self, entries: list[dict[str, Any]], seen: int) -> None:
+        """Keep entries built where the rows were graded (:func:`failure_entry`); ``seen``
+        counts the failing or stale rows they came from, kept or not."""
+        self.seen += seen
+        if self.size and self.capture_answer:
+            self._entries.extend(entries)
 
     def snapshot(self) -> dict[str, Any]:
         """What ``/ui/failures.json`` returns: newest first, with the process it comes from."""

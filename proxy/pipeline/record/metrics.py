@@ -48,7 +48,11 @@ UPSTREAM_ERROR_KINDS: tuple[str, ...] = get_args(UpstreamErrorKind)
 CLIENT_TIMEOUT_PHASES = ("header", "body", "idle")
 EPISODE_RESULTS = ("pass", "fail", "error")
 EPISODE_LIMITS = ("turns", "calls", "bytes")
-TRACE_SIGNALS = ("spans", "logs")  # proxy/telemetry/export.py's Signal and DropReason
+TRACE_SIGNALS = (
+    "spans",
+    "logs",
+    "annotations",
+)  # proxy/telemetry/export.py's Signal and DropReason
 TRACE_DROP_REASONS = ("queue_full", "export_failed", "shutdown")
 OTHER_MODEL = "other"
 UNKNOWN_MODEL = "unknown"
@@ -303,14 +307,14 @@ class ProxyMetrics:
         )
         self.trace_dropped = Counter(
             "gradeproxy_trace_dropped_total",
-            "Spans and evaluation log records not exported (tracing): queue_full, "
-            "export_failed, shutdown.",
+            "Spans, evaluation log records and Phoenix annotations not exported (tracing): "
+            "queue_full, export_failed, shutdown.",
             ["signal", "reason"],
             registry=reg,
         )
         self.trace_exported = Counter(
             "gradeproxy_trace_exported_total",
-            "Spans and evaluation log records the collector accepted (tracing).",
+            "Spans, evaluation log records and Phoenix annotations accepted (tracing).",
             ["signal"],
             registry=reg,
         )

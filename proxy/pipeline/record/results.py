@@ -32,6 +32,28 @@ def worker_path(path: Path, index: int) -> Path:
     return path.with_name(f"{path.stem}.w{index}{path.suffix}")
 
 
+PIECE_BYTES = 256 * 1024
+
+
+def jsonl_pieces(rows: list[dict[str, Any]]) -> list[bytes]:
+    """Rows as the file holds them (one JSON object a line), in pieces of about
+    ``PIECE_BYTES``: 10,000 rows are megabytes, and no single copy of them may hold a GIL or
+    the event loop (the grading process sends them piece by piece)."""
+    pieces: list[bytes] = []
+    piece: list[bytes] = []
+    size = 0
+    for row in rows:
+        line = dumps(row) + b"\n"
+        piece.append(line)
+        size += len(line)
+        if size >= PIECE_BYTES:
+            pieces.append(b"".join(piece))
+            piece, size = [], 0
+    if piece:
+        pieces.append(b"".join(piece))
+    return pieces
+
+
 class ResultsWriteError(ProxyError, OSError):
     """A batch of rows could not be appended; none of it is in the file."""
 
@@ -60,24 +82,29 @@ class ResultWriter:
     def write(self, rows: list[dict[str, Any]]) -> None:
         """Append rows whole, or none of them (:class:`ResultsWriteError`); rotates first when
         the file would pass ``max_bytes``."""
+        self.append(jsonl_pieces(rows), len(rows))
+
+    def append(self, pieces: list[bytes], rows: int) -> None:
+        """Append ``rows`` already serialised (:func:`jsonl_pieces`), whole or not at all."""
         if self._fd is None:
             raise RuntimeError("result writer is closed")
-        data = b"".join(dumps(row) + b"\n" for row in rows)
-        if self._size and self._size + len(data) > self.max_bytes:
+        size = sum(len(piece) for piece in pieces)
+        if self._size and self._size + size > self.max_bytes:
             try:
                 self._rotate()
             except OSError as exc:
-                raise ResultsWriteError(len(rows), exc) from exc
+                raise ResultsWriteError(rows, exc) from exc
         assert self._fd is not None
-        view, written = memoryview(data), 0
         try:
-            while written < len(data):
-                written += os.write(self._fd, view[written:])
+            for piece in pieces:
+                view, written = memoryview(piece), 0
+                while written < len(piece):
+                    written += os.write(self._fd, view[written:])
         except OSError as exc:
             self._cut_back()
-            raise ResultsWriteError(len(rows), exc) from exc
-        self._size += len(data)
-        self.rows_written += len(rows)
+            raise ResultsWriteError(rows, exc) from exc
+        self._size += size
+        self.rows_written += rows
 
     def _cut_back(self) -> None:
         """Drop a partly appended batch, so no torn row is ever followed by another row."""

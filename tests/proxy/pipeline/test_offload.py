@@ -281,8 +281,7 @@ ROUGE = {
 @pytest.mark.parametrize(
     ("route", "payload", "passed", "calls_in_child"),
     [
-        # Known gap: /score's RunResult does not pickle (a mappingproxy), so the child's answer
-        # comes back "unpicklable" and the batch is graded again in a thread (same verdict).
+        # /score answers with plain values (grade_all_dict): graded once, in the child.
         ("/grading/v1/score", {"task_id": "weather.schema", "answer": "no call"}, False, 1),
         (
             "/grading/v1/graders/run",
@@ -317,6 +316,7 @@ async def test_the_scoring_apis_heavy_checks_run_in_the_grading_process(
     verdict = body["verdict"]["passed"] if "verdict" in body else body["reward"] == 1.0
     assert verdict is passed
     assert process_of(client).calls_sent == calls_in_child
+    assert client.app[QUEUE].heavy_in_thread == 1 - calls_in_child  # never graded twice
 
 
 @pytest.mark.parametrize(

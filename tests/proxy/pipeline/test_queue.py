@@ -124,17 +124,17 @@ async def test_a_job_that_raises_is_counted_and_the_worker_goes_on(
     client = await make_proxy(grading={"workers": 1})
     queue = client.app[QUEUE]
     assert queue.writer is not None
-    real_write = queue.writer.write
+    real_append = queue.writer.append
     calls = 0
 
-    def flaky(rows: list[dict[str, Any]]) -> None:
+    def flaky(pieces: list[bytes], rows: int) -> None:
         nonlocal calls
         calls += 1
         if calls <= 2:
             raise ValueError("a bug outside the grader")
-        real_write(rows)
+        real_append(pieces, rows)
 
-    queue.writer.write = flaky  # type: ignore[method-assign]
+    queue.writer.append = flaky  # type: ignore[method-assign]
     for _ in range(3):
         await client.post(
             "/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": "weather.single"}
@@ -261,17 +261,22 @@ async def test_checks_whose_cost_grows_run_off_the_event_loop(
     from grader._json import dumps
     from proxy.pipeline import grade as jobs
     from proxy.pipeline import queue as grading
+    from proxy.pipeline.record import recording as reduce
 
     with tasks_file.open("ab") as out:
         out.write(dumps(SCHEMA_TASK) + b"\n")
     seen: list[str] = []
-    real = jobs.grade_job
 
-    def spy(*args: Any) -> Any:
-        seen.append(threading.current_thread().name.split("_")[0])
-        return real(*args)
+    def spy(real: Any) -> Any:
+        def where(*args: Any) -> Any:
+            seen.append(threading.current_thread().name.split("_")[0])
+            return real(*args)
 
-    monkeypatch.setattr(grading, "grade_job", spy)  # the queue calls it by this name
+        return where
+
+    # The queue calls them by these names: inline, and in the grading thread.
+    monkeypatch.setattr(grading, "grade_job", spy(jobs.grade_job))
+    monkeypatch.setattr(grading, "grade_and_reduce", spy(reduce.grade_and_reduce))
     client = await make_proxy(grading={"isolation": isolation})
     await client.post("/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": task})
     [row] = await rows_of(client, results_path)

@@ -14,47 +14,13 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.pipeline.tracecontext import trace_context
-from proxy.telemetry import SpanRecord, Tracing, begin
+from proxy.telemetry import Tracing
 from proxy.telemetry.export import Telemetry
 from tests.support.otlp import Receiver, attributes, receiver, refused_port
+from tests.support.spans import ROW, Drops, record
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
-BODY = b'{"model":"gpt-4.1-mini","messages":[{"role":"user","content":"hi"}],"temperature":0.2}'
-
-
-def column(name: str, passed: bool | None, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "passed": passed,
-        "score": None,
-        "reason": "",
-        "reason_code": "ok",
-        "error": None,
-        **extra,
-    }
-
-
-ROW = {
-    "kind": "answer",
-    "model": "gpt-4.1-mini-2025-04-14",
-    "choice": 0,
-    "finish_reason": "tool_calls",
-    "checks": [
-        column(
-            "call",
-            False,
-            reason="value differs",
-            reason_code="value_mismatch",
-            details={"path": "arguments.unit"},
-        ),
-        column("schema", True),
-        column("legacy", False, reason_code="stale_schema", details={"staleSchemaUsed": True}),
-        column("judge", None, reason_code="judge_unavailable", error="judge timed out"),
-        column("similar", True, score=0.875),
-    ],
-}
 EXPECTED_EVALUATIONS = [
     ("call", "fail", 0.0, "value differs (at arguments.unit)"),
     ("schema", "pass", 1.0, ""),
@@ -62,29 +28,6 @@ EXPECTED_EVALUATIONS = [
     ("judge", "error", None, "judge timed out"),
     ("similar", "pass", 0.875, ""),
 ]
-
-
-def record(traceparent: str | None = None, sampled_ratio: float = 1.0) -> SpanRecord:
-    headers = {"traceparent": traceparent} if traceparent else {}
-    span = begin(trace_context(headers), sampled_ratio)
-    span.method, span.path, span.route = "POST", "/v1/chat/completions", "chat_completions"
-    span.request_id, span.upstream, span.request_body = "req-1", "http://127.0.0.1:9/v1", BODY
-    span.status, span.task_id, span.run = 200, "weather.single", "nightly"
-    span.upstream_started = span.started + 0.001
-    span.upstream_finished = span.finished = span.started + 0.01
-    return span
-
-
-class Drops:
-    def __init__(self) -> None:
-        self.dropped: Counter[tuple[str, str]] = Counter()
-        self.exported: Counter[str] = Counter()
-
-    def drop(self, signal: str, reason: str, count: int) -> None:
-        self.dropped[signal, reason] += count
-
-    def export(self, signal: str, count: int) -> None:
-        self.exported[signal] += count
 
 
 def telemetry(target: Receiver | str, drops: Drops, **settings: Any) -> Telemetry:

@@ -265,7 +265,8 @@ def test_a_record_stays_in_its_process_when_its_grade_job_crosses_to_the_child(
         span=record,
     )
     sets: OrderedDict[str, TaskSet] = OrderedDict()
-    crossed = job_from_wire(pickle.loads(pickle.dumps(job_wire(job, ("task", task)))), sets)
+    wire = pickle.loads(pickle.dumps(job_wire(job, ("task", task))))
+    crossed = job_from_wire(wire, sets, b"{}")
     assert crossed.span is None
     assert (crossed.request_body, crossed.response, crossed.task.id) == (BODY, [b"{}"], "t")
     assert job.span is record  # the parent's job keeps it, for the exporter

@@ -1,0 +1,250 @@
+"""A graded job's rows as the result file and the metrics take them, built where grading ran.
+
+Rows are dictionaries nested three deep; a response with 10,000 choices is over a hundred
+thousand of them. Held by the proxy's process, they cost twice: unpickled on the event loop as
+they come back from the grading process, then walked by every full garbage collection while
+they wait for the writer thread (bench/loop_lag_bench.py measured 50-120 ms pauses of the loop
+from those collections alone). So the grading process (or the grading thread) reduces a job's
+rows to a :class:`Recording` before handing it back: the rows already serialised as JSONL (one
+``bytes``, which the collector never walks), the metric increments already summed, and the
+few rows the proxy must still read (the failure inspector's entries, episode rows, the pair
+tracker's verdicts, the rows a trace carries). The proxy's process then only appends the bytes
+and adds the counts (:class:`Recorder`), in its writer thread.
+
+Rows a judge finishes on the event loop, and episode turns, are reduced there, by the same
+function (:func:`recording`): one row schema, one way to count it, wherever grading ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from grader.tasks import Task
+from proxy.pipeline.grade import Graded, GradeJob, grade_job
+from proxy.pipeline.record.failures import FailureRing, failure_entry
+from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
+
+if TYPE_CHECKING:  # the grading process never needs prometheus_client
+    from proxy.pipeline.record.metrics import ProxyMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOptions:
+    """How rows are reduced; the same in the proxy and in the grading process."""
+
+    capture_answer: bool = True
+    failures_kept: int = 0  # the inspector ring's size: no job needs to send more entries
+
+
+@dataclass(slots=True)
+class Recording:
+    """One job's rows, reduced: plain values only, cheap to pickle and never walked by the GC."""
+
+    lines: list[bytes]  # the rows as JSONL in pieces, ``timings.grade_latency_s`` stamped
+    rows: int
+    latency_s: float  # from the response's last byte to the rows being built
+    checks: list[tuple[str, str, int]]  # (column name, pass|fail|error, rows), advisory left out
+    grades: list[tuple[str | None, str, int]]  # (model, result, rows) of rows that graded
+    errors: int  # rows whose result is ``error`` (out of every pass-rate denominator)
+    episodes: list[dict[str, Any]]  # episode rows: the episode metrics read their columns
+    failures: list[dict[str, Any]]  # the inspector's entries, the last ``failures_kept``
+    failures_seen: int  # failing or stale rows offered to the inspector, kept or not
+    verdicts: dict[int, str]  # choice -> result of every answer row that graded (shadow pairs)
+    kept: list[dict[str, Any]] | None  # the rows themselves, when a span carries them
+
+
+def recording(
+    task: Task,
+    rows: list[dict[str, Any]],
+    finished_at: float,
+    options: RecordOptions,
+    keep_rows: bool = False,
+) -> Recording:
+    """Reduce ``rows`` (stamping their grade latency); pure, and safe in any process.
+
+    ``finished_at`` is the ``perf_counter`` of the response's last byte in the proxy: Linux's
+    ``perf_counter`` is ``CLOCK_MONOTONIC``, one clock for every process on the machine.
+    """
+    latency = time.perf_counter() - finished_at
+    checks: dict[tuple[str, str], int] = {}
+    grades: dict[tuple[str | None, str], int] = {}
+    errors = 0
+    episodes: list[dict[str, Any]] = []
+    failing: list[dict[str, Any]] = []
+    verdicts: dict[int, str] = {}
+    stamped: dict[int, dict[str, Any]] = {}  # a job's rows share one timings dict: copy it once
+    for row in rows:
+        timings = row["timings"]
+        copy = stamped.get(id(timings))
+        if copy is None:
+            copy = stamped[id(timings)] = {**timings, "grade_latency_s": round(latency, 6)}
+        row["timings"] = copy
+        result = row["result"]
+        if result == "fail" or result == "stale":
+            failing.append(row)
+        if row.get("kind") == "episode":  # its columns are episode metrics, not checks
+            episodes.append(row)
+            continue
+        for column in row["checks"]:
+            if column.get("advisory"):  # out of every pass rate, the metrics' too
+                continue
+            passed = column["passed"]
+            key = (column["name"], "error" if passed is None else "pass" if passed else "fail")
+            checks[key] = checks.get(key, 0) + 1
+        if result == "error":
+            errors += 1
+            continue
+        grade = (row["model"], result)
+        grades[grade] = grades.get(grade, 0) + 1
+        verdicts[row["choice"]] = result
+    # Only the newest `failures_kept` can stay in the ring: the others' entries are not built.
+    kept = failing[-options.failures_kept :] if options.failures_kept else []
+    failures = [e for row in kept if (e := failure_entry(task, row, options.capture_answer))]
+    return Recording(
+        lines=jsonl_pieces(rows),
+        rows=len(rows),
+        latency_s=latency,
+        checks=[(name, result, count) for (name, result), count in checks.items()],
+        grades=[(model, result, count) for (model, result), count in grades.items()],
+        errors=errors,
+        episodes=episodes,
+        failures=failures,
+        failures_seen=len(failing),
+        verdicts=verdicts,
+        kept=rows if keep_rows else None,
+    )
+
+
+Outcome = tuple[Graded, Recording | None]
+
+
+def grade_and_reduce(
+    job: GradeJob, capture_answer: bool, max_answer_chars: int, options: RecordOptions
+) -> Outcome:
+    """Grade ``job`` and reduce its rows where it was graded (the grading process or thread).
+
+    Rows a judge still has to finish, and an episode's (its outcome refers to its row), come
+    back whole and are reduced in the proxy once complete.
+    """
+    graded = grade_job(job, capture_answer, max_answer_chars)
+    if not graded.rows or graded.pending or graded.episode is not None:
+        return graded, None
+    done = recording(job.task, graded.rows, job.finished_at, options, job.span is not None)
+    graded.rows = []
+    return graded, done
+
+
+class Recorder:
+    """Adds a :class:`Recording` to the metrics, the inspector ring and the result file."""
+
+    def __init__(
+        self, metrics: ProxyMetrics, writer: ResultWriter | None, failures: FailureRing | None
+    ) -> None:
+        self.metrics = metrics
+        self.writer = writer
+        self.failures = failures
+        self.rows_written = 0
+
+    def record(self, task_id: str, variant: str, done: Recording) -> ResultsWriteError | None:
+        """Count and append (blocking I/O: the writer thread's); a failed append is returned,
+        with none of its rows in the file, for the caller to count and log once."""
+        metrics = self.metrics
+        if self.failures is not None:
+            self.failures.extend(done.failures, done.failures_seen)
+        for row in done.episodes:
+            metrics.episode_done(task_id, row)
+        for name, result, count in done.checks:
+            metrics.child(metrics.check_results, task_id, name, result, variant).inc(count)
+        if done.errors:
+            metrics.grading_errors.labels("check").inc(done.errors)
+            metrics.child(metrics.grade_errors, task_id, variant).inc(done.errors)
+        for model, result, count in done.grades:
+            label = metrics.model_label(model)
+            metrics.child(metrics.grades, task_id, label, result, variant).inc(count)
+            if result == "stale":
+                metrics.child(metrics.stale, task_id, label, variant).inc(count)
+        if self.writer is not None:
+            try:
+                self.writer.append(done.lines, done.rows)
+            except ResultsWriteError as exc:  # none of the rows is in the file
+                metrics.grading_errors.labels("results_write").inc(exc.rows)
+                return exc
+        self.rows_written += done.rows
+        metrics.grade_latency.observe(done.latency_s)
+        return None
+
+
+# What the writer thread made of one job, or what it raised.
+Written = tuple[Recording, ResultsWriteError | None] | Exception
+
+
+class WriterThread:
+    """The one thread that reduces, counts and appends rows, in submission order.
+
+    Jobs recorded in the same turn of the event loop are handed to it at once: on a busy proxy
+    a batch of graded responses costs one wake-up of the thread, not one each.
+    """
+
+    def __init__(self, recorder: Recorder, options: RecordOptions) -> None:
+        self.recorder = recorder
+        self.options = options
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradeproxy-write")
+        self._waiting: list[
+            tuple[GradeJob, Recording | None, list[dict[str, Any]], asyncio.Future[Written]]
+        ] = []
+
+    async def record(
+        self, job: GradeJob, done: Recording | None, rows: list[dict[str, Any]]
+    ) -> tuple[Recording, ResultsWriteError | None]:
+        """Reduce ``rows`` (unless ``done`` already is), count and append them; raises what
+        reducing or counting raised (a bug), and returns a failed append for the caller."""
+        loop = asyncio.get_running_loop()
+        written: asyncio.Future[Written] = loop.create_future()
+        self._waiting.append((job, done, rows, written))
+        if len(self._waiting) == 1:
+            loop.call_soon(self._hand_over)
+        outcome = await written
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def _hand_over(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        loop = asyncio.get_running_loop()
+        handed = loop.run_in_executor(self._executor, self._write_all, waiting)
+
+        def settle(handed: asyncio.Future[list[Written]]) -> None:
+            if handed.cancelled() or handed.exception() is not None:  # the executor is gone
+                gone: list[Written] = [RuntimeError("the writer thread is gone")]
+                outcomes = gone * len(waiting)
+            else:
+                outcomes = handed.result()
+            for (*_, written), outcome in zip(waiting, outcomes, strict=True):
+                if not written.done():
+                    written.set_result(outcome)
+
+        handed.add_done_callback(settle)
+
+    def _write_all(
+        self,
+        waiting: list[tuple[GradeJob, Recording | None, list[dict[str, Any]], Any]],
+    ) -> list[Written]:
+        """The thread's part, one job at a time: a job that raises fails alone."""
+        outcomes: list[Written] = []
+        for job, done, rows, _ in waiting:
+            try:
+                if done is None:
+                    keep = job.span is not None
+                    done = recording(job.task, rows, job.finished_at, self.options, keep)
+                outcomes.append((done, self.recorder.record(job.task.id, job.variant, done)))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def close(self) -> None:
+        """Wait for what was handed over, then end the thread."""
+        self._executor.shutdown(wait=True)

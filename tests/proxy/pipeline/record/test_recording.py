@@ -1,0 +1,265 @@
+"""Rows reduced where they were graded count and read back exactly as the rows themselves.
+
+A :class:`Recording` replaces a job's rows on their way back to the proxy's process; whatever
+it drops must be something nobody downstream reads. So each case here builds rows, reduces them,
+and compares every reader's view (the result file, the metrics, the inspector ring, the pair
+tracker's verdicts) with what the rows say directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
+
+from grader import parse_task
+from grader._json import dumps, loads_exact
+from proxy.pipeline.grade import GradeJob
+from proxy.pipeline.record import results
+from proxy.pipeline.record.failures import FailureRing
+from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.recording import Recorder, RecordOptions, WriterThread, recording
+from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
+from tests.support.metrics import metric_value
+
+TASK = parse_task({"id": "t", "expected": {"name": "get_weather", "arguments": {"city": "Zürich"}}})
+
+
+def column(name: str, passed: bool | None, advisory: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "passed": passed, "score": None, "reason": ""}
+    if advisory:
+        out["advisory"] = True
+    return out
+
+
+def row(choice: int, result: str, *columns: dict[str, Any], model: str = "m") -> dict[str, Any]:
+    return {
+        "request_id": f"r{choice}",
+        "choice": choice,
+        "model": model,
+        "result": result,
+        "checks": list(columns),
+        "timings": {"upstream_s": 0.1},
+        "answer": f"answer {choice}",
+        "call": {"name": "get_weather", "arguments": {"city": "Zurich"}},
+    }
+
+
+def episode(result: str) -> dict[str, Any]:
+    return {
+        "kind": "episode",
+        "result": result,
+        "model": "m",
+        "columns": [column("end_state", result == "pass")],
+        "timings": {},
+    }
+
+
+MIXED = [
+    row(0, "pass", column("call", True), column("style", False, advisory=True)),
+    row(1, "fail", column("call", False)),
+    row(2, "stale", column("call", False), model="other"),
+    row(3, "error", column("call", None)),
+]
+
+
+@pytest.mark.parametrize(
+    ("rows", "checks", "grades", "errors", "verdicts", "episodes"),
+    [
+        pytest.param(
+            MIXED,
+            {("call", "pass"): 1, ("call", "fail"): 2, ("call", "error"): 1},
+            {("m", "pass"): 1, ("m", "fail"): 1, ("other", "stale"): 1},
+            1,
+            {0: "pass", 1: "fail", 2: "stale"},
+            0,
+            id="advisory_columns_and_error_rows_left_out_of_pass_rates",
+        ),
+        pytest.param(
+            [row(n, "pass", column("call", True)) for n in range(1000)],
+            {("call", "pass"): 1000},
+            {("m", "pass"): 1000},
+            0,
+            dict.fromkeys(range(1000), "pass"),
+            0,
+            id="a_thousand_choices_are_one_count",
+        ),
+        pytest.param(
+            [row(0, "pass", column("call", True)), episode("fail")],
+            {("call", "pass"): 1},
+            {("m", "pass"): 1},
+            0,
+            {0: "pass"},
+            1,
+            id="an_episode_row_counts_as_an_episode_not_a_check",
+        ),
+        pytest.param([], {}, {}, 0, {}, 0, id="no_rows"),
+    ],
+)
+def test_a_recording_counts_what_its_rows_say(
+    rows: list[dict[str, Any]],
+    checks: dict[tuple[str, str], int],
+    grades: dict[tuple[str, str], int],
+    errors: int,
+    verdicts: dict[int, str],
+    episodes: int,
+) -> None:
+    done = recording(TASK, rows, time.perf_counter(), RecordOptions(failures_kept=10))
+    assert {(name, result): n for name, result, n in done.checks} == checks
+    assert {(model, result): n for model, result, n in done.grades} == grades
+    assert (done.errors, done.verdicts, len(done.episodes)) == (errors, verdicts, episodes)
+    read = [loads_exact(line.decode()) for line in b"".join(done.lines).splitlines()]
+    assert read == rows  # every row, in order, latency stamped in both
+    assert all(r["timings"]["grade_latency_s"] == round(done.latency_s, 6) for r in read)
+
+
+@pytest.mark.parametrize(
+    ("failing", "kept", "entries"),
+    [(5, 10, 5), (500, 10, 10), (3, 0, 0)],
+    ids=["all_kept", "only_the_last_ring_size_travel", "ring_off_sends_none"],
+)
+def test_the_inspector_gets_the_newest_failures_and_a_count_of_all(
+    failing: int, kept: int, entries: int
+) -> None:
+    rows = [row(n, "fail", column("call", False)) for n in range(failing)]
+    done = recording(TASK, rows, time.perf_counter(), RecordOptions(failures_kept=kept))
+    assert (len(done.failures), done.failures_seen) == (entries, failing)
+    if entries:
+        assert done.failures[-1]["request_id"] == f"r{failing - 1}"
+        assert done.failures[-1]["path"] == "arguments.city"  # the first differing path
+    ring = FailureRing(kept, capture_answer=True)
+    ring.extend(done.failures, done.failures_seen)
+    snapshot = ring.snapshot()
+    assert (snapshot["seen"], len(snapshot["failures"])) == (failing, entries)
+
+
+def test_rows_are_kept_only_when_a_span_carries_them() -> None:
+    rows = [row(0, "pass", column("call", True))]
+    assert recording(TASK, rows, 0.0, RecordOptions()).kept is None
+    assert recording(TASK, rows, 0.0, RecordOptions(), keep_rows=True).kept == rows
+
+
+def test_the_recorder_adds_the_counts_to_the_metrics_and_the_rows_to_the_file(
+    tmp_path: Path,
+) -> None:
+    metrics = ProxyMetrics()
+    writer = ResultWriter(tmp_path / "grades.jsonl", 1 << 30, 0)
+    recorder = Recorder(metrics, writer, None)
+    done = recording(TASK, [dict(r) for r in MIXED], time.perf_counter(), RecordOptions())
+    assert recorder.record("t", "primary", done) is None
+    writer.close()
+    text = generate_latest(metrics.registry).decode()
+    assert metric_value(text, "gradeproxy_grades_total", result="fail") == 1
+    assert metric_value(text, "gradeproxy_stale_schema_total", model="other") == 1
+    assert metric_value(text, "gradeproxy_grading_errors_total", kind="check") == 1
+    lines = (tmp_path / "grades.jsonl").read_bytes().splitlines()
+    assert [loads_exact(line.decode())["choice"] for line in lines] == [0, 1, 2, 3]
+    assert recorder.rows_written == 4
+
+
+def test_a_failed_append_is_counted_once_and_returned() -> None:
+    metrics = ProxyMetrics()
+    recorder = Recorder(metrics, ResultWriter(Path("/dev/full"), 1 << 40, 0), None)
+    done = recording(TASK, [dict(r) for r in MIXED], 0.0, RecordOptions())
+    failed = recorder.record("t", "primary", done)
+    assert isinstance(failed, ResultsWriteError)
+    text = generate_latest(metrics.registry).decode()
+    assert metric_value(text, "gradeproxy_grading_errors_total", kind="results_write") == 4
+    assert recorder.rows_written == 0
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(rows=st.lists(st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=5), max_size=30))
+def test_pieces_join_to_the_rows_one_a_line(rows: list[dict[str, Any]]) -> None:
+    old = results.PIECE_BYTES
+    results.PIECE_BYTES = 64  # many pieces from few rows
+    try:
+        pieces = jsonl_pieces(rows)
+    finally:
+        results.PIECE_BYTES = old
+    assert b"".join(pieces) == b"".join(dumps(r) + b"\n" for r in rows)
+    assert all(piece.endswith(b"\n") for piece in pieces)  # a piece never cuts a row
+
+
+def test_a_write_cut_in_a_later_piece_leaves_no_row_of_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    path = tmp_path / "grades.jsonl"
+    writer = ResultWriter(path, 1 << 20, 0)
+    writer.write([{"n": 0}])
+    monkeypatch.setattr(results, "PIECE_BYTES", 16)
+    real_write = os.write
+    calls = 0
+
+    def second_fails(fd: int, data: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", second_fails)
+    with pytest.raises(ResultsWriteError):
+        writer.write([{"n": n, "pad": "x" * 20} for n in range(1, 5)])
+    monkeypatch.setattr(os, "write", real_write)
+    writer.close()
+    assert [loads_exact(line.decode())["n"] for line in path.read_bytes().splitlines()] == [0]
+
+
+def job_of(request_id: str, task: Any = TASK) -> GradeJob:
+    return GradeJob(
+        request_id=request_id,
+        task=task,
+        tasks_digest="d",
+        upstream="u",
+        stream=False,
+        request_body=b"{}",
+        response=[b"{}"],
+        finished_at=time.perf_counter(),
+    )
+
+
+async def test_jobs_recorded_in_one_turn_reach_the_writer_thread_together_and_fail_alone(
+    tmp_path: Path,
+) -> None:
+    metrics = ProxyMetrics()
+    writer = ResultWriter(tmp_path / "grades.jsonl", 1 << 30, 0)
+    writes = WriterThread(Recorder(metrics, writer, None), RecordOptions())
+    handed: list[int] = []
+    real = writes._write_all
+
+    def counted(waiting: list[Any]) -> list[Any]:
+        handed.append(len(waiting))
+        return real(waiting)
+
+    writes._write_all = counted  # type: ignore[method-assign]
+    broken = [{"result": "pass"}]  # no `checks`, no `timings`: reducing it raises
+    outcomes = await asyncio.gather(
+        writes.record(job_of("a"), None, [row(0, "pass", column("call", True))]),
+        writes.record(job_of("b"), None, broken),
+        writes.record(job_of("c"), None, [row(1, "fail", column("call", False))]),
+        return_exceptions=True,
+    )
+    writes.close()
+    writer.close()
+    assert handed == [3]  # one hand-over for the three
+    assert isinstance(outcomes[1], KeyError)
+    lines = (tmp_path / "grades.jsonl").read_bytes().splitlines()
+    assert [loads_exact(line.decode())["choice"] for line in lines] == [0, 1]  # in order
