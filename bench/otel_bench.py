@@ -262,10 +262,13 @@ def proxy_runs(args: argparse.Namespace) -> tuple[Runs, Runs]:
             subjects[name] = (port, stack.enter_context(child).pid)
         order = list(subjects.items())
         for name, (port, pid) in order:  # warm: the grading process started, code paths hot
-            try:
-                measure(port, pid, script, max(conns), 1)
-            except FigureError as error:
-                raise FigureError(f"{name} (warm-up): {error}") from None
+            for attempt in range(3):  # a subject just started may stall its first second
+                try:
+                    measure(port, pid, script, max(conns), 2)
+                    break
+                except FigureError as error:
+                    if attempt == 2:
+                        raise FigureError(f"{name} (warm-up): {error}") from None
         for number in range(args.rounds):
             shift = number % len(order)
             for name, (port, pid) in order[shift:] + order[:shift]:
