@@ -61,12 +61,16 @@ class SpanRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     done: bool = False  # handed to the exporter (once, whichever path ends the request)
 
-    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
-        """A record stays in the process that began it: the exporter is there, and a grade
-        job's wire form (proxy/pipeline/child.py) carries every field of the job. Pickled, it
-        is nothing (it arrives as None), so the grading process never pays to pickle and
-        unpickle some thirty fields per request, sampled or not."""
-        return _nothing, ()
+    def __reduce__(self) -> tuple[Callable[..., SpanRecord | None], tuple[Any, ...]]:
+        """Pickled (a grade job's wire form to the grading process, proxy/pipeline/child.py),
+        a sampled record keeps only its span context, and an unsampled one is nothing (it
+        arrives as None): the grading process keeps a job's rows for the exporter only where
+        a span arrives (proxy/pipeline/record/recording.py), and the unsampled requests, most
+        of them, neither pickle some thirty fields nor send their rows back."""
+        if not self.sampled:
+            return _nothing, ()
+        context = (self.trace_id, self.server_span_id, self.upstream_span_id, True)
+        return SpanRecord, (*context, self.start_ns, self.started, self.parent_span_id)
 
     @property
     def traceparent(self) -> str:

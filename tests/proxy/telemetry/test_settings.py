@@ -19,6 +19,7 @@ from grader.tasks import TaskSet
 from proxy.config import ConfigError, load_config
 from proxy.pipeline.child import job_from_wire, job_wire
 from proxy.pipeline.grade import GradeJob
+from proxy.pipeline.record.recording import RecordOptions, grade_and_reduce
 from proxy.pipeline.tracecontext import trace_context
 from proxy.telemetry import begin, semconv
 from proxy.telemetry.export import evaluation_count
@@ -240,18 +241,31 @@ def test_without_the_otel_extra_the_proxy_runs_and_tracing_says_what_is_missing(
     )
 
 
-@pytest.mark.parametrize(
-    ("traceparent", "ratio"),
-    [(None, 0.0), (None, 1.0), (PARENT, 1.0), (PARENT.replace("-01", "-00"), 1.0)],
+ANSWER = (
+    b'{"id":"chatcmpl-1","model":"m","choices":[{"index":0,"message":{"role":"assistant",'
+    b'"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather",'
+    b'"arguments":"{\\"city\\":\\"Zurich\\"}"}}]},"finish_reason":"tool_calls"}]}'
 )
-def test_a_record_stays_in_its_process_when_its_grade_job_crosses_to_the_child(
-    traceparent: str | None, ratio: float
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "ratio", "sampled"),
+    [
+        (None, 0.0, False),
+        (None, 1.0, True),
+        (PARENT, 0.0, True),  # the client's sampled flag decides
+        (PARENT.replace("-01", "-00"), 1.0, False),
+    ],
+)
+def test_a_grade_job_crossing_to_the_child_carries_a_sampled_span_context_only(
+    traceparent: str | None, ratio: float, sampled: bool
 ) -> None:
-    """The grade job's wire form carries every field; its span record arrives as None, the
-    rest of the job whole (the child has no use for the record, the exporter is here)."""
+    """The grade job's wire form carries every field: a sampled record arrives as its span
+    context (so the child keeps the rows its evaluation results are built from), an unsampled
+    one as None (no rows sent back for it); the rest of the job arrives whole."""
     context = trace_context({"traceparent": traceparent} if traceparent else {})
     record = begin(context, ratio)
-    record.request_body = BODY
+    record.request_body, record.method = BODY, "POST"
     task = parse_task({"id": "t", "expected": {"name": "get_weather", "arguments": {}}})
     job = GradeJob(
         request_id="req-1",
@@ -260,13 +274,24 @@ def test_a_record_stays_in_its_process_when_its_grade_job_crosses_to_the_child(
         upstream="http://127.0.0.1:9/v1",
         stream=False,
         request_body=BODY,
-        response=[b"{}"],
+        response=[ANSWER],
         finished_at=1.0,
         span=record,
     )
     sets: OrderedDict[str, TaskSet] = OrderedDict()
     wire = pickle.loads(pickle.dumps(job_wire(job, ("task", task))))
-    crossed = job_from_wire(wire, sets, b"{}")
-    assert crossed.span is None
-    assert (crossed.request_body, crossed.response, crossed.task.id) == (BODY, [b"{}"], "t")
-    assert job.span is record  # the parent's job keeps it, for the exporter
+    crossed = job_from_wire(wire, sets, ANSWER)
+    assert (crossed.request_body, crossed.response, crossed.task.id) == (BODY, [ANSWER], "t")
+    assert job.span is record  # the parent's job keeps the whole record, for the exporter
+    _, done = grade_and_reduce(crossed, False, 0, RecordOptions())
+    assert done is not None
+    if not sampled:
+        assert crossed.span is None
+        assert done.kept is None
+        return
+    assert crossed.span is not None
+    ids = ("trace_id", "server_span_id", "upstream_span_id", "parent_span_id", "start_ns")
+    assert [getattr(crossed.span, n) for n in ids] == [getattr(record, n) for n in ids]
+    assert (crossed.span.sampled, crossed.span.request_body, crossed.span.method) == (True, b"", "")
+    assert done.kept is not None
+    assert [row["task_id"] for row in done.kept] == ["t"]
