@@ -7,7 +7,12 @@ request (the subject's schedstat nanoseconds over the requests wrk completed; gr
 for graded runs, read once the grade queue is empty): on one core, throughput is its inverse,
 and it is far steadier than req/s when other processes share the machine.
 
-Run: ``python bench/ab.py [--base main] [--rounds 5] [--seconds 3] [--conns 16]``.
+With ``--floor`` the bare aiohttp relay (bench/_servers.py's pass-through) runs on the same
+core too and is measured in the forwarded rounds (with ``--together``, loaded at the same
+instants as both versions), so the distance left to the floor (µs of CPU per request above it)
+comes from the same run.
+
+Run: ``python bench/ab.py [--base main] [--rounds 5] [--seconds 3] [--conns 16] [--floor]``.
 """
 
 from __future__ import annotations
@@ -79,6 +84,9 @@ def main() -> int:
     parser.add_argument("--conns", type=int, default=16)
     parser.add_argument("--flags", default="", help="extra `serve` flags for both versions")
     parser.add_argument(
+        "--floor", action="store_true", help="measure the bare relay too (forwarded rounds)"
+    )
+    parser.add_argument(
         "--together", action="store_true", help="load both at once (best on a busy machine)"
     )
     args = parser.parse_args()
@@ -112,15 +120,28 @@ def main() -> int:
             child = started(argv, port, work / f"{name}.log", str(SUBJECT_CPU))
             subjects[name] = (port, stack.enter_context(child).pid)
         os.environ.pop("PYTHONPATH")
+        floor: tuple[int, int] | None = None
+        if args.floor:
+            port = free_port()
+            upstream = f"http://127.0.0.1:{backend_port}/v1"
+            relay = started(
+                [*backend[:2], "passthrough", str(port), upstream],
+                port,
+                work / "floor.log",
+                str(SUBJECT_CPU),
+            )
+            floor = (port, stack.enter_context(relay).pid)
         got: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for number in range(args.rounds):
             order = list(subjects.items())[:: 1 if number % 2 == 0 else -1]  # no order bias
             for mode, script in scripts.items():
-                if args.together:
-                    runs = together(order, script, mode, args)
+                bare = [("floor", floor)] if floor is not None and mode == "forwarded" else []
+                if args.together:  # the floor too: all of them share the core's instants
+                    runs = together(order + bare, script, mode, args)
                 else:
                     runs = {
-                        name: measure(port, pid, script, mode, args) for name, (port, pid) in order
+                        name: measure(port, pid, script, mode, args)
+                        for name, (port, pid) in order + bare
                     }
                 for name, result in runs.items():
                     got.setdefault((mode, name), []).append(result)
@@ -134,6 +155,14 @@ def main() -> int:
             f" this {statistics.median(t[0] for t in this):6.0f} us -> base/this {cpu_ratio:.3f}x"
             f"   req/s this/base {rps_ratio:.3f}x"
         )
+        if (mode, "floor") in got:
+            floors = got[(mode, "floor")]
+            floor_cpu = statistics.median(f[0] for f in floors)
+            above = statistics.median(t[0] - f[0] for f, t in zip(floors, this, strict=True))
+            print(
+                f"  {'floor':<9} CPU/request: {floor_cpu:6.0f} us (bare relay);"
+                f" this is {above:+.0f} us above it"
+            )
     return 0
 
 

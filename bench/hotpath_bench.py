@@ -4,7 +4,8 @@ Each pair runs the same inputs through the old way and the new one, interleaved,
 ``--repeat`` (the least disturbed run on a shared machine): the request log line through
 structlog's processor chain and through orjson directly; the header filters of a base revision
 (loaded from git) and of this tree; the per-request metric updates then (in-flight gauge up and
-down, a skip counter through ``labels()``) and now; aiohttp's read timeout, a timer rescheduled
+down, a skip counter through ``labels()``) and now; the request metrics through
+prometheus_client's Counter and Histograms and through proxy/pipeline/record/request_series.py; aiohttp's read timeout, a timer rescheduled
 per read, and the watched protocol's deadline. End-to-end CPU per request is bench/ab.py's.
 
 Run: ``python bench/hotpath_bench.py [--base REV] [--repeat 7]``.
@@ -29,10 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict, CIMultiDictProxy
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from proxy.logs import configure_logging, get_logger, request_log
 from proxy.pipeline import forward
-from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.metrics import (
+    DURATION_BUCKETS,
+    OVERHEAD_BUCKETS,
+    TTFB_BUCKETS,
+    ProxyMetrics,
+)
 from proxy.pipeline.upstream_watch import UpstreamWatch, WatchedResponseHandler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,6 +160,26 @@ def main() -> int:
         "in-flight gauge + one skip count",
         metrics_then,
         lambda: metrics.skip("no_task_header"),
+        repeat,
+    )
+    registry = CollectorRegistry()
+    requests = Counter("r_total", "r", ["route", "code"], registry=registry)
+    duration, ttfb, overhead = (
+        Histogram(name, name, ["route"], buckets=buckets, registry=registry).labels("chat")
+        for name, buckets in (("d", DURATION_BUCKETS), ("t", TTFB_BUCKETS), ("o", OVERHEAD_BUCKETS))
+    )
+    by_code = requests.labels("chat", "200")
+
+    def request_metrics_then() -> None:  # prometheus_client's types, children cached
+        by_code.inc()
+        duration.observe(0.0123)
+        ttfb.observe(0.0101)
+        overhead.observe(0.0004)
+
+    pair(
+        "request metrics (counter + 3 histograms)",
+        request_metrics_then,
+        lambda: metrics.request_done("chat_completions", 200, 0.0123, 0.0101, 0.0004),
         repeat,
     )
 

@@ -3,8 +3,12 @@ the same keys in the same order, the same values, escaped the same way, at the s
 
 from __future__ import annotations
 
+import asyncio
+import io
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -100,3 +104,47 @@ def test_fast_line_carries_the_bound_contextvars_as_the_chain_does(
     fast, chain = (orjson.loads(line) for line in capfdbinary.readouterr().out.splitlines())
     assert list(fast) == list(chain)
     assert {key: fast[key] for key in bound} == bound
+
+
+def _line_off_the_loop() -> None:
+    request_log.info("request", status=200)
+
+
+def _line_on_a_loop_that_then_stops() -> None:
+    loop = asyncio.new_event_loop()
+    loop.call_soon(lambda: request_log.write("request", {"status": 200}))
+    loop.call_soon(loop.stop)  # no later iteration: the line must already be out
+    loop.run_forever()
+    loop.close()
+
+
+def _two_lines_one_iteration() -> None:
+    async def main() -> None:
+        request_log.info("request", status=200)
+        request_log.write("request", {"status": 502})
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("write", "lines"),
+    [
+        pytest.param(_line_off_the_loop, 1, id="off_the_loop"),
+        pytest.param(_line_on_a_loop_that_then_stops, 1, id="on_a_loop_that_stops"),
+        pytest.param(_two_lines_one_iteration, 2, id="two_lines_in_one_iteration"),
+    ],
+)
+def test_request_lines_reach_stdout_as_they_are_written(
+    tmp_path: Path, write: Callable[[], None], lines: int
+) -> None:
+    """Each line is flushed when written: none waits in the buffer for a later one."""
+    configure_logging("info", "json", cache=False)
+    stdout = tmp_path / "stdout"
+    with io.BufferedWriter(io.FileIO(stdout, "w")) as buffered:  # as sys.stdout.buffer is
+        request_log.configure(buffered, True, structlog.get_config()["processors"])
+        try:
+            write()
+            flushed = stdout.read_bytes()  # the file: only what was flushed
+        finally:
+            configure_logging("info", "json", cache=False)
+    assert flushed.count(b'"event":"request"') == lines

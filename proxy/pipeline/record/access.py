@@ -34,26 +34,35 @@ def record_request(
     metrics.request_done(
         route, status or 500, total, outcome.ttfb_s if outcome.status else None, overhead
     )
-    log.info(
+    trace = request.get(TRACE)
+    log.write(
         "request",
-        request_id=request_id,
-        upstream_request_id=outcome.upstream_request_id,
-        method=request.method,
-        path=request.path,
-        route=route,
-        status=status or 500,
-        stream=outcome.stream,
-        bytes=outcome.body_bytes,
-        duration_ms=round(total * 1000, 3),
-        ttfb_ms=round(outcome.ttfb_s * 1000, 3),
-        overhead_ms=round(overhead * 1000, 3),
-        task=task_id,
-        graded=route != "other" and skip is None and not outcome.upstream_failed,
-        skip=skip,
-        upstream_failed=outcome.upstream_failed,
-        client_disconnected=outcome.client_disconnected,
-        cut=outcome.cut,
-        capture_truncated=outcome.capture_truncated or None,
-        pair_id=pair_id,  # set when a shadow copy was started
-        trace_id=trace.trace_id if (trace := request.get(TRACE)) else None,
+        {
+            "request_id": request_id,
+            "upstream_request_id": outcome.upstream_request_id,
+            "method": request.method,
+            "path": request.path,
+            "route": route,
+            "status": status or 500,
+            "stream": outcome.stream,
+            "bytes": outcome.body_bytes,
+            "duration_ms": _ms(total),
+            "ttfb_ms": _ms(outcome.ttfb_s),
+            "overhead_ms": _ms(overhead),
+            "task": task_id,
+            "graded": route != "other" and skip is None and not outcome.upstream_failed,
+            "skip": skip,
+            "upstream_failed": outcome.upstream_failed,
+            "client_disconnected": outcome.client_disconnected,
+            "cut": outcome.cut,
+            "capture_truncated": outcome.capture_truncated or None,
+            "pair_id": pair_id,  # set when a shadow copy was started
+            "trace_id": trace.trace_id if trace else None,
+        },
     )
+
+
+def _ms(seconds: float) -> float:
+    """``seconds`` in milliseconds to the microsecond: ``round(seconds * 1000, 3)`` but by an
+    integer round (a float ``round`` to digits goes through a decimal conversion)."""
+    return round(seconds * 1_000_000) / 1000

@@ -30,6 +30,7 @@ from grader.tasks import TaskSet
 from grader.version import __version__
 from proxy.errors import UpstreamErrorKind
 from proxy.pipeline.admit import Route, SkipReason
+from proxy.pipeline.record.request_series import RequestSeries
 
 # `_created` series double the exposition and no panel uses them.
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -116,32 +117,25 @@ class ProxyMetrics:
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)
         GCCollector(registry=reg)
-        self.requests = Counter(
-            "gradeproxy_requests_total",
-            "Requests answered, by route and HTTP status code.",
-            ["route", "code"],
-            registry=reg,
-        )
-        self.duration = Histogram(
-            "gradeproxy_request_duration_seconds",
-            "Time from request received to the last response byte sent.",
-            ["route"],
-            buckets=DURATION_BUCKETS,
-            registry=reg,
-        )
-        self.upstream_ttfb = Histogram(
-            "gradeproxy_upstream_ttfb_seconds",
-            "Time from the upstream request sent to its response headers received.",
-            ["route"],
-            buckets=TTFB_BUCKETS,
-            registry=reg,
-        )
-        self.overhead = Histogram(
-            "gradeproxy_overhead_seconds",
-            "Time spent in the proxy itself for a request, upstream waiting excluded.",
-            ["route"],
-            buckets=OVERHEAD_BUCKETS,
-            registry=reg,
+        # The request-side series, written once per request: plain numbers, no locks.
+        self.request_series = RequestSeries(
+            reg,
+            ROUTES,
+            duration=(
+                "gradeproxy_request_duration_seconds",
+                "Time from request received to the last response byte sent.",
+                DURATION_BUCKETS,
+            ),
+            ttfb=(
+                "gradeproxy_upstream_ttfb_seconds",
+                "Time from the upstream request sent to its response headers received.",
+                TTFB_BUCKETS,
+            ),
+            overhead=(
+                "gradeproxy_overhead_seconds",
+                "Time spent in the proxy itself for a request, upstream waiting excluded.",
+                OVERHEAD_BUCKETS,
+            ),
         )
         self.in_flight = Gauge(
             "gradeproxy_in_flight_requests", "Requests being served now.", registry=reg
@@ -319,12 +313,8 @@ class ProxyMetrics:
             registry=reg,
         )
         # Known label combinations exist at 0 from the start, so rates and alerts see them.
-        self._requests_by: dict[tuple[str, int], Any] = {}
         self._skipped_by: dict[str, Any] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._duration_by = {route: self.duration.labels(route) for route in ROUTES}
-        self._ttfb_by = {route: self.upstream_ttfb.labels(route) for route in ROUTES}
-        self._overhead_by = {route: self.overhead.labels(route) for route in ROUTES}
         for reason in SKIP_REASONS:
             self.skipped.labels(reason)
         for kind in GRADING_ERROR_KINDS:
@@ -353,17 +343,8 @@ class ProxyMetrics:
     def request_done(
         self, route: str, code: int, total_s: float, ttfb_s: float | None, overhead_s: float
     ) -> None:
-        """Record one answered request. Children are cached: ``labels()`` validates and locks
-        on every call, and this runs once per request on the hot path."""
-        key = (route, code)
-        counter = self._requests_by.get(key)
-        if counter is None:
-            counter = self._requests_by[key] = self.requests.labels(route, str(code))
-        counter.inc()
-        self._duration_by[route].observe(total_s)
-        if ttfb_s is not None:
-            self._ttfb_by[route].observe(ttfb_s)
-            self._overhead_by[route].observe(overhead_s)
+        """Record one answered request (proxy/pipeline/record/request_series.py)."""
+        self.request_series.done(route, code, total_s, ttfb_s, overhead_s)
 
     def skip(self, reason: str) -> None:
         """Count one request not graded, by reason (a closed set: children cached)."""
