@@ -1,6 +1,6 @@
 """What the hot path keeps of a request for its spans: ids, clocks and references, no parsing.
 
-The handler calls :func:`begin` once (a few ids from ``os.urandom``, one wall-clock read) and
+The handler calls :func:`begin` once (one ``os.urandom`` call, one wall-clock read) and
 fills the rest from what it already measures; the spans are built later, in the exporter's
 thread, from this record and the graded rows. Nothing here imports OpenTelemetry, so the proxy
 runs without the ``otel`` extra while tracing is off.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -61,6 +61,17 @@ class SpanRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     done: bool = False  # handed to the exporter (once, whichever path ends the request)
 
+    def __reduce__(self) -> tuple[Callable[..., SpanRecord | None], tuple[Any, ...]]:
+        """Pickled (a grade job's wire form to the grading process, proxy/pipeline/child.py),
+        a sampled record keeps only its span context, and an unsampled one is nothing (it
+        arrives as None): the grading process keeps a job's rows for the exporter only where
+        a span arrives (proxy/pipeline/record/recording.py), and the unsampled requests, most
+        of them, neither pickle some thirty fields nor send their rows back."""
+        if not self.sampled:
+            return _nothing, ()
+        context = (self.trace_id, self.server_span_id, self.upstream_span_id, True)
+        return SpanRecord, (*context, self.start_ns, self.started, self.parent_span_id)
+
     @property
     def traceparent(self) -> str:
         """The ``traceparent`` sent upstream: this trace, the proxy's upstream span."""
@@ -71,7 +82,10 @@ class SpanRecord:
         self, status: int, outcome: Any, skip: str | None, task_id: str | None, pair: str | None
     ) -> None:
         """Fill in what the handler measured (``outcome``: its
-        ``proxy.pipeline.forward.Relay``): numbers and references only, nothing parsed."""
+        ``proxy.pipeline.forward.Relay``): numbers and references only, nothing parsed.
+        Nothing for an unsampled request: its record only named the upstream span."""
+        if not self.sampled:
+            return
         self.finished = time.perf_counter()
         self.status, self.stream = status or 500, outcome.stream
         self.skip, self.task_id, self.pair_id = skip, task_id, pair
@@ -107,6 +121,10 @@ class SpanRecord:
         return self.start_ns + int((perf - self.started) * 1e9)
 
 
+def _nothing() -> None:
+    return None
+
+
 class SpanSink(Protocol):
     """Where a finished request's record goes (proxy/telemetry/export.py's ``Telemetry``)."""
 
@@ -114,35 +132,42 @@ class SpanSink(Protocol):
         """Hand the record over, with its rows once graded; never waits."""
 
 
-def _nonzero(nbytes: int) -> int:
-    while True:
-        value = int.from_bytes(os.urandom(nbytes), "big")
-        if value:
-            return value
+def _spans(value: int) -> tuple[int, int]:
+    """Two span ids: ``value``'s two low 64-bit words."""
+    return value >> 64 & _LOW64, value & _LOW64
 
 
 def begin(trace: TraceContext | None, sample_ratio: float) -> SpanRecord:
-    """The record of a request that has just arrived (``trace``: its validated headers)."""
+    """The record of a request that has just arrived (``trace``: its validated headers).
+
+    Its ids come from one ``os.urandom`` call (the unsampled requests pay for their ids too),
+    drawn again in the rare case that one is zero, which is invalid."""
     parent = trace.traceparent if trace is not None else None
     started = time.perf_counter()
     start_ns = time.time_ns()
     if parent is not None:
         _version, trace_hex, span_hex, flags = parent.split("-")[:4]
+        server, upstream = 0, 0
+        while not (server and upstream):
+            server, upstream = _spans(int.from_bytes(os.urandom(16), "big"))
         return SpanRecord(
             trace_id=int(trace_hex, 16),
-            server_span_id=_nonzero(8),
-            upstream_span_id=_nonzero(8),
+            server_span_id=server,
+            upstream_span_id=upstream,
             sampled=bool(int(flags, 16) & 1),
             start_ns=start_ns,
             started=started,
             parent_span_id=int(span_hex, 16),
             tracestate=trace.tracestate if trace is not None else None,
         )
-    trace_id = _nonzero(16)
+    trace_id, server, upstream = 0, 0, 0
+    while not (trace_id and server and upstream):
+        ids = int.from_bytes(os.urandom(32), "big")  # the trace id, then the two span ids
+        trace_id, (server, upstream) = ids >> 128, _spans(ids)
     return SpanRecord(
         trace_id=trace_id,
-        server_span_id=_nonzero(8),
-        upstream_span_id=_nonzero(8),
+        server_span_id=server,
+        upstream_span_id=upstream,
         sampled=(trace_id & _LOW64) < sample_ratio * 2**64,
         start_ns=start_ns,
         started=started,

@@ -221,6 +221,7 @@ EXPECTED_ALERTS = {
     "GradeproxyGradeQueueDrops",
     "GradeproxyGradingUnhealthy",
     "GradeproxyUpstreamErrorRate",
+    "GradeproxyTraceDrops",
     "GradeproxyDown",
 }
 
@@ -247,6 +248,22 @@ def firing(*labels: Mapping[str, str]) -> list[Json]:
 
 
 TASK_ALERT = {"job": "gradeproxy", "task": "t1", "severity": "warning"}
+
+
+def traced(signal: str, values: str, dropped: str | None = None) -> Json:
+    """An exporter counter: exported, or dropped for reason ``dropped``."""
+    if dropped is None:
+        return {
+            "series": f'gradeproxy_trace_exported_total{{{J}, signal="{signal}"}}',
+            "values": values,
+        }
+    return {"series": f'gradeproxy_trace_dropped_total{{{J}, signal="{signal}",'
+                      f' reason="{dropped}"}}', "values": values}  # fmt: skip
+
+
+def trace_alert(signal: str) -> dict[str, str]:
+    return {"job": "gradeproxy", "signal": signal, "severity": "warning"}
+
 
 ALERT_CASES: list[tuple[str, list[Json], str, list[tuple[str, list[Json]]]]] = [
     (
@@ -374,6 +391,42 @@ ALERT_CASES: list[tuple[str, list[Json], str, list[tuple[str, list[Json]]]]] = [
           "values": "0+50x30"}],
         "GradeproxyGradeQueueDrops",
         [("10m", [])],
+    ),
+    (
+        "trace-export-failing-fires",
+        [traced("spans", "0+100x30"), traced("spans", "0+10x30", "export_failed")],
+        "GradeproxyTraceDrops",
+        [("3m", []), ("10m", firing(trace_alert("spans")))],
+    ),
+    (
+        "trace-collector-down-fires-for-logs",
+        [traced("logs", "0x30"), traced("logs", "0 0 0+20x28", "queue_full")],
+        "GradeproxyTraceDrops",
+        [("4m", []), ("12m", firing(trace_alert("logs")))],
+    ),
+    (
+        "trace-phoenix-annotations-failing-fires",
+        [traced("annotations", "0+50x30"), traced("annotations", "0+50x30", "export_failed")],
+        "GradeproxyTraceDrops",
+        [("3m", []), ("10m", firing(trace_alert("annotations")))],
+    ),
+    (
+        "trace-drops-below-1pct-quiet",
+        [traced("spans", "0+1000x30"), traced("spans", "0+5x30", "queue_full")],
+        "GradeproxyTraceDrops",
+        [("15m", [])],
+    ),
+    (
+        "trace-shutdown-drops-do-not-fire",
+        [traced("spans", "0+100x30"), traced("spans", "0+500x30", "shutdown")],
+        "GradeproxyTraceDrops",
+        [("15m", [])],
+    ),
+    (
+        "tracing-off-quiet",
+        [traced("spans", "0x30"), traced("spans", "0x30", "queue_full")],
+        "GradeproxyTraceDrops",
+        [("15m", [])],
     ),
     (
         "upstream-errors-10pct-fire",

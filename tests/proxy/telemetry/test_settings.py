@@ -3,16 +3,24 @@ pinned attribute names against OpenTelemetry's own package, and the sampling rul
 
 from __future__ import annotations
 
+import pickle
 import re
 import subprocess
 import sys
+from collections import OrderedDict
 from typing import Any
 
 import pytest
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
 
+from grader.loader import parse_task
+from grader.tasks import TaskSet
 from proxy.config import ConfigError, load_config
+from proxy.pipeline.child import job_from_wire, job_wire
+from proxy.pipeline.grade import GradeJob
+from proxy.pipeline.record.recording import RecordOptions, grade_and_reduce
+from proxy.pipeline.tracecontext import trace_context
 from proxy.telemetry import begin, semconv
 from proxy.telemetry.export import evaluation_count
 from proxy.telemetry.settings import Tracing
@@ -139,12 +147,52 @@ def test_every_emitted_name_is_the_conventions_own(name: str) -> None:
 def test_a_started_trace_is_kept_by_the_low_bits_of_its_id(
     trace_id: int, ratio: float, sampled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ids = iter([trace_id.to_bytes(16, "big"), b"\x01" * 8, b"\x02" * 8])
-    monkeypatch.setattr("proxy.telemetry.record.os.urandom", lambda n: next(ids))
+    drawn = trace_id.to_bytes(16, "big") + b"\x01" * 8 + b"\x02" * 8
+    monkeypatch.setattr("proxy.telemetry.record.os.urandom", lambda n: drawn[:n])
     record = begin(None, ratio)
     assert record.trace_id == trace_id
     assert record.sampled is sampled
     assert record.traceparent.endswith("-01" if sampled else "-00")
+
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "draws", "ids"),
+    [
+        # One draw: the trace id's halves, then the server and the upstream span's ids.
+        (None, [bytes(range(1, 33))], (0x1112131415161718, 0x191A1B1C1D1E1F20)),
+        # A zero id is invalid: the whole draw is taken again (a trace id's high half may be 0).
+        (None, [bytes(16) + b"\x05" * 16, b"\x03" * 32], (0x0303030303030303,) * 2),
+        (None, [bytes(8) + b"\x05" * 24], (0x0505050505050505,) * 2),
+        (None, [b"\x04" * 16 + bytes(8) + b"\x04" * 8, b"\x06" * 32], (0x0606060606060606,) * 2),
+        # A continued trace draws its two span ids only.
+        (PARENT, [b"\x07" * 8 + bytes(8), b"\x08" * 16], (0x0808080808080808,) * 2),
+        (PARENT, [b"\x09" * 8 + b"\x0a" * 8], (0x0909090909090909, 0x0A0A0A0A0A0A0A0A)),
+    ],
+)
+def test_the_ids_come_from_one_draw_and_never_zero(
+    traceparent: str | None,
+    draws: list[bytes],
+    ids: tuple[int, int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    taken = iter(draws)
+    asked: list[int] = []
+
+    def urandom(n: int) -> bytes:
+        asked.append(n)
+        return next(taken)
+
+    monkeypatch.setattr("proxy.telemetry.record.os.urandom", urandom)
+    context = trace_context({"traceparent": traceparent} if traceparent else {})
+    record = begin(context, 1.0)
+    assert (record.server_span_id, record.upstream_span_id) == ids
+    assert asked == [16 if traceparent else 32] * len(draws)
+    if traceparent:
+        assert record.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
 
 
 @pytest.mark.parametrize(
@@ -173,6 +221,7 @@ class NoOtel(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, NoOtel())
 from proxy.app import make_app
 from proxy.config import ConfigError, load_config
+from proxy.pipeline.tracecontext import trace_context
 
 make_app(load_config(None, {"upstream": {"url": "http://127.0.0.1:9/v1"}}, environ={}))
 try:
@@ -190,3 +239,59 @@ def test_without_the_otel_extra_the_proxy_runs_and_tracing_says_what_is_missing(
     assert done.stdout.strip() == (
         "tracing.enabled: needs the otel extra: pip install 'gradeproxy[otel]'"
     )
+
+
+ANSWER = (
+    b'{"id":"chatcmpl-1","model":"m","choices":[{"index":0,"message":{"role":"assistant",'
+    b'"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather",'
+    b'"arguments":"{\\"city\\":\\"Zurich\\"}"}}]},"finish_reason":"tool_calls"}]}'
+)
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "ratio", "sampled"),
+    [
+        (None, 0.0, False),
+        (None, 1.0, True),
+        (PARENT, 0.0, True),  # the client's sampled flag decides
+        (PARENT.replace("-01", "-00"), 1.0, False),
+    ],
+)
+def test_a_grade_job_crossing_to_the_child_carries_a_sampled_span_context_only(
+    traceparent: str | None, ratio: float, sampled: bool
+) -> None:
+    """The grade job's wire form carries every field: a sampled record arrives as its span
+    context (so the child keeps the rows its evaluation results are built from), an unsampled
+    one as None (no rows sent back for it); the rest of the job arrives whole."""
+    context = trace_context({"traceparent": traceparent} if traceparent else {})
+    record = begin(context, ratio)
+    record.request_body, record.method = BODY, "POST"
+    task = parse_task({"id": "t", "expected": {"name": "get_weather", "arguments": {}}})
+    job = GradeJob(
+        request_id="req-1",
+        task=task,
+        tasks_digest="d",
+        upstream="http://127.0.0.1:9/v1",
+        stream=False,
+        request_body=BODY,
+        response=[ANSWER],
+        finished_at=1.0,
+        span=record,
+    )
+    sets: OrderedDict[str, TaskSet] = OrderedDict()
+    wire = pickle.loads(pickle.dumps(job_wire(job, ("task", task))))
+    crossed = job_from_wire(wire, sets, ANSWER)
+    assert (crossed.request_body, crossed.response, crossed.task.id) == (BODY, [ANSWER], "t")
+    assert job.span is record  # the parent's job keeps the whole record, for the exporter
+    _, done = grade_and_reduce(crossed, False, 0, RecordOptions())
+    assert done is not None
+    if not sampled:
+        assert crossed.span is None
+        assert done.kept is None
+        return
+    assert crossed.span is not None
+    ids = ("trace_id", "server_span_id", "upstream_span_id", "parent_span_id", "start_ns")
+    assert [getattr(crossed.span, n) for n in ids] == [getattr(record, n) for n in ids]
+    assert (crossed.span.sampled, crossed.span.request_body, crossed.span.method) == (True, b"", "")
+    assert done.kept is not None
+    assert [row["task_id"] for row in done.kept] == ["t"]
