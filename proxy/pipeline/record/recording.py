@@ -122,6 +122,12 @@ def recording(
 Outcome = tuple[Graded, Recording | None]
 
 
+def keeps_rows(job: GradeJob) -> bool:
+    """Whether the job's rows must travel with its recording: a sampled span carries them as
+    its evaluation results (an unsampled record crosses to the grading process as None)."""
+    return job.span is not None and job.span.sampled
+
+
 def grade_and_reduce(
     job: GradeJob, capture_answer: bool, max_answer_chars: int, options: RecordOptions
 ) -> Outcome:
@@ -133,7 +139,7 @@ def grade_and_reduce(
     graded = grade_job(job, capture_answer, max_answer_chars)
     if not graded.rows or graded.pending or graded.episode is not None:
         return graded, None
-    done = recording(job.task, graded.rows, job.finished_at, options, job.span is not None)
+    done = recording(job.task, graded.rows, job.finished_at, options, keeps_rows(job))
     graded.rows = []
     return graded, done
 
@@ -238,8 +244,7 @@ class WriterThread:
         for job, done, rows, _ in waiting:
             try:
                 if done is None:
-                    keep = job.span is not None
-                    done = recording(job.task, rows, job.finished_at, self.options, keep)
+                    done = recording(job.task, rows, job.finished_at, self.options, keeps_rows(job))
                 outcomes.append((done, self.recorder.record(job.task.id, job.variant, done)))
             except Exception as exc:
                 outcomes.append(exc)
