@@ -22,6 +22,7 @@ from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.support.live import live_proxy
 from tests.support.phoenix import EXECUTABLE, Phoenix, phoenix_server
 from tests.support.proxy import read_rows
+from tests.support.tasks import WEATHER_REQUEST
 
 pytestmark = [
     pytest.mark.phoenix,
@@ -29,14 +30,7 @@ pytestmark = [
 ]
 
 CLIENT_TRACE = "5bf92f3577b34da6a3ce929d0e0e4736"
-REQUEST: dict[str, Any] = {
-    "model": "gpt-4.1-mini",
-    "messages": [{"role": "user", "content": "Weather in Zürich, in celsius?"}],
-    "tools": [
-        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
-    ],
-    "temperature": 0.0,
-}
+REQUEST: dict[str, Any] = {**WEATHER_REQUEST, "model": "gpt-4.1-mini", "temperature": 0.0}
 
 
 @pytest.fixture(scope="module")

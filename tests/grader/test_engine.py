@@ -33,6 +33,7 @@ from grader.report import Report
 from grader.rows import TOOL_CALL_FIELDS, answer_row
 from grader.toolcall.extract import Call
 from tests.support.paths import REPO
+from tests.support.tasks import POLITE_JUDGE
 
 TASKS = load_tasks(REPO / "config" / "tasks")
 JUDGE_TASKS = load_tasks(REPO / "config" / "tasks-judge")
@@ -324,14 +325,7 @@ JUDGED_AND_LOCAL = {
             "input": "{{ sample.output_text }}",
             "reference": "zürich",
         },
-        {
-            "type": "label_model",
-            "name": "polite",
-            "model": "judge-model-2024-08-06",
-            "criterion": "The reply is polite.",
-            "pass_examples": ["Thank you!"],
-            "fail_examples": ["Go away."],
-        },
+        POLITE_JUDGE,
     ],
     "pass_rule": "all",
 }

@@ -13,12 +13,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient
 
 from grader._json import loads_exact
 from proxy.config import Config, load_config
 from proxy.state import QUEUE, SHADOWS, TASKS
+from tests.support.backend import SSE, Reply, ScriptedBackend, wire
 
 Client = TestClient[web.Request, web.Application]
 ProxyFactory = Callable[..., Awaitable[Client]]
@@ -78,3 +79,19 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [loads_exact(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def held_streams(
+    client: Client, backend: ScriptedBackend, count: int
+) -> tuple[list[ClientResponse], asyncio.Event]:
+    """``count`` streams relayed up to their first chunk and held there (the backend waits on
+    the returned gate): relays in progress, until the test sets it."""
+    gate = asyncio.Event()
+    for _ in range(count):
+        backend.replies.append(
+            Reply(body=wire("openai_single_tool.sse"), content_type=SSE, split_at=[40], gate=gate)
+        )
+    responses = [await client.post("/v1/chat/completions", data=b"{}") for _ in range(count)]
+    for response in responses:
+        await response.content.readany()  # the first chunk arrived: the relay is in progress
+    return responses, gate

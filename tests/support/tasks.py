@@ -73,3 +73,14 @@ WEATHER_REQUEST: dict[str, Any] = {
         {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     ],
 }
+
+
+# A label_model check the judge suites share (tests/support/judge.py answers it).
+POLITE_JUDGE: dict[str, Any] = {
+    "type": "label_model",
+    "name": "polite",
+    "model": "judge-model-2024-08-06",
+    "criterion": "The reply is polite.",
+    "pass_examples": ["Thank you!"],
+    "fail_examples": ["Go away."],
+}

@@ -17,7 +17,7 @@ from tests.support.backend import Reply, ScriptedBackend, wire
 from tests.support.judge import judge_app
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
-from tests.support.tasks import CHECKED
+from tests.support.tasks import CHECKED, POLITE_JUDGE
 
 WEATHER_TOOLS = [
     {
@@ -52,16 +52,7 @@ UNRESOLVED = {
 JUDGED: dict[str, Any] = {
     "id": "reply.judged",
     "prompt": "Reply to a customer asking about the weather.",
-    "checks": [
-        {
-            "type": "label_model",
-            "name": "polite",
-            "model": "judge-model-2024-08-06",
-            "criterion": "The reply is polite.",
-            "pass_examples": ["Thank you!"],
-            "fail_examples": ["Go away."],
-        }
-    ],
+    "checks": [POLITE_JUDGE],
     "metadata": {"mutationKind": "judge"},
 }
 

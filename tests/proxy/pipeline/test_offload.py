@@ -30,6 +30,7 @@ from tests.support.backend import Reply, ScriptedBackend, wire
 from tests.support.judge import judge_app
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
+from tests.support.tasks import POLITE_JUDGE
 
 Client = TestClient[web.Request, web.Application]
 ROOT = Path(__file__).resolve().parents[3]
@@ -55,14 +56,7 @@ JUDGED_AND_LOCAL = {
             "input": "{{ sample.output_text }}",
             "reference": "zürich",
         },
-        {
-            "type": "label_model",
-            "name": "polite",
-            "model": "judge-model-2024-08-06",
-            "criterion": "The reply is polite.",
-            "pass_examples": ["Thank you!"],
-            "fail_examples": ["Go away."],
-        },
+        POLITE_JUDGE,
     ],
     "metadata": {"mutationKind": "judge"},
 }

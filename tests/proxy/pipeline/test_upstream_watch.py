@@ -9,23 +9,16 @@ import pytest
 from aiohttp.client_exceptions import SocketTimeoutError
 
 from proxy.pipeline.upstream_watch import WATCH, UpstreamWatch, WatchedResponseHandler
-from tests.support.backend import SSE, Reply, ScriptedBackend, wire
-from tests.support.proxy import ProxyFactory
+from tests.support.backend import ScriptedBackend
+from tests.support.proxy import ProxyFactory, held_streams
 
 
 @pytest.mark.parametrize("held", [1, 2], ids=["one_stream", "two_streams"])
 async def test_reads_in_progress_are_watched_then_dropped(
     make_proxy: ProxyFactory, backend: ScriptedBackend, held: int
 ) -> None:
-    gate = asyncio.Event()
-    for _ in range(held):
-        backend.replies.append(
-            Reply(body=wire("openai_single_tool.sse"), content_type=SSE, split_at=[40], gate=gate)
-        )
     client = await make_proxy()
-    responses = [await client.post("/v1/chat/completions", data=b"{}") for _ in range(held)]
-    for response in responses:
-        await response.content.readany()
+    responses, gate = await held_streams(client, backend, held)
     watch = client.app[WATCH]
     waiting = set(watch.reading)
     gate.set()

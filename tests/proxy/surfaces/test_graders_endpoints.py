@@ -24,6 +24,7 @@ from pytest_aiohttp import AiohttpClient
 from grader._json import dumps, loads_exact
 from proxy.surfaces import scoring_http as scoring_api
 from proxy.surfaces.scoring_http import ERROR_DETAILS, ERROR_FLAGS, PREFIX, add_scoring_routes
+from tests.support.tasks import POLITE_JUDGE
 
 Client = TestClient[web.Request, web.Application]
 RUN, VALIDATE = f"{PREFIX}/graders/run", f"{PREFIX}/graders/validate"
@@ -273,14 +274,7 @@ async def test_judge_grader_without_a_judge_is_an_error_saying_how_to_configure_
     client: Client,
 ) -> None:
     """No judge on this server: never a fail, an infrastructure error naming the setting."""
-    grader = {
-        "type": "label_model",
-        "name": "polite",
-        "model": "judge-model-2024-08-06",
-        "criterion": "The reply is polite.",
-        "pass_examples": ["Thank you!"],
-        "fail_examples": ["Go away."],
-    }
+    grader = POLITE_JUDGE
     status, body = await post(client, RUN, {"grader": grader, "model_sample": "Thanks!"})
     assert status == 200
     assert body["gradeproxy"]["passed"] is None

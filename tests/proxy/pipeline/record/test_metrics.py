@@ -3,28 +3,19 @@ the relays in progress, not updated per request), and the skip counters count ev
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from tests.support.backend import SSE, Reply, ScriptedBackend, wire
+from tests.support.backend import ScriptedBackend
 from tests.support.metrics import exposition_value
-from tests.support.proxy import ProxyFactory
+from tests.support.proxy import ProxyFactory, held_streams
 
 
 @pytest.mark.parametrize("held", [0, 1, 3], ids=["none_held", "one_held", "three_held"])
 async def test_in_flight_counts_held_streams_then_zero(
     make_proxy: ProxyFactory, backend: ScriptedBackend, held: int
 ) -> None:
-    gate = asyncio.Event()
-    for _ in range(held):
-        backend.replies.append(
-            Reply(body=wire("openai_single_tool.sse"), content_type=SSE, split_at=[40], gate=gate)
-        )
     client = await make_proxy()
-    responses = [await client.post("/v1/chat/completions", data=b"{}") for _ in range(held)]
-    for response in responses:
-        await response.content.readany()  # the first chunk arrived: the relay is in progress
+    responses, gate = await held_streams(client, backend, held)
     during = await (await client.get("/metrics")).text()
     gate.set()
     for response in responses:
