@@ -133,6 +133,20 @@ def shown_numbers(page: Any) -> dict[tuple[str, str], int]:
     return cells
 
 
+def settled_box(page: Any, selector: str, polls: int = 50) -> Any:
+    """The element's box once it is laid out. The page redraws its cards on every poll: an
+    element found visible can be replaced before its box is read, which then reads None, so
+    the read is retried (bounded) rather than trusted once."""
+    box = None
+    for _ in range(polls):
+        page.wait_for_selector(selector, state="visible")
+        box = page.locator(selector).bounding_box()
+        if box is not None:
+            return box
+        page.wait_for_timeout(100)
+    return box
+
+
 @pytest.mark.parametrize("device", list(WIDTHS))
 def test_numbers_shown_equal_metrics_and_rows(
     demo: tuple[str, Path], browser_context: Any, device: str
@@ -167,8 +181,7 @@ def test_numbers_shown_equal_metrics_and_rows(
     assert scroll_width <= WIDTHS[device]
     for card in ("graded", "pass", "stale", "fail"):
         # On a loaded machine the cards may lay out a moment after the data arrived.
-        page.wait_for_selector(f"#total-primary-{card}", state="visible")
-        box = page.locator(f"#total-primary-{card}").bounding_box()
+        box = settled_box(page, f"#total-primary-{card}")
         assert box is not None
         assert box["x"] >= 0
         assert box["x"] + box["width"] <= WIDTHS[device]
