@@ -401,8 +401,11 @@ async def test_sigterm_drains_the_jobs_queued_in_the_child(
         async with aiohttp.ClientSession() as session:
             for _ in range(600):
                 try:
-                    async with session.get(f"{base}/healthz/grading") as health:
-                        if health.status == 200:
+                    # Ready means the tasks are loaded too: /healthz/grading alone is 200
+                    # before they are, and a first job would then be skipped (unknown_task).
+                    async with session.get(f"{base}/readyz") as ready:
+                        body = await ready.json() if ready.status == 200 else {}
+                        if body.get("grading", {}).get("status") == "ok":
                             break
                 except aiohttp.ClientConnectionError:
                     pass
