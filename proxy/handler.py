@@ -49,7 +49,7 @@ from proxy.state import (
     TASKS,
     TELEMETRY,
 )
-from proxy.telemetry.record import SpanRecord
+from proxy.telemetry.record import SpanRecord, begin
 
 CLIENT_CLOSED = 499  # nginx's "client closed request": no response was completed
 MAX_META_HEADERS = 16
@@ -338,22 +338,26 @@ def _start_shadow(
     if span is not None:  # its own trace, linked to this one; the shadow sees its span
         leg.span = span.shadow_leg(shadow.url, body, leg.pair_id, task.id)
         leg.headers["traceparent"] = leg.span.traceparent
+    elif TELEMETRY in request.app:  # an unsampled trace of its own, never the primary's span
+        leg.headers["traceparent"] = begin(None, 0.0)[0]
     return leg.pair_id if runner.start(leg) else None
 
 
 def _span(
     request: web.Request, headers: CIMultiDict[str], route: str, body: bytes, upstream: str
 ) -> SpanRecord | None:
-    """With tracing on, the request's span record, and the ``traceparent`` sent upstream
-    naming the proxy's upstream span (a ``tracestate`` only with a valid parent)."""
+    """With tracing on, the ``traceparent`` sent upstream naming the proxy's upstream span (a
+    ``tracestate`` only with a valid parent), and the span record of a sampled request."""
     telemetry = request.app.get(TELEMETRY)
     if telemetry is None:
         return None
-    span = telemetry.begin(request.get(TRACE))
+    trace = request.get(TRACE)
+    headers["traceparent"], span = telemetry.begin(trace)
+    if (trace is None or trace.tracestate is None) and "tracestate" in headers:
+        del headers["tracestate"]  # kept only beside the valid parent it belongs to
+    if span is None:  # not sampled: the upstream's header is all it costs
+        return None
     span.method, span.path, span.route = request.method, request.path, route
     span.request_id, span.upstream, span.request_body = request[REQUEST_ID], upstream, body
     span.run = request.headers.get(request.app[CONFIG].grading.run_header)
-    headers["traceparent"] = span.traceparent
-    if span.tracestate is None:
-        headers.popall("tracestate", None)
     return span

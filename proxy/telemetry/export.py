@@ -1,11 +1,13 @@
 """The exporter: finished requests leave the event loop through one bounded queue.
 
-On the loop, :meth:`Telemetry.finish` is one ``put_nowait`` of the request's record (and its
-graded rows): a full queue drops the request, counted, and never waits. One thread takes the
-records off, builds their spans (proxy/telemetry/spans.py), batches them and exports them over
-OTLP/HTTP (protobuf) with the SDK's exporters, which read the ``OTEL_EXPORTER_OTLP_*``
-variables. A collector that is slow, down, refusing or answering 503 costs that thread its
-export timeout per batch (the SDK retries within it), and costs the client nothing; what a
+On the loop, :meth:`Telemetry.finish` is one ``put_nowait`` of a sampled request's record (and
+its graded rows; an unsampled request has no record and never gets here): a full queue drops
+the request, counted, and never waits. One thread takes the records off, builds their spans
+(proxy/telemetry/spans.py), batches them and exports them over OTLP/HTTP (protobuf): spans
+encoded by proxy/telemetry/otlp.py and sent by the SDK's exporter, log records by the SDK's
+own, both reading the ``OTEL_EXPORTER_OTLP_*`` variables. A collector that is slow, down,
+refusing or answering 503 costs that thread its export timeout per batch (the SDK retries
+within it), and costs the client nothing; what a
 failed export carried is counted as dropped.
 
 The SDK's own ``BatchSpanProcessor`` is not used: it takes built spans (so they would be built
@@ -31,7 +33,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.resources import Resource
@@ -40,6 +41,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from proxy.pipeline.tracecontext import TraceContext
 from proxy.telemetry.annotations import PhoenixAnnotations, span_annotations
+from proxy.telemetry.otlp import span_exporter as otlp_span_exporter
 from proxy.telemetry.record import SpanRecord, begin
 from proxy.telemetry.semconv import MAX_PARSED_BODY
 from proxy.telemetry.settings import Tracing
@@ -91,8 +93,8 @@ class Telemetry:
                 or "gradeproxy"
             }
         )
-        self._spans = span_exporter or OTLPSpanExporter(
-            endpoint=_signal_url(settings.endpoint, "v1/traces"), timeout=settings.export_timeout_s
+        self._spans = span_exporter or otlp_span_exporter(
+            _signal_url(settings.endpoint, "v1/traces"), settings.export_timeout_s
         )
         self._logs: LogRecordExporter | None = None
         if settings.evaluation_events == "log":
@@ -115,7 +117,8 @@ class Telemetry:
 
     # -- on the event loop -------------------------------------------------------------------
 
-    def begin(self, trace: TraceContext | None) -> SpanRecord:
+    def begin(self, trace: TraceContext | None) -> tuple[str, SpanRecord | None]:
+        """The ``traceparent`` for the upstream, and the record of a sampled request."""
         return begin(trace, self.settings.sample_ratio)
 
     def finish(
@@ -130,8 +133,6 @@ class Telemetry:
         if record.done:
             return
         record.done = True
-        if not record.sampled:
-            return
         if self._closing:
             self._drop_item(rows, "shutdown")
             return

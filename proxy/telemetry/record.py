@@ -1,9 +1,12 @@
 """What the hot path keeps of a request for its spans: ids, clocks and references, no parsing.
 
-The handler calls :func:`begin` once (one ``os.urandom`` call, one wall-clock read) and
-fills the rest from what it already measures; the spans are built later, in the exporter's
-thread, from this record and the graded rows. Nothing here imports OpenTelemetry, so the proxy
-runs without the ``otel`` extra while tracing is off.
+The handler calls :func:`begin` once: one ``os.urandom`` call gives the ids, as hex, and the
+``traceparent`` to send upstream is a string joined from them. Only a sampled request gets a
+:class:`SpanRecord` (two clock reads, the ids as integers); the handler fills it from what it
+already measures, and the spans are built later, in the exporter's thread, from it and the
+graded rows. An unsampled request, most of them at the default ratio, gets no record at all: it
+pays for its ids and its header and nothing more (bench/otel_bench.py measures both paths).
+Nothing here imports OpenTelemetry, so the proxy runs without the ``otel`` extra.
 
 Sampling is parent-based, as OpenTelemetry's default sampler: a valid client ``traceparent``
 decides with its sampled flag, and a trace the proxy starts is kept when the low 64 bits of its
@@ -24,17 +27,17 @@ from proxy.pipeline.tracecontext import TraceContext
 
 __all__ = ["SpanRecord", "SpanSink", "begin"]
 
-_LOW64 = (1 << 64) - 1
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
 
 
 @dataclass(slots=True)
 class SpanRecord:
-    """One proxied request's span data; the upstream span's id is what the upstream sees."""
+    """One sampled request's span data; the upstream span's id is what the upstream saw."""
 
     trace_id: int
     server_span_id: int
     upstream_span_id: int
-    sampled: bool
     start_ns: int  # wall clock at the handler's start
     started: float  # perf_counter at the handler's start: later clocks are offsets from it
     parent_span_id: int | None = None  # the client's span, when its traceparent was valid
@@ -61,31 +64,24 @@ class SpanRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     done: bool = False  # handed to the exporter (once, whichever path ends the request)
 
-    def __reduce__(self) -> tuple[Callable[..., SpanRecord | None], tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[Callable[..., SpanRecord], tuple[Any, ...]]:
         """Pickled (a grade job's wire form to the grading process, proxy/pipeline/child.py),
-        a sampled record keeps only its span context, and an unsampled one is nothing (it
-        arrives as None): the grading process keeps a job's rows for the exporter only where
-        a span arrives (proxy/pipeline/record/recording.py), and the unsampled requests, most
-        of them, neither pickle some thirty fields nor send their rows back."""
-        if not self.sampled:
-            return _nothing, ()
-        context = (self.trace_id, self.server_span_id, self.upstream_span_id, True)
+        a record keeps only its span context: the grading process needs no more than to know
+        that a span will carry the job's rows (proxy/pipeline/record/recording.py), and must
+        not get some thirty fields and the request body again."""
+        context = (self.trace_id, self.server_span_id, self.upstream_span_id)
         return SpanRecord, (*context, self.start_ns, self.started, self.parent_span_id)
 
     @property
     def traceparent(self) -> str:
         """The ``traceparent`` sent upstream: this trace, the proxy's upstream span."""
-        flags = "01" if self.sampled else "00"
-        return f"00-{self.trace_id:032x}-{self.upstream_span_id:016x}-{flags}"
+        return f"00-{self.trace_id:032x}-{self.upstream_span_id:016x}-01"
 
     def ended(
         self, status: int, outcome: Any, skip: str | None, task_id: str | None, pair: str | None
     ) -> None:
         """Fill in what the handler measured (``outcome``: its
-        ``proxy.pipeline.forward.Relay``): numbers and references only, nothing parsed.
-        Nothing for an unsampled request: its record only named the upstream span."""
-        if not self.sampled:
-            return
+        ``proxy.pipeline.forward.Relay``): numbers and references only, nothing parsed."""
         self.finished = time.perf_counter()
         self.status, self.stream = status or 500, outcome.stream
         self.skip, self.task_id, self.pair_id = skip, task_id, pair
@@ -95,10 +91,11 @@ class SpanRecord:
         self.client_disconnected = outcome.client_disconnected
 
     def shadow_leg(self, upstream: str, body: bytes, pair_id: str, task_id: str) -> SpanRecord:
-        """The record of this request's shadow copy: a trace of its own (sampled alike),
-        linked to this request's span (docs/shadow.md)."""
-        leg = begin(None, 1.0)
-        leg.sampled, leg.variant, leg.run = self.sampled, "shadow", self.run
+        """The record of this request's shadow copy: a trace of its own (sampled, as this
+        one is), linked to this request's span (docs/shadow.md)."""
+        leg = begin(None, 1.0)[1]
+        assert leg is not None  # a ratio of 1 samples every trace
+        leg.variant, leg.run = "shadow", self.run
         leg.method, leg.path, leg.route, leg.request_id = (
             self.method,
             self.path,
@@ -121,10 +118,6 @@ class SpanRecord:
         return self.start_ns + int((perf - self.started) * 1e9)
 
 
-def _nothing() -> None:
-    return None
-
-
 class SpanSink(Protocol):
     """Where a finished request's record goes (proxy/telemetry/export.py's ``Telemetry``)."""
 
@@ -132,43 +125,39 @@ class SpanSink(Protocol):
         """Hand the record over, with its rows once graded; never waits."""
 
 
-def _spans(value: int) -> tuple[int, int]:
-    """Two span ids: ``value``'s two low 64-bit words."""
-    return value >> 64 & _LOW64, value & _LOW64
+def begin(trace: TraceContext | None, sample_ratio: float) -> tuple[str, SpanRecord | None]:
+    """The ``traceparent`` to send upstream for a request that has just arrived (``trace``:
+    its validated headers), and its record when it is sampled.
 
-
-def begin(trace: TraceContext | None, sample_ratio: float) -> SpanRecord:
-    """The record of a request that has just arrived (``trace``: its validated headers).
-
-    Its ids come from one ``os.urandom`` call (the unsampled requests pay for their ids too),
-    drawn again in the rare case that one is zero, which is invalid."""
+    Its ids are one ``os.urandom`` call as hex (the trace's, unless it continues the client's,
+    then the server span's and the upstream span's), drawn again in the rare case that one is
+    zero, which is invalid."""
     parent = trace.traceparent if trace is not None else None
-    started = time.perf_counter()
-    start_ns = time.time_ns()
     if parent is not None:
-        _version, trace_hex, span_hex, flags = parent.split("-")[:4]
-        server, upstream = 0, 0
-        while not (server and upstream):
-            server, upstream = _spans(int.from_bytes(os.urandom(16), "big"))
-        return SpanRecord(
-            trace_id=int(trace_hex, 16),
-            server_span_id=server,
-            upstream_span_id=upstream,
-            sampled=bool(int(flags, 16) & 1),
-            start_ns=start_ns,
-            started=started,
-            parent_span_id=int(span_hex, 16),
-            tracestate=trace.tracestate if trace is not None else None,
-        )
-    trace_id, server, upstream = 0, 0, 0
-    while not (trace_id and server and upstream):
-        ids = int.from_bytes(os.urandom(32), "big")  # the trace id, then the two span ids
-        trace_id, (server, upstream) = ids >> 128, _spans(ids)
-    return SpanRecord(
-        trace_id=trace_id,
-        server_span_id=server,
-        upstream_span_id=upstream,
-        sampled=(trace_id & _LOW64) < sample_ratio * 2**64,
-        start_ns=start_ns,
-        started=started,
+        _version, trace_hex, parent_hex, flags = parent.split("-")[:4]
+        while True:
+            ids = os.urandom(16).hex()
+            server, upstream = ids[:16], ids[16:]
+            if server != _ZERO_SPAN and upstream != _ZERO_SPAN:
+                break
+        sampled = bool(int(flags, 16) & 1)
+    else:
+        parent_hex = None
+        while True:
+            ids = os.urandom(32).hex()
+            trace_hex, server, upstream = ids[:32], ids[32:48], ids[48:]
+            if trace_hex != _ZERO_TRACE and server != _ZERO_SPAN and upstream != _ZERO_SPAN:
+                break
+        sampled = int(ids[16:32], 16) < sample_ratio * 2**64
+    if not sampled:
+        return f"00-{trace_hex}-{upstream}-00", None
+    record = SpanRecord(
+        trace_id=int(trace_hex, 16),
+        server_span_id=int(server, 16),
+        upstream_span_id=int(upstream, 16),
+        start_ns=time.time_ns(),
+        started=time.perf_counter(),
+        parent_span_id=None if parent_hex is None else int(parent_hex, 16),
+        tracestate=trace.tracestate if trace is not None and parent_hex is not None else None,
     )
+    return f"00-{trace_hex}-{upstream}-01", record

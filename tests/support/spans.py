@@ -45,9 +45,11 @@ ROW: dict[str, Any] = {
 }
 
 
-def record(traceparent: str | None = None, sampled_ratio: float = 1.0) -> SpanRecord:
+def record(traceparent: str | None = None) -> SpanRecord:
+    """A sampled request's record, filled as the handler fills it."""
     headers = {"traceparent": traceparent} if traceparent else {}
-    span = begin(trace_context(headers), sampled_ratio)
+    _, span = begin(trace_context(headers), 1.0)
+    assert span is not None, "an unsampled request has no record"
     span.method, span.path, span.route = "POST", "/v1/chat/completions", "chat_completions"
     span.request_id, span.upstream, span.request_body = "req-1", "http://127.0.0.1:9/v1", BODY
     span.status, span.task_id, span.run = 200, "weather.single", "nightly"

@@ -123,9 +123,9 @@ Outcome = tuple[Graded, Recording | None]
 
 
 def keeps_rows(job: GradeJob) -> bool:
-    """Whether the job's rows must travel with its recording: a sampled span carries them as
-    its evaluation results (an unsampled record crosses to the grading process as None)."""
-    return job.span is not None and job.span.sampled
+    """Whether the job's rows must travel with its recording: a span (only sampled requests
+    have one) carries them as its evaluation results."""
+    return job.span is not None
 
 
 def grade_and_reduce(

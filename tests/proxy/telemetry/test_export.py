@@ -167,21 +167,6 @@ async def test_a_full_queue_drops_and_counts_without_waiting() -> None:
         await asyncio.to_thread(exporter.shutdown)
 
 
-async def test_an_unsampled_request_is_never_exported() -> None:
-    drops = Drops()
-    async with receiver() as otlp:
-        exporter = telemetry(otlp, drops)
-        unsampled = record(f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00")
-        exporter.finish(unsampled, [ROW])
-        exporter.finish(record(), [ROW])
-        await otlp.until(spans=2)
-        await asyncio.to_thread(exporter.shutdown)
-    assert unsampled.traceparent.endswith("-00")
-    assert CLIENT_TRACE not in {s.trace_id.hex() for s in otlp.spans}
-    assert len(otlp.spans) == 2
-    assert drops.exported["spans"] == 2
-
-
 LONG_PROMPT = "Zürich " * 2000
 
 

@@ -149,10 +149,12 @@ def test_a_started_trace_is_kept_by_the_low_bits_of_its_id(
 ) -> None:
     drawn = trace_id.to_bytes(16, "big") + b"\x01" * 8 + b"\x02" * 8
     monkeypatch.setattr("proxy.telemetry.record.os.urandom", lambda n: drawn[:n])
-    record = begin(None, ratio)
-    assert record.trace_id == trace_id
-    assert record.sampled is sampled
-    assert record.traceparent.endswith("-01" if sampled else "-00")
+    traceparent, record = begin(None, ratio)
+    assert traceparent.split("-")[1] == f"{trace_id:032x}"
+    assert traceparent.endswith("-01" if sampled else "-00")
+    assert (record is not None) is sampled  # an unsampled request gets no record
+    if record is not None:
+        assert (record.trace_id, record.traceparent) == (trace_id, traceparent)
 
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -188,11 +190,14 @@ def test_the_ids_come_from_one_draw_and_never_zero(
 
     monkeypatch.setattr("proxy.telemetry.record.os.urandom", urandom)
     context = trace_context({"traceparent": traceparent} if traceparent else {})
-    record = begin(context, 1.0)
+    header, record = begin(context, 1.0)
+    assert record is not None
     assert (record.server_span_id, record.upstream_span_id) == ids
+    assert header.split("-")[2] == f"{ids[1]:016x}"  # the upstream sees its own span
     assert asked == [16 if traceparent else 32] * len(draws)
     if traceparent:
         assert record.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+        assert record.parent_span_id == 0xB7AD6B7169203331
 
 
 @pytest.mark.parametrize(
@@ -261,11 +266,13 @@ def test_a_grade_job_crossing_to_the_child_carries_a_sampled_span_context_only(
     traceparent: str | None, ratio: float, sampled: bool
 ) -> None:
     """The grade job's wire form carries every field: a sampled record arrives as its span
-    context (so the child keeps the rows its evaluation results are built from), an unsampled
-    one as None (no rows sent back for it); the rest of the job arrives whole."""
+    context (so the child keeps the rows its evaluation results are built from); an unsampled
+    request has no record (no rows sent back for it); the rest of the job arrives whole."""
     context = trace_context({"traceparent": traceparent} if traceparent else {})
-    record = begin(context, ratio)
-    record.request_body, record.method = BODY, "POST"
+    _, record = begin(context, ratio)
+    assert (record is not None) is sampled
+    if record is not None:
+        record.request_body, record.method = BODY, "POST"
     task = parse_task({"id": "t", "expected": {"name": "get_weather", "arguments": {}}})
     job = GradeJob(
         request_id="req-1",
@@ -292,6 +299,6 @@ def test_a_grade_job_crossing_to_the_child_carries_a_sampled_span_context_only(
     assert crossed.span is not None
     ids = ("trace_id", "server_span_id", "upstream_span_id", "parent_span_id", "start_ns")
     assert [getattr(crossed.span, n) for n in ids] == [getattr(record, n) for n in ids]
-    assert (crossed.span.sampled, crossed.span.request_body, crossed.span.method) == (True, b"", "")
+    assert (crossed.span.request_body, crossed.span.method) == (b"", "")
     assert done.kept is not None
     assert [row["task_id"] for row in done.kept] == ["t"]

@@ -217,6 +217,59 @@ async def test_a_shadow_leg_is_its_own_trace_linked_to_the_primary(
     assert [e.name for e in calls[leg.span_id].events] == ["gen_ai.evaluation.result"]
 
 
+@pytest.mark.parametrize(
+    ("headers", "ratio"),
+    [
+        ({"traceparent": CLIENT_PARENT.replace("-01", "-00"), "tracestate": "vendor=7"}, 1.0),
+        ({}, 0.0),
+    ],
+    ids=["client_not_sampled", "ratio_zero"],
+)
+async def test_an_unsampled_request_names_fresh_spans_upstream_and_exports_nothing(
+    backend: ScriptedBackend,
+    backend_server: TestServer,
+    tasks_file: Path,
+    tmp_path: Path,
+    headers: dict[str, str],
+    ratio: float,
+) -> None:
+    """An unsampled request has no span record: the primary and its shadow each get a
+    ``traceparent`` of their own with the sampled flag off, and nothing reaches the collector
+    (a sampled request after it exports its four spans, and only those)."""
+    shadow = {"url": str(backend_server.make_url("/v1")), "sample_rate": 1.0}
+    upstream = {"url": str(backend_server.make_url("/v1")), "shadow": shadow}
+    async with (
+        receiver() as otlp,
+        proxy(
+            backend_server,
+            tasks_file,
+            tmp_path / "rows.jsonl",
+            upstream=upstream,
+            tracing=tracing(otlp.endpoint, sample_ratio=ratio),
+        ) as live,
+    ):
+        assert (await post(live, {**GRADED, **headers}))[0] == 200
+        await live.drained()
+        unsampled = [s.headers for s in backend.seen]
+        assert (await post(live, {**GRADED, "traceparent": CLIENT_PARENT}))[0] == 200
+        await live.drained()
+        await otlp.until(spans=4)
+    matches = [TRACEPARENT.fullmatch(h["traceparent"]) for h in unsampled]
+    assert all(m is not None and m.group(0).endswith("-00") for m in matches)
+    traces = {m.group(1) for m in matches if m is not None}
+    spans = {m.group(2) for m in matches if m is not None}
+    assert len(spans) == 2  # the shadow never reuses the primary's span
+    assert len(traces) == 2  # the shadow is a trace of its own
+    if "traceparent" in headers:  # the primary continues the client's trace, state and all
+        primary = next(h for h in unsampled if CLIENT_TRACE in h["traceparent"])
+        assert primary["tracestate"] == "vendor=7"
+        assert "00f067aa0ba902b7" not in spans
+    exported = {span.trace_id.hex() for span in otlp.spans}
+    assert len(otlp.spans) == 4
+    assert CLIENT_TRACE in exported
+    assert not exported & traces - {CLIENT_TRACE}
+
+
 async def test_the_log_form_through_the_proxy_matches_the_result_rows(
     backend: ScriptedBackend, backend_server: TestServer, tasks_file: Path, tmp_path: Path
 ) -> None:
