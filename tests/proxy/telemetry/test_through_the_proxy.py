@@ -49,6 +49,26 @@ async def proxy(
         yield live
 
 
+@asynccontextmanager
+async def shadowed(
+    backend_server: TestServer, tasks_file: Path, tmp_path: Path, **extra: Any
+) -> AsyncIterator[tuple[Live, Receiver]]:
+    """A traced proxy whose every graded request is shadowed to the same backend."""
+    shadow = {"url": str(backend_server.make_url("/v1")), "sample_rate": 1.0}
+    upstream = {"url": str(backend_server.make_url("/v1")), "shadow": shadow}
+    async with (
+        receiver() as otlp,
+        proxy(
+            backend_server,
+            tasks_file,
+            tmp_path / "rows.jsonl",
+            upstream=upstream,
+            tracing=tracing(otlp.endpoint, **extra),
+        ) as live,
+    ):
+        yield live, otlp
+
+
 async def post(live: Live, headers: dict[str, str], body: bytes = BODY) -> tuple[int, bytes]:
     async with (
         aiohttp.ClientSession() as session,
@@ -185,18 +205,7 @@ async def test_the_client_gets_the_same_bytes_whatever_the_collector_does(
 async def test_a_shadow_leg_is_its_own_trace_linked_to_the_primary(
     backend: ScriptedBackend, backend_server: TestServer, tasks_file: Path, tmp_path: Path
 ) -> None:
-    shadow = {"url": str(backend_server.make_url("/v1")), "sample_rate": 1.0}
-    upstream = {"url": str(backend_server.make_url("/v1")), "shadow": shadow}
-    async with (
-        receiver() as otlp,
-        proxy(
-            backend_server,
-            tasks_file,
-            tmp_path / "rows.jsonl",
-            upstream=upstream,
-            tracing=tracing(otlp.endpoint),
-        ) as live,
-    ):
+    async with shadowed(backend_server, tasks_file, tmp_path) as (live, otlp):
         assert (await post(live, GRADED))[0] == 200
         await live.drained()
         await otlp.until(spans=4)
@@ -236,18 +245,7 @@ async def test_an_unsampled_request_names_fresh_spans_upstream_and_exports_nothi
     """An unsampled request has no span record: the primary and its shadow each get a
     ``traceparent`` of their own with the sampled flag off, and nothing reaches the collector
     (a sampled request after it exports its four spans, and only those)."""
-    shadow = {"url": str(backend_server.make_url("/v1")), "sample_rate": 1.0}
-    upstream = {"url": str(backend_server.make_url("/v1")), "shadow": shadow}
-    async with (
-        receiver() as otlp,
-        proxy(
-            backend_server,
-            tasks_file,
-            tmp_path / "rows.jsonl",
-            upstream=upstream,
-            tracing=tracing(otlp.endpoint, sample_ratio=ratio),
-        ) as live,
-    ):
+    async with shadowed(backend_server, tasks_file, tmp_path, sample_ratio=ratio) as (live, otlp):
         assert (await post(live, {**GRADED, **headers}))[0] == 200
         await live.drained()
         unsampled = [s.headers for s in backend.seen]
