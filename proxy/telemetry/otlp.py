@@ -248,7 +248,8 @@ def span_exporter(endpoint: str | None, timeout_s: float | None) -> SpanExporter
     the fast one where the SDK has the client it sends through, else the SDK's own."""
     exporter = FastSpanExporter(endpoint=endpoint, timeout=timeout_s)
     client = getattr(exporter, "_client", None)
-    if callable(getattr(client, "export", None)) and hasattr(exporter, "_max_request_size"):
+    privates = all(hasattr(exporter, name) for name in ("_shutdown", "_max_request_size"))
+    if callable(getattr(client, "export", None)) and privates:
         return exporter
     log.warning("otlp_fast_encoder_unavailable")  # a newer SDK: correct, and slower
     FastSpanExporter.in_use = False
