@@ -16,6 +16,7 @@ duplicates. ``PHOENIX_API_KEY``, when set, is sent as a bearer token, as Phoenix
 
 from __future__ import annotations
 
+import http.client
 import os
 import urllib.error
 import urllib.request
@@ -74,10 +75,33 @@ class PhoenixAnnotations:
 
     def send(self, batch: list[dict[str, Any]]) -> bool:
         """One request for ``batch``; False when Phoenix refused it or could not be reached."""
-        body = orjson.dumps({"data": batch})
+        try:
+            body = _json({"data": batch})
+        except TypeError:  # what no JSON can hold (an integer past 64 bits): that batch only
+            return False
         request = urllib.request.Request(self.url, body, self.headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return 200 <= int(response.status) < 300
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
+            return False  # a malformed answer (BadStatusLine) too: never the thread's end
+
+
+def _json(document: dict[str, Any]) -> bytes:
+    """``document`` as JSON. A lone surrogate (an answer the stdlib's parser read, quoted in an
+    explanation) is not UTF-8, and orjson refuses it: each is written as U+FFFD for Phoenix,
+    never an exception that would end the export thread."""
+    try:
+        return orjson.dumps(document)
+    except TypeError:
+        return orjson.dumps(_replaced(document))
+
+
+def _replaced(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_replaced(key): _replaced(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replaced(item) for item in value]
+    return value

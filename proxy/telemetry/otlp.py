@@ -68,6 +68,16 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+def _text(text: str) -> bytes:
+    """A name, a status message or a trace state as UTF-8. A lone surrogate (a client's model
+    parsed by the stdlib's JSON parser, in a span's name) becomes U+FFFD: the SDK's encoder
+    would raise and lose the whole batch, every other request's spans with it."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text).encode()
+
+
 def _delimited(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field (wire type 2): its tag, its length, its bytes."""
     return tag + _varint(len(payload)) + payload
@@ -121,19 +131,23 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
         return b""
     parts = []
     for key, value in attributes.items():
-        if type(value) is str:
-            text = value.encode("utf-8")
-            size = len(text)
-            any_value = b"\x0a" + (_SMALL[size] if size < 128 else _varint(size)) + text
-            size += 1 + (1 if size < 128 else len(_varint(size)))
-            pair = _key(key) + b"\x12" + (_SMALL[size] if size < 128 else _varint(size))
-            pair += any_value
-        else:
-            try:
+        try:
+            if type(value) is str:
+                text = value.encode("utf-8")
+                size = len(text)
+                any_value = b"\x0a" + (_SMALL[size] if size < 128 else _varint(size)) + text
+                size += 1 + (1 if size < 128 else len(_varint(size)))
+                pair = _key(key) + b"\x12" + (_SMALL[size] if size < 128 else _varint(size))
+                pair += any_value
+            else:
                 pair = _pair(key, value)
-            except (TypeError, ValueError) as error:  # as the SDK does: that attribute only
-                log.error("otlp_attribute_not_encoded", extra={"key": key, "error": str(error)})
-                continue
+        except (TypeError, ValueError) as error:  # as the SDK does: that attribute only
+            # (a lone surrogate, say, from an upstream's JSON: UnicodeEncodeError)
+            log.error(
+                "otlp_attribute_not_encoded",
+                extra={"key": ascii(key)[:100], "error": ascii(error)[:200]},
+            )
+            continue
         size = len(pair)
         parts.append(tag + (_SMALL[size] if size < 128 else _varint(size)) + pair)
     return b"".join(parts)
@@ -149,12 +163,12 @@ def _span(span: ReadableSpan) -> bytes:
     ]
     if context.trace_state:
         state = ",".join(f"{key}={value}" for key, value in context.trace_state.items())
-        parts.append(_delimited(b"\x1a", state.encode("utf-8")))  # trace_state (3)
+        parts.append(_delimited(b"\x1a", _text(state)))  # trace_state (3)
     parent = span.parent
     if parent is not None:
         parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))  # parent_span_id (4)
     if span.name:  # proto3 leaves a field at its default out: "", 0
-        parts.append(_delimited(b"\x2a", span.name.encode("utf-8")))  # name (5)
+        parts.append(_delimited(b"\x2a", _text(span.name)))  # name (5)
     parts.append(b"\x30" + _SMALL[_KIND[span.kind]])  # kind (6)
     if span.start_time:
         parts.append(b"\x39" + _FIXED64.pack(span.start_time))  # start_time_unix_nano (7)
@@ -164,7 +178,7 @@ def _span(span: ReadableSpan) -> bytes:
     for event in span.events:  # events (11): time (1), name (2), attributes (3)
         body = b"\x09" + _FIXED64.pack(event.timestamp) if event.timestamp else b""
         if event.name:
-            body += _delimited(b"\x12", event.name.encode("utf-8"))
+            body += _delimited(b"\x12", _text(event.name))
         parts.append(_delimited(b"\x5a", body + _attributes(b"\x1a", event.attributes)))
     for link in span.links:  # links (13): trace_id (1), span_id (2), flags (6)
         linked = link.context
@@ -180,7 +194,7 @@ def _span(span: ReadableSpan) -> bytes:
         parts.append(_delimited(b"\x6a", body))
     status = span.status  # status (15): message (2), code (3)
     message = status.description or ""
-    body = (_delimited(b"\x12", message.encode("utf-8")) if message else b"") + (
+    body = (_delimited(b"\x12", _text(message)) if message else b"") + (
         b"\x18" + _SMALL[status.status_code.value] if status.status_code.value else b""
     )
     parts.append(_delimited(b"\x7a", body))
@@ -193,8 +207,8 @@ def _scope(scope: InstrumentationScope | None) -> bytes:
     """An ``InstrumentationScope``: name (1), version (2), attributes (3)."""
     if scope is None:
         return b""
-    name = _delimited(b"\x0a", scope.name.encode("utf-8")) if scope.name else b""
-    version = _delimited(b"\x12", scope.version.encode("utf-8")) if scope.version else b""
+    name = _delimited(b"\x0a", _text(scope.name)) if scope.name else b""
+    version = _delimited(b"\x12", _text(scope.version)) if scope.version else b""
     return name + version + _attributes(b"\x1a", scope.attributes)
 
 
@@ -213,10 +227,10 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> bytes:
         for scope, encoded in scopes.values():  # scope_spans (2): scope (1), spans (2), url (3)
             inner = [_delimited(b"\x0a", _scope(scope)), *encoded]
             if scope is not None and scope.schema_url:
-                inner.append(_delimited(b"\x1a", scope.schema_url.encode("utf-8")))
+                inner.append(_delimited(b"\x1a", _text(scope.schema_url)))
             body.append(_delimited(b"\x12", b"".join(inner)))
         if resource.schema_url:  # schema_url (3)
-            body.append(_delimited(b"\x1a", resource.schema_url.encode("utf-8")))
+            body.append(_delimited(b"\x1a", _text(resource.schema_url)))
         out.append(_delimited(b"\x0a", b"".join(body)))  # resource_spans (1)
     return b"".join(out)
 

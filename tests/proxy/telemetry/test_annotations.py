@@ -57,12 +57,20 @@ def test_each_column_of_each_choice_is_one_annotation_on_the_call_span() -> None
     assert "score" not in judge["result"]  # an error has no score, only its label and why
 
 
+async def _no_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read(1024)
+    writer.write(b"garbage\r\n\r\n")
+    await writer.drain()
+    writer.close()
+
+
 @pytest.mark.parametrize(
     ("phoenix", "spans_reach_the_collector", "exported", "dropped"),
     [
         pytest.param("ok", True, 5, 0, id="accepted"),
         pytest.param("503", True, 0, 5, id="phoenix_answers_503"),
         pytest.param("refused", True, 0, 5, id="phoenix_refuses_the_connection"),
+        pytest.param("garbage", True, 0, 5, id="phoenix_answers_no_http"),
         pytest.param("ok", False, 0, 5, id="spans_not_exported_so_not_annotated"),
     ],
 )
@@ -76,6 +84,9 @@ async def test_annotations_are_counted_whatever_phoenix_does(
     posted: list[dict[str, Any]] = []
     server = await aiohttp_server(phoenix_app(503 if phoenix == "503" else 200, posted))
     url = f"http://127.0.0.1:{refused_port()}" if phoenix == "refused" else str(server.make_url(""))
+    if phoenix == "garbage":  # not HTTP at all: http.client raises BadStatusLine
+        garbage = await asyncio.start_server(_no_http, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{garbage.sockets[0].getsockname()[1]}"
     drops = Drops()
     async with receiver("ok" if spans_reach_the_collector else "unavailable") as otlp:
         config = Tracing(
@@ -97,5 +108,36 @@ async def test_annotations_are_counted_whatever_phoenix_does(
             **({} if spans_reach_the_collector else {("spans", "export_failed"): 2}),
         }
     )
-    sent = phoenix != "refused" and spans_reach_the_collector
+    if phoenix == "garbage":
+        garbage.close()
+        await garbage.wait_closed()
+    sent = phoenix not in ("refused", "garbage") and spans_reach_the_collector
     assert len(posted) == (len(ROW["checks"]) if sent else 0)
+
+
+async def test_a_lone_surrogate_in_an_explanation_is_sent_as_a_replacement_character(
+    aiohttp_server: Server,
+) -> None:
+    """An answer parsed by the stdlib (a 19-digit number beside it) can put a lone surrogate
+    into a reason: the annotation is still posted, and the export thread lives on."""
+    posted: list[dict[str, Any]] = []
+    server = await aiohttp_server(phoenix_app(200, posted))
+    row = {**ROW, "checks": [{**ROW["checks"][0], "reason": "got 'Z\ud800rich'"}]}
+    drops = Drops()
+    async with receiver("ok") as otlp:
+        config = Tracing(
+            enabled=True,
+            endpoint=otlp.endpoint,
+            schedule_delay_s=0.05,
+            shutdown_timeout_s=60,
+            phoenix_url=str(server.make_url("")),
+        )
+        exporter = Telemetry(config, drops.drop, drops.export)
+        exporter.start()
+        exporter.finish(record(), [row])
+        await otlp.until(spans=2)
+        exporter.finish(record(), [ROW])  # after it: the thread still exports
+        await otlp.until(spans=4)
+        await asyncio.to_thread(exporter.shutdown)
+    assert drops.exported["annotations"] == 1 + len(ROW["checks"])
+    assert posted[0]["result"]["explanation"].startswith("got 'Z\ufffdrich'")

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -133,8 +134,23 @@ def test_generated_spans_encode_to_the_sdks_bytes(batch: list[ReadableSpan]) -> 
         {"nested": [1, [2, object()]], "kept": 2.5},
         {"int64_edges": [-(1 << 63), (1 << 63) - 1, 0, -1]},
         {"empty_list": [], "empty_map": {}, "none": None, "empty": ""},
+        # A lone surrogate (an upstream's JSON, parsed by the stdlib) cannot be UTF-8: the
+        # SDK leaves that attribute out, and must not lose the batch with it.
+        {"gen_ai.response.model": "gpt-\ud800", "kept": "x"},
+        {"key-\udcff": "v", "kept": "x"},
+        {"nested": ["ok", {"k": "\ud800"}], "kept": 1},
     ],
-    ids=["above_int64", "below_int64", "object", "nested_object", "int64_edges", "empties"],
+    ids=[
+        "above_int64",
+        "below_int64",
+        "object",
+        "nested_object",
+        "int64_edges",
+        "empties",
+        "surrogate_value",
+        "surrogate_key",
+        "nested_surrogate",
+    ],
 )
 def test_values_the_sdk_refuses_or_edges_it_keeps_encode_as_it_does(
     attributes: dict[str, Any],
@@ -148,6 +164,25 @@ def test_values_the_sdk_refuses_or_edges_it_keeps_encode_as_it_does(
         end_time=2,
     )
     assert encode_spans([span]) == sdk_encode([span]).SerializeToString()
+
+
+def test_a_lone_surrogate_in_a_name_costs_that_character_not_the_batch() -> None:
+    """A client's model parsed by the stdlib (a body with a 19-digit number) can hold a lone
+    surrogate, and becomes the call span's name: the SDK's encoder raises on it, losing every
+    span in the batch; this encoder writes U+FFFD in its place."""
+    named = ReadableSpan(
+        name="chat gpt-\ud800?",
+        context=SpanContext(1, 2, is_remote=False),
+        resource=RESOURCES[0],
+        status=Status(StatusCode.ERROR, "upstream \udcff"),
+        start_time=1,
+        end_time=2,
+    )
+    with pytest.raises(UnicodeEncodeError, match="surrogates not allowed"):
+        sdk_encode([named])
+    parsed = ExportTraceServiceRequest.FromString(encode_spans([named]))
+    (span,) = parsed.resource_spans[0].scope_spans[0].spans
+    assert (span.name, span.status.message) == ("chat gpt-\ufffd?", "upstream \ufffd")
 
 
 @pytest.mark.parametrize("rows", [None, [ROW]], ids=["ungraded", "graded"])
