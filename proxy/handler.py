@@ -340,6 +340,8 @@ def _start_shadow(
         leg.headers["traceparent"] = leg.span.traceparent
     elif TELEMETRY in request.app:  # an unsampled trace of its own, never the primary's span
         leg.headers["traceparent"] = begin(None, 0.0)[0]
+    if TELEMETRY in request.app:  # the client's tracestate belongs to the client's trace
+        leg.headers.popall("tracestate", None)
     return leg.pair_id if runner.start(leg) else None
 
 
@@ -353,8 +355,10 @@ def _span(
         return None
     trace = request.get(TRACE)
     headers["traceparent"], span = telemetry.begin(trace)
-    if (trace is None or trace.tracestate is None) and "tracestate" in headers:
-        del headers["tracestate"]  # kept only beside the valid parent it belongs to
+    if trace is None or trace.tracestate is None:
+        headers.popall("tracestate", None)  # kept only beside the valid parent it belongs to
+    else:  # the list validated, as one header: never a second header nobody read
+        headers["tracestate"] = trace.tracestate
     if span is None:  # not sampled: the upstream's header is all it costs
         return None
     span.method, span.path, span.route = request.method, request.path, route

@@ -91,6 +91,8 @@ def trace_context(headers: Mapping[str, str]) -> TraceContext:
     """Validate the request's trace headers; cheap when a request carries none."""
     parent = headers.get("traceparent")
     state = headers.get("tracestate")
+    if state is not None:
+        state = _combined(headers, "tracestate", state)
     baggage = headers.get("baggage")
     if parent is None and state is None and baggage is None:
         return _EMPTY
@@ -105,6 +107,14 @@ def trace_context(headers: Mapping[str, str]) -> TraceContext:
         invalid.append("baggage")
         baggage = None
     return TraceContext(parent.strip() if parent else None, state, baggage, tuple(invalid))
+
+
+def _combined(headers: Mapping[str, str], name: str, first: str) -> str:
+    """A list header sent as several headers, as the one value HTTP makes of them (RFC 9110
+    5.3, field order): validating the first alone would let the others through unread."""
+    getall = getattr(headers, "getall", None)  # a multidict: aiohttp's request headers
+    values: list[str] = [first] if getall is None else getall(name)
+    return first if len(values) == 1 else ",".join(values)
 
 
 _EMPTY = TraceContext()

@@ -4,12 +4,14 @@ proxy on real loopback sockets (raw requests: HTTP clients normalise the targets
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
 import aiohttp
 import orjson
 import pytest
 from aiohttp.test_utils import TestServer
+from multidict import CIMultiDict
 
 from proxy.logs import configure_logging
 from proxy.pipeline.guard import dot_segment
@@ -247,10 +249,22 @@ async def test_scoring_api_on_the_admin_port(backend_server: TestServer, tasks_f
             id="too_many_baggage_members",
         ),
         pytest.param({"baggage": "k=\udcff"}, {}, ("baggage",), id="obs_text_baggage"),
+        pytest.param(
+            CIMultiDict([("traceparent", PARENT), ("tracestate", "a=1"), ("tracestate", "b=2")]),
+            {"traceparent": PARENT, "tracestate": "a=1,b=2"},
+            (),
+            id="two_state_headers_one_list",
+        ),
+        pytest.param(
+            CIMultiDict([("traceparent", PARENT), ("tracestate", "a=1"), ("tracestate", "b c")]),
+            {"traceparent": PARENT},
+            ("tracestate",),
+            id="second_state_header_invalid",
+        ),
     ],
 )
 def test_trace_headers_are_validated(
-    headers: dict[str, str], kept: dict[str, str], invalid: tuple[str, ...]
+    headers: Mapping[str, str], kept: dict[str, str], invalid: tuple[str, ...]
 ) -> None:
     context = trace_context(headers)
     got = {

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
+from multidict import CIMultiDict
 
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.support.live import Live, live_proxy
@@ -292,3 +293,69 @@ async def test_the_log_form_through_the_proxy_matches_the_result_rows(
         (call.span_id, column["name"], attributes(call.attributes)["gen_ai.response.id"])
         for column in row["checks"]
     ]
+
+
+@pytest.mark.parametrize(
+    ("client_parent", "ratio"),
+    [(CLIENT_PARENT, 1.0), (CLIENT_PARENT.replace("-01", "-00"), 1.0)],
+    ids=["sampled", "unsampled"],
+)
+async def test_a_shadow_leg_never_carries_the_client_tracestate_of_another_trace(
+    backend: ScriptedBackend,
+    backend_server: TestServer,
+    tasks_file: Path,
+    tmp_path: Path,
+    client_parent: str,
+    ratio: float,
+) -> None:
+    """A ``tracestate`` belongs to the trace of the ``traceparent`` beside it: the primary
+    continues the client's trace and keeps it; the shadow leg starts a trace of its own (its
+    exported span has no trace state), so its upstream must not see the client's vendors."""
+    headers = {**GRADED, "traceparent": client_parent, "tracestate": "vendor=7"}
+    async with shadowed(backend_server, tasks_file, tmp_path, sample_ratio=ratio) as (live, _):
+        assert (await post(live, headers))[0] == 200
+        await live.drained()
+    by_trace = {s.headers["traceparent"].split("-")[1]: s.headers for s in backend.seen}
+    assert len(by_trace) == 2
+    assert by_trace.pop(CLIENT_TRACE).getall("tracestate", []) == ["vendor=7"]
+    ((_, leg),) = by_trace.items()
+    assert leg.getall("tracestate", []) == []
+
+
+@pytest.mark.parametrize(
+    ("client_states", "upstream_state"),
+    [
+        (["vendor=1"], "vendor=1"),
+        (["vendor=1", "other=2"], "vendor=1,other=2"),  # W3C: several headers, one list
+        (["vendor=1", "not a member"], None),  # the list as a whole is invalid
+        (["vendor=1", "x=" + "y" * 600], None),  # past the size the proxy accepts
+    ],
+    ids=["one", "two_valid", "second_invalid", "second_oversized"],
+)
+async def test_the_upstream_sees_only_a_tracestate_the_proxy_validated(
+    backend: ScriptedBackend,
+    backend_server: TestServer,
+    tasks_file: Path,
+    tmp_path: Path,
+    client_states: list[str],
+    upstream_state: str | None,
+) -> None:
+    """Several ``tracestate`` headers make one list (RFC 9110 5.3, field order): with tracing
+    on, the upstream gets that list only when all of it is valid, never a second header the
+    proxy did not read."""
+    headers = [*GRADED.items(), ("traceparent", CLIENT_PARENT)]
+    headers += [("tracestate", state) for state in client_states]
+    async with (
+        receiver() as otlp,
+        proxy(
+            backend_server, tasks_file, tmp_path / "rows.jsonl", tracing=tracing(otlp.endpoint)
+        ) as live,
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{live.base}/v1/chat/completions", data=BODY, headers=CIMultiDict(headers)
+        ) as response,
+    ):
+        assert response.status == 200
+    (seen,) = backend.seen
+    forwarded = seen.headers.getall("tracestate", [])
+    assert (",".join(forwarded) if forwarded else None) == upstream_state
