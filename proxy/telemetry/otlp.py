@@ -141,8 +141,9 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
                 pair += any_value
             else:
                 pair = _pair(key, value)
-        except (TypeError, ValueError) as error:  # as the SDK does: that attribute only
-            # (a lone surrogate, say, from an upstream's JSON: UnicodeEncodeError)
+        except Exception as error:  # as the SDK does (any Exception): that attribute only
+            # (a lone surrogate, say, from an upstream's JSON: UnicodeEncodeError; a key that
+            # is not a str; a value nested past the stack: RecursionError)
             log.error(
                 "otlp_attribute_not_encoded",
                 extra={"key": ascii(key)[:100], "error": ascii(error)[:200]},

@@ -64,6 +64,13 @@ SCOPES = [
 ]
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @st.composite
 def spans(draw: st.DrawFn) -> ReadableSpan:
     trace_id = draw(TRACE_IDS)
@@ -139,6 +146,12 @@ def test_generated_spans_encode_to_the_sdks_bytes(batch: list[ReadableSpan]) -> 
         {"gen_ai.response.model": "gpt-\ud800", "kept": "x"},
         {"key-\udcff": "v", "kept": "x"},
         {"nested": ["ok", {"k": "\ud800"}], "kept": 1},
+        # Whatever else one attribute raises costs that attribute, as in the SDK (which
+        # catches every Exception there), never the batch: a key that is not a string (a
+        # maintainer's slip; ReadableSpan takes any mapping), a value nested past the stack.
+        {1: "x", "kept": "y"},
+        {("a", "b"): 1, "kept": 2},
+        {"deep": _nested(3000), "kept": 3},
     ],
     ids=[
         "above_int64",
@@ -150,10 +163,13 @@ def test_generated_spans_encode_to_the_sdks_bytes(batch: list[ReadableSpan]) -> 
         "surrogate_value",
         "surrogate_key",
         "nested_surrogate",
+        "int_key",
+        "tuple_key",
+        "nested_past_the_stack",
     ],
 )
 def test_values_the_sdk_refuses_or_edges_it_keeps_encode_as_it_does(
-    attributes: dict[str, Any],
+    attributes: dict[Any, Any],
 ) -> None:
     span = ReadableSpan(
         name="s",
