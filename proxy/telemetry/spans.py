@@ -20,7 +20,15 @@ from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    Link,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
 from grader.version import __version__
 from proxy.telemetry import semconv
@@ -35,8 +43,10 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 Built = tuple[list[ReadableSpan], list[ReadableLogRecord]]
 
 
-def _context(record: SpanRecord, span_id: int) -> SpanContext:
-    return SpanContext(record.trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
+def _context(record: SpanRecord, span_id: int, state: TraceState | None) -> SpanContext:
+    return SpanContext(
+        record.trace_id, span_id, is_remote=False, trace_flags=_SAMPLED, trace_state=state
+    )
 
 
 def _server_attributes(record: SpanRecord) -> dict[str, Any]:
@@ -105,8 +115,11 @@ def build(
     rows = rows or ()
     call = call or {}
     request = semconv.request_json(record.request_body)
-    upstream_context = _context(record, record.upstream_span_id)
-    server_context = _context(record, record.server_span_id)
+    # A span continuing a trace carries its trace state, as the SDK's do (the client's,
+    # validated: proxy/pipeline/tracecontext.py), the one the upstream saw beside its parent.
+    state = TraceState.from_header([record.tracestate]) if record.tracestate else None
+    upstream_context = _context(record, record.upstream_span_id, state)
+    server_context = _context(record, record.server_span_id, state)
     parent = None
     if record.parent_span_id is not None:
         parent = SpanContext(record.trace_id, record.parent_span_id, True, _SAMPLED)

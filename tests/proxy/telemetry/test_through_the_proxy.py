@@ -359,3 +359,35 @@ async def test_the_upstream_sees_only_a_tracestate_the_proxy_validated(
     (seen,) = backend.seen
     forwarded = seen.headers.getall("tracestate", [])
     assert (",".join(forwarded) if forwarded else None) == upstream_state
+
+
+@pytest.mark.parametrize(
+    ("headers", "exported_state"),
+    [
+        ({"traceparent": CLIENT_PARENT, "tracestate": "vendor=7,other=a"}, "vendor=7,other=a"),
+        ({"traceparent": CLIENT_PARENT}, ""),
+        ({"tracestate": "vendor=7"}, ""),  # no parent: a trace of the proxy's, no state
+    ],
+    ids=["client_state", "no_state", "state_without_parent"],
+)
+async def test_the_proxys_spans_carry_the_trace_state_of_the_trace_they_continue(
+    backend: ScriptedBackend,
+    backend_server: TestServer,
+    tasks_file: Path,
+    tmp_path: Path,
+    headers: dict[str, str],
+    exported_state: str,
+) -> None:
+    """As the SDK's spans do (a child inherits its parent's trace state), and as the upstream
+    sees it beside the proxy's ``traceparent``."""
+    async with (
+        receiver() as otlp,
+        proxy(
+            backend_server, tasks_file, tmp_path / "rows.jsonl", tracing=tracing(otlp.endpoint)
+        ) as live,
+    ):
+        assert (await post(live, {**GRADED, **headers}))[0] == 200
+        await otlp.until(spans=2)
+    assert sorted(span.trace_state for span in otlp.spans) == [exported_state] * 2
+    (seen,) = backend.seen
+    assert seen.headers.get("tracestate", "") == exported_state
