@@ -79,8 +79,9 @@ class PhoenixAnnotations:
             body = _json({"data": batch})
         except TypeError:  # what no JSON can hold (an integer past 64 bits): that batch only
             return False
-        request = urllib.request.Request(self.url, body, self.headers, method="POST")
-        try:
+        try:  # the request too: a URL that passed the settings' check can still be one
+            # urllib cannot parse ("http://[::1", ValueError), never the thread's end
+            request = urllib.request.Request(self.url, body, self.headers, method="POST")
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return 200 <= int(response.status) < 300
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):

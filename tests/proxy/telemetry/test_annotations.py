@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from proxy.telemetry import Tracing
-from proxy.telemetry.annotations import span_annotations
+from proxy.telemetry.annotations import PhoenixAnnotations, span_annotations
 from proxy.telemetry.export import Telemetry
 from tests.support.otlp import receiver, refused_port
 from tests.support.spans import ROW, Drops, record
@@ -141,3 +141,14 @@ async def test_a_lone_surrogate_in_an_explanation_is_sent_as_a_replacement_chara
         await asyncio.to_thread(exporter.shutdown)
     assert drops.exported["annotations"] == 1 + len(ROW["checks"])
     assert posted[0]["result"]["explanation"].startswith("got 'Z\ufffdrich'")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://[::1", "http://[zz]:6006", "https://[::1/v1"],
+    ids=["unclosed_ipv6", "not_an_address", "unclosed_ipv6_with_path"],
+)
+def test_a_phoenix_url_urllib_cannot_parse_is_a_failed_send_not_an_exception(url: str) -> None:
+    """Such a URL passes the settings' http(s) check; raised out of ``send``, it would end the
+    export thread at the first annotated request, and every span after it with it."""
+    assert PhoenixAnnotations(url, 1.0).send([{"span_id": "00f067aa0ba902b7"}]) is False
