@@ -19,7 +19,10 @@ __all__ = ["TraceContext", "trace_context"]
 
 # version-traceid-parentid-flags; version ff is invalid; a future version may append fields.
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
-_STATE_KEY = re.compile(r"[a-z0-9][_0-9a-z\-*/]{0,255}(@[a-z][_0-9a-z\-*/]{0,13})?")
+# simple-key: lcalpha then 0*255; multi-tenant-key: (lcalpha / DIGIT) 0*240 "@" system-id
+_STATE_KEY = re.compile(
+    r"[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13}"
+)
 _STATE_VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
 _BAGGAGE_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAGGAGE_VALUE = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*")
@@ -64,10 +67,14 @@ def _tracestate(value: str) -> bool:
     members = [m.strip() for m in value.split(",") if m.strip()]
     if len(members) > MAX_STATE_MEMBERS:
         return False
+    keys: set[str] = set()
     for member in members:
         key, eq, val = member.partition("=")
         if not eq or not _STATE_KEY.fullmatch(key) or not _STATE_VALUE.fullmatch(val):
             return False
+        if key in keys:  # a key appears once in a list
+            return False
+        keys.add(key)
     return True
 
 

@@ -250,6 +250,30 @@ async def test_scoring_api_on_the_admin_port(backend_server: TestServer, tasks_f
         ),
         pytest.param({"baggage": "k=\udcff"}, {}, ("baggage",), id="obs_text_baggage"),
         pytest.param(
+            {"traceparent": PARENT, "tracestate": "0vendor=1"},
+            {"traceparent": PARENT},
+            ("tracestate",),
+            id="simple_key_starting_with_a_digit",
+        ),
+        pytest.param(
+            {"traceparent": PARENT, "tracestate": "0tenant@sys=1"},
+            {"traceparent": PARENT, "tracestate": "0tenant@sys=1"},
+            (),
+            id="tenant_id_starting_with_a_digit",
+        ),
+        pytest.param(
+            {"traceparent": PARENT, "tracestate": "t" * 242 + "@sys=1"},
+            {"traceparent": PARENT},
+            ("tracestate",),
+            id="tenant_id_past_241_characters",
+        ),
+        pytest.param(
+            {"traceparent": PARENT, "tracestate": "a=1,b=2,a=3"},
+            {"traceparent": PARENT},
+            ("tracestate",),
+            id="duplicate_key",
+        ),
+        pytest.param(
             CIMultiDict([("traceparent", PARENT), ("tracestate", "a=1"), ("tracestate", "b=2")]),
             {"traceparent": PARENT, "tracestate": "a=1,b=2"},
             (),
