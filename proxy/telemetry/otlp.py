@@ -11,7 +11,7 @@ test_otlp.py, a property test over attribute values of every type the SDK takes)
 
 Field numbers are those of ``opentelemetry/proto/trace/v1/trace.proto`` and ``common.proto``
 (opentelemetry-proto 1.x, wire-stable). Only what the proxy's spans use is written: no dropped
-counts (the proxy never drops attributes), no link attributes.
+counts (the proxy never drops attributes).
 
 :func:`span_exporter` hands those bytes to the SDK's own OTLP/HTTP exporter, which keeps doing
 everything but the encoding: the ``OTEL_EXPORTER_OTLP_*`` variables (endpoint, headers, TLS,
@@ -181,7 +181,7 @@ def _span(span: ReadableSpan) -> bytes:
         if event.name:
             body += _delimited(b"\x12", _text(event.name))
         parts.append(_delimited(b"\x5a", body + _attributes(b"\x1a", event.attributes)))
-    for link in span.links:  # links (13): trace_id (1), span_id (2), flags (6)
+    for link in span.links:  # links (13): trace_id (1), span_id (2), attributes (4), flags (6)
         linked = link.context
         flags = _HAS_IS_REMOTE | (_IS_REMOTE if linked.is_remote else 0)
         body = (
@@ -189,6 +189,7 @@ def _span(span: ReadableSpan) -> bytes:
             + linked.trace_id.to_bytes(16, "big")
             + b"\x12\x08"
             + linked.span_id.to_bytes(8, "big")
+            + _attributes(b"\x22", link.attributes)
             + b"\x35"
             + _FIXED32.pack(flags)
         )

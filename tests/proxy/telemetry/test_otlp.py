@@ -97,7 +97,11 @@ def spans(draw: st.DrawFn) -> ReadableSpan:
     links = draw(
         st.lists(
             st.builds(
-                lambda t, i, r: Link(SpanContext(t, i, is_remote=r)), TRACE_IDS, IDS, st.booleans()
+                lambda t, i, r, a: Link(SpanContext(t, i, is_remote=r), a),
+                TRACE_IDS,
+                IDS,
+                st.booleans(),
+                st.one_of(st.none(), ATTRIBUTES),
             ),
             max_size=2,
         )
