@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import urlsplit
 
 __all__ = ["EvaluationForm", "Tracing", "tracing_problems"]
 
@@ -56,6 +57,19 @@ def _sdk_installed() -> bool:
         return False
 
 
+def _http_url(url: str | None) -> bool:
+    """Unset, or a URL the exporters can send to: ``http(s)://host[:port]...``, refused here
+    rather than at the first export (``http://[::1`` or ``http://h:99999`` raise in urllib)."""
+    if url is None:
+        return True
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # ValueError for a port out of range or not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 def tracing_problems(tracing: Tracing) -> list[str]:
     """What is wrong with a ``tracing`` section, each ``field: message``; empty: usable."""
     checks = [
@@ -73,14 +87,8 @@ def tracing_problems(tracing: Tracing) -> list[str]:
             "export_timeout_s: must be > 0",
         ),
         (tracing.shutdown_timeout_s >= 0, "shutdown_timeout_s: must be >= 0"),
-        (
-            tracing.endpoint is None or tracing.endpoint.startswith(("http://", "https://")),
-            "endpoint: must be an http(s) URL",
-        ),
-        (
-            tracing.phoenix_url is None or tracing.phoenix_url.startswith(("http://", "https://")),
-            "phoenix_url: must be an http(s) URL",
-        ),
+        (_http_url(tracing.endpoint), "endpoint: must be an http(s) URL with a host"),
+        (_http_url(tracing.phoenix_url), "phoenix_url: must be an http(s) URL with a host"),
     ]
     if tracing.enabled and not _sdk_installed():
         checks.append((False, "enabled: needs the otel extra: pip install 'gradeproxy[otel]'"))
