@@ -150,6 +150,13 @@ def dumps(value: Any) -> bytes:
         return text.encode("utf-8", "backslashreplace")
 
 
+def well_formed(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD: for text handed to another
+    system (a trace backend) that must parse it as UTF-8, where an escape would be read back
+    as the same lone surrogate."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def printable(text: str) -> str:
     """``text`` with each lone surrogate spelled as its ``\\uXXXX`` escape (always encodable).
 

@@ -337,10 +337,11 @@ def _start_shadow(
     )
     if span is not None:  # its own trace, linked to this one; the shadow sees its span
         leg.span = span.shadow_leg(shadow.url, body, leg.pair_id, task.id)
-        leg.headers["traceparent"] = leg.span.traceparent
-    elif TELEMETRY in request.app:  # an unsampled trace of its own, never the primary's span
-        leg.headers["traceparent"] = begin(None, 0.0)[0]
-    if TELEMETRY in request.app:  # the client's tracestate belongs to the client's trace
+    if TELEMETRY in request.app:  # a trace of its own (unsampled when the primary is not):
+        # never the primary's span, nor the client's tracestate, which is the client's trace's
+        leg.headers["traceparent"] = (
+            leg.span.traceparent if leg.span is not None else begin(None, 0.0)[0]
+        )
         leg.headers.popall("tracestate", None)
     return leg.pair_id if runner.start(leg) else None
 

@@ -31,8 +31,8 @@ MAX_TRACESTATE = 512  # what vendors must propagate; longer ones are dropped who
 MAX_STATE_MEMBERS = 32
 MAX_BAGGAGE = 8192
 MAX_BAGGAGE_MEMBERS = 64
-_ZERO_TRACE = "0" * 32
-_ZERO_SPAN = "0" * 16
+ZERO_TRACE = "0" * 32  # all-zero ids are invalid (W3C Trace Context)
+ZERO_SPAN = "0" * 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ def _traceparent(value: str) -> bool:
     if match is None:
         return False
     version, trace_id, span_id, _flags, rest = match.groups()
-    if version == "ff" or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+    if version == "ff" or trace_id == ZERO_TRACE or span_id == ZERO_SPAN:
         return False
     return version != "00" or rest is None
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from grader._json import well_formed
 from proxy.telemetry import semconv
 from proxy.telemetry.record import SpanRecord
 
@@ -100,7 +101,7 @@ def _json(document: dict[str, Any]) -> bytes:
 
 def _replaced(value: Any) -> Any:
     if isinstance(value, str):
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return well_formed(value)
     if isinstance(value, dict):
         return {_replaced(key): _replaced(item) for key, item in value.items()}
     if isinstance(value, list):

@@ -35,6 +35,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
+from grader._json import well_formed
+
 __all__ = ["FastSpanExporter", "encode_spans", "span_exporter"]
 
 log = logging.getLogger("gradeproxy.telemetry")
@@ -75,7 +77,7 @@ def _text(text: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text).encode()
+        return well_formed(text).encode()
 
 
 def _delimited(tag: bytes, payload: bytes) -> bytes:

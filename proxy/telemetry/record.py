@@ -23,12 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.pipeline.tracecontext import TraceContext
+from proxy.pipeline.tracecontext import ZERO_SPAN, ZERO_TRACE, TraceContext
 
 __all__ = ["SpanRecord", "SpanSink", "begin"]
-
-_ZERO_TRACE = "0" * 32
-_ZERO_SPAN = "0" * 16
 
 
 @dataclass(slots=True)
@@ -138,7 +135,7 @@ def begin(trace: TraceContext | None, sample_ratio: float) -> tuple[str, SpanRec
         while True:
             ids = os.urandom(16).hex()
             server, upstream = ids[:16], ids[16:]
-            if server != _ZERO_SPAN and upstream != _ZERO_SPAN:
+            if server != ZERO_SPAN and upstream != ZERO_SPAN:
                 break
         sampled = bool(int(flags, 16) & 1)
     else:
@@ -146,7 +143,7 @@ def begin(trace: TraceContext | None, sample_ratio: float) -> tuple[str, SpanRec
         while True:
             ids = os.urandom(32).hex()
             trace_hex, server, upstream = ids[:32], ids[32:48], ids[48:]
-            if trace_hex != _ZERO_TRACE and server != _ZERO_SPAN and upstream != _ZERO_SPAN:
+            if trace_hex != ZERO_TRACE and server != ZERO_SPAN and upstream != ZERO_SPAN:
                 break
         sampled = int(ids[16:32], 16) < sample_ratio * 2**64
     if not sampled:
