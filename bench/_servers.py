@@ -4,12 +4,16 @@ Run as ``python bench/_servers.py backend PORT`` or ``python bench/_servers.py p
 UPSTREAM [reuse_port]`` (several pass-throughs on one port: the floor for N workers).
 The pass-through is the baseline: the least an aiohttp reverse proxy can do (read the body,
 forward it, relay the answer), with no header hygiene, metrics or grading.
+``passthrough-pool`` is the same relay with gradeproxy's upstream client
+(proxy/pipeline/upstream/) in place of aiohttp's ``ClientSession``: bench/upstream_bench.py
+compares the two clients alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -94,11 +98,51 @@ def passthrough_app(upstream: str) -> web.Application:
     return app
 
 
+def pool_passthrough_app(upstream: str) -> web.Application:
+    from multidict import CIMultiDict
+
+    from proxy.pipeline.upstream import Origin, Timeouts, UpstreamPool
+
+    origin, timeouts = Origin.of(upstream), Timeouts(connect_s=10, idle_s=300)
+    pools: list[UpstreamPool] = []
+
+    async def start(app: web.Application) -> None:
+        pools.append(UpstreamPool(300))
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = CIMultiDict({"Content-Type": "application/json"})
+        path = origin.base_path + request.path_qs[3:]
+        up = await pools[0].request(request.method, origin, path, headers, body, timeouts)
+        try:
+            if up.content_type != "text/event-stream":
+                data = await up.read()
+                return web.Response(status=up.status, body=data, content_type=up.content_type)
+            response = web.StreamResponse(
+                status=up.status, headers={"Content-Type": "text/event-stream"}
+            )
+            await response.prepare(request)
+            while chunk := await up.chunk():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+        finally:
+            up.close()
+
+    app = web.Application()
+    app.on_startup.append(start)
+    app.router.add_route("*", "/v1/{tail:.*}", handle)
+    return app
+
+
 def main() -> None:
     kind, port = sys.argv[1], int(sys.argv[2])
     if kind == "backend":
         app = web.Application()
         app.router.add_route("*", "/v1/{tail:.*}", backend)
+    elif kind == "passthrough-pool":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        app = pool_passthrough_app(sys.argv[3])
     else:
         app = passthrough_app(sys.argv[3])
     reuse = sys.argv[4:] == ["reuse_port"]

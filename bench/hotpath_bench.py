@@ -5,8 +5,8 @@ Each pair runs the same inputs through the old way and the new one, interleaved,
 structlog's processor chain and through orjson directly; the header filters of a base revision
 (loaded from git) and of this tree; the per-request metric updates then (in-flight gauge up and
 down, a skip counter through ``labels()``) and now; the request metrics through
-prometheus_client's Counter and Histograms and through proxy/pipeline/record/request_series.py; aiohttp's read timeout, a timer rescheduled
-per read, and the watched protocol's deadline. End-to-end CPU per request is bench/ab.py's.
+prometheus_client's Counter and Histograms and through proxy/pipeline/record/request_series.py. The upstream client against aiohttp's is
+bench/upstream_bench.py's; end-to-end CPU per request is bench/ab.py's.
 
 Run: ``python bench/hotpath_bench.py [--base REV] [--repeat 7]``.
 """
@@ -14,7 +14,6 @@ Run: ``python bench/hotpath_bench.py [--base REV] [--repeat 7]``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import io
 import os
@@ -28,7 +27,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -40,7 +38,6 @@ from proxy.pipeline.record.metrics import (
     TTFB_BUCKETS,
     ProxyMetrics,
 )
-from proxy.pipeline.upstream_watch import UpstreamWatch, WatchedResponseHandler
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS: dict[str, Any] = {
@@ -183,20 +180,6 @@ def main() -> int:
         repeat,
     )
 
-    async def timers() -> None:
-        loop = asyncio.get_running_loop()
-        plain, watched = ResponseHandler(loop), WatchedResponseHandler(loop, UpstreamWatch(300))
-        for protocol in (plain, watched):
-            protocol.read_timeout = 300
-        pair(
-            "read timeout per upstream read (x2 per request)",
-            plain._reschedule_timeout,
-            watched._reschedule_timeout,
-            repeat,
-        )
-        plain._drop_timeout()
-
-    asyncio.run(timers())
     print(f"(one process, best of {repeat}; CPUs: {os.cpu_count()}, shared with other work)")
     return 0
 

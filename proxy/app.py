@@ -25,14 +25,13 @@ from proxy.handler import proxy_handler
 from proxy.judge_client import AiohttpJudgeClient
 from proxy.logs import get_logger
 from proxy.pipeline.child import GC_YOUNG_THRESHOLD
-from proxy.pipeline.forward import RelayRequest
 from proxy.pipeline.guard import Guard
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
 from proxy.pipeline.record.results import ResultWriter
 from proxy.pipeline.route import Router
-from proxy.pipeline.upstream_watch import WATCH, UpstreamWatch
+from proxy.pipeline.upstream import POOL, UpstreamPool
 from proxy.pipeline.watchdog import Watchdog, watch_forever
 from proxy.shadow.pairs import PairTracker
 from proxy.shadow.runner import ShadowRunner, make_session
@@ -45,7 +44,6 @@ from proxy.state import (
     QUEUE_SLOT,
     REQUEST_ID,
     ROUTER,
-    SESSION,
     SHADOWS,
     TASKS,
     TELEMETRY,
@@ -108,7 +106,7 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
             _watching,
             _telemetry,
             _results_and_queue,
-            _client_session,
+            _upstream_pool,
             _shadows,
             _task_loading,
             _collector,
@@ -266,27 +264,16 @@ def _judge(config: Config) -> tuple[aiohttp.ClientSession | None, Judge | None]:
     return session, Judge(client, judge_config)
 
 
-async def _client_session(app: web.Application) -> AsyncIterator[None]:
-    upstream = app[CONFIG].upstream
-    timeout = aiohttp.ClientTimeout(
-        total=None, sock_connect=upstream.connect_timeout_s, sock_read=upstream.idle_timeout_s
-    )
+async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
     # Idle timeouts by one scan over the reads in progress, not a timer per read.
-    idle = [upstream.idle_timeout_s, *(route.idle_timeout_s for route in app[CONFIG].routes)]
-    watch = app[WATCH] = UpstreamWatch(min(idle))
-    connector = watch.adopt(aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60))
-    scan = asyncio.create_task(watch.run(), name="upstream-idle-watch")
-    async with aiohttp.ClientSession(
-        timeout=timeout,
-        connector=connector,
-        auto_decompress=False,  # relayed as sent; capture decodes a bounded copy
-        cookie_jar=aiohttp.DummyCookieJar(),
-        request_class=RelayRequest,  # adds no Accept-Encoding the client did not send
-    ) as session:
-        app[SESSION] = session
-        yield
+    config = app[CONFIG]
+    idle = [config.upstream.idle_timeout_s, *(route.idle_timeout_s for route in config.routes)]
+    pool = app[POOL] = UpstreamPool(min(idle))
+    scan = asyncio.create_task(pool.run(), name="upstream-idle-watch")
+    yield
     scan.cancel()
     await scan
+    pool.close()
 
 
 async def _shadows(app: web.Application) -> AsyncIterator[None]:

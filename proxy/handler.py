@@ -35,6 +35,7 @@ from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.guard import STRIP, TRACE
 from proxy.pipeline.record.access import record_request
 from proxy.pipeline.route import ShadowTarget, Target
+from proxy.pipeline.upstream import POOL
 from proxy.shadow.runner import ShadowLeg, shadow_headers
 from proxy.state import (
     CONFIG,
@@ -44,7 +45,6 @@ from proxy.state import (
     QUEUE,
     REQUEST_ID,
     ROUTER,
-    SESSION,
     SHADOWS,
     TASKS,
     TELEMETRY,
@@ -157,14 +157,14 @@ class _Exchange:
         try:
             response = await relay(
                 request,
-                app[SESSION],
-                upstream_url(self.target.url, request.raw_path),
+                app[POOL],
+                self.target.origin,
                 headers,
                 self.body,
                 capture=admitted.capturing,
                 request_id=self.request_id,
                 out=outcome,
-                client_timeout=self.target.timeout,
+                timeouts=self.target.timeouts,
                 capture_limit=config.limits.max_capture_bytes,
             )
             status = outcome.status

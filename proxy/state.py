@@ -6,7 +6,6 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 
 from proxy.config import Config
@@ -72,7 +71,6 @@ METRICS = web.AppKey("metrics", ProxyMetrics)
 TASKS = web.AppKey("tasks", TaskStore)
 QUEUE = web.AppKey("queue", GradeQueue)
 QUEUE_SLOT = web.AppKey("queue_slot", QueueSlot)
-SESSION = web.AppKey("session", aiohttp.ClientSession)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 ROUTER = web.AppKey("router", Router)
 PAIRS = web.AppKey("pairs", PairTracker)

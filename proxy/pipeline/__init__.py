@@ -2,8 +2,8 @@
 
 ``guard`` (target hygiene, inbound keys, trace headers, the body read; ``tracecontext`` and the
 client ``watchdog`` beside it) → ``admit`` (graded or not: the skip reasons) → ``route`` (which
-upstream) → ``forward`` (the byte-for-byte relay; ``decoding`` makes the capture copy,
-``upstream_watch`` times out its idle upstream reads) →
+upstream) → ``forward`` (the byte-for-byte relay over ``upstream``, the keep-alive client that
+also times out idle upstream reads; ``decoding`` makes the capture copy) →
 ``capture`` (parse the copy into answers: ``sse``, ``accumulate``, ``chat``, ``responses``;
 ``delivered`` says whether the client got it whole) → ``grade`` (one grade job through
 ``grader.engine``; ``episodes`` for agent episodes) → ``record`` (``metrics``, ``results``,

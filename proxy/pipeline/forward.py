@@ -9,26 +9,18 @@ no work between two chunks and no time to the first one.
 from __future__ import annotations
 
 import asyncio
-import io
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import aiohttp
-from aiohttp import hdrs, web
+from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy.errors import (
-    DrainingError,
-    ProxyError,
-    UpstreamProtocolError,
-    UpstreamTimeoutError,
-    UpstreamUnreachableError,
-    in_band_error,
-)
+from proxy.errors import DrainingError, UpstreamError, UpstreamTimeoutError, in_band_error
 from proxy.logs import escape_text
 from proxy.pipeline.decoding import CaptureBuffer
+from proxy.pipeline.upstream import Origin, Timeouts, UpstreamPool, UpstreamResponse
 
 # RFC 9110 §7.6.1 plus the non-standard Proxy-Connection; every header named in Connection too.
 HOP_BY_HOP = frozenset(
@@ -45,29 +37,18 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# aiohttp sets Host and Content-Length itself. Accept-Encoding passes as the client sent it
-# (and none is added when it sent none: :class:`RelayRequest`), so Content-Encoding comes back
-# to the client that asked for it, undecoded: the proxy never inflates what it relays
-# (proxy/pipeline/decoding.py).
+# The upstream client sets Host and Content-Length itself (proxy/pipeline/upstream/) and adds
+# nothing else: Accept-Encoding passes as the client sent it (none when it sent none), so
+# Content-Encoding comes back to the client that asked for it, undecoded: the proxy never
+# inflates what it relays (proxy/pipeline/decoding.py).
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
 
 
-class RelayRequest(aiohttp.ClientRequest):
-    """The upstream session's request class: aiohttp's, adding no Accept-Encoding of its own.
-
-    The effect of ``skip_auto_headers=("Accept-Encoding",)`` on every request, without the
-    copy of the headers aiohttp makes per request to apply a skip list.
-    """
-
-    DEFAULT_HEADERS = {hdrs.ACCEPT: "*/*"}  # noqa: RUF012 (aiohttp reads it from the instance)
-
-
-# aiohttp re-frames the body (Content-Length or chunked); Content-Encoding passes through.
+# aiohttp's server re-frames the body (Content-Length or chunked); Content-Encoding passes.
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
 # Non-streamed bodies up to this size are read whole and sent with a Content-Length; larger or
 # unsized ones are relayed as they arrive.
 BUFFER_MAX_BYTES = 4 * 1024 * 1024
-_LARGE_BODY = 1024 * 1024
 # The most decoded bytes of one response kept for grading (limits.max_capture_bytes).
 CAPTURE_MAX_BYTES = 16 * 1024 * 1024
 _EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
@@ -174,59 +155,39 @@ def upstream_url(base: str, raw_path: str) -> URL:
 
 async def relay(
     request: web.Request,
-    session: aiohttp.ClientSession,
-    url: URL,
+    pool: UpstreamPool,
+    origin: Origin,
     headers: CIMultiDict[str],
     body: bytes,
     capture: bool,
     request_id: str,
     out: Relay,
-    client_timeout: aiohttp.ClientTimeout,
+    timeouts: Timeouts,
     capture_limit: int = CAPTURE_MAX_BYTES,
 ) -> web.StreamResponse:
     """Send the request upstream and relay the response, recording into ``out`` as it goes
     (so a cancelled handler still knows how far it got); raise ProxyError before it starts."""
     sent = out.started_at = time.perf_counter()
-    # aiohttp sends large byte strings in one blocking write; a BytesIO is sent in pieces.
-    data: bytes | io.BytesIO | None = body or None
-    if len(body) > _LARGE_BODY:
-        data = io.BytesIO(body)
+    path = origin.base_path + request.raw_path[len("/v1") :]
+    upstream = await pool.request(request.method, origin, path, headers, body, timeouts)
     try:
-        async with session.request(
-            request.method,
-            url,
-            headers=headers,
-            data=data,
-            allow_redirects=False,
-            timeout=client_timeout,
-        ) as upstream:
-            out.ttfb_s = out.upstream_wait_s = time.perf_counter() - sent
-            out.status = upstream.status
-            out.upstream_request_id = upstream.headers.get("x-request-id")
-            headers_out = response_headers(upstream.headers, request_id)
-            out.stream = upstream.content_type == "text/event-stream"
-            length = upstream.content_length
-            copy = CaptureBuffer(upstream.headers.get("Content-Encoding"), capture_limit)
-            if capture:
-                out.parts = copy.parts
-            try:
-                if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
-                    return await _buffered(request, upstream, headers_out, out, copy, capture)
-                return await _streamed(request, upstream, headers_out, out, copy, capture)
-            finally:
-                out.capture_truncated = copy.truncated
-    except TimeoutError as exc:
-        if out.status:
-            raise  # pragma: no cover - reads after the start are handled in the relay loops
-        raise UpstreamTimeoutError(
-            f"the upstream did not answer in time: {exc or 'timeout'}"
-        ) from None
-    except aiohttp.ClientConnectorError as exc:
-        raise UpstreamUnreachableError(f"cannot connect to the upstream: {exc.os_error}") from None
-    except aiohttp.ClientError as exc:
-        if out.status:
-            raise
-        raise UpstreamProtocolError(f"the upstream broke the exchange: {exc}") from None
+        out.ttfb_s = out.upstream_wait_s = time.perf_counter() - sent
+        out.status = upstream.status
+        out.upstream_request_id = upstream.headers.get("x-request-id")
+        headers_out = response_headers(upstream.headers, request_id)
+        out.stream = upstream.content_type == "text/event-stream"
+        length = upstream.content_length
+        copy = CaptureBuffer(upstream.headers.get("Content-Encoding"), capture_limit)
+        if capture:
+            out.parts = copy.parts
+        try:
+            if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
+                return await _buffered(request, upstream, headers_out, out, copy, capture)
+            return await _streamed(request, upstream, headers_out, out, copy, capture)
+        finally:
+            out.capture_truncated = copy.truncated
+    finally:
+        upstream.close()
 
 
 def client_gone(request: web.Request) -> bool:
@@ -237,19 +198,14 @@ def client_gone(request: web.Request) -> bool:
 
 async def _buffered(
     request: web.Request,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     headers: CIMultiDict[str],
     out: Relay,
     copy: CaptureBuffer,
     capture: bool,
 ) -> web.StreamResponse:
     started = time.perf_counter()
-    try:
-        data = await upstream.read()
-    except TimeoutError:
-        raise UpstreamTimeoutError("the upstream stopped sending its response") from None
-    except aiohttp.ClientError as exc:
-        raise UpstreamProtocolError(f"the upstream broke its response: {exc}") from None
+    data = await upstream.read()  # an UpstreamError here is a 502 or 504: nothing was sent
     out.upstream_wait_s += time.perf_counter() - started
     out.body_bytes = len(data)
     if capture:
@@ -265,7 +221,7 @@ async def _buffered(
 
 async def _streamed(
     request: web.Request,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     headers: CIMultiDict[str],
     out: Relay,
     copy: CaptureBuffer,
@@ -282,24 +238,18 @@ async def _streamed(
         out.finished_at = time.perf_counter()
         return response
     out.headers_sent = True
-    chunks = upstream.content.iter_any()
     while True:
         waited = time.perf_counter()
         try:
-            chunk = await chunks.__anext__()
-        except StopAsyncIteration:
-            break
+            chunk = await upstream.chunk()
         except asyncio.CancelledError:
             if out.cut is None:
                 raise
             await _end_cut(response, out)
             break
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            error: ProxyError = (
-                UpstreamTimeoutError("the upstream stopped sending the stream")
-                if isinstance(exc, TimeoutError)
-                else UpstreamProtocolError(f"the upstream broke the stream: {exc}")
-            )
+        except UpstreamError as failure:
+            what = "stopped sending" if isinstance(failure, UpstreamTimeoutError) else "broke"
+            error = type(failure)(f"the upstream {what} the stream: {failure}")
             out.upstream_failed = error.code
             if out.stream:
                 # End a half-relayed event first, so the error is an event of its own.
@@ -308,6 +258,8 @@ async def _streamed(
             break
         finally:
             out.upstream_wait_s += time.perf_counter() - waited
+        if not chunk:
+            break
         try:
             await response.write(chunk)
         except ConnectionResetError:  # the client went away: stop reading the upstream

@@ -2,9 +2,10 @@
 
 ``routes`` map a request to an upstream by its body's ``model`` (an fnmatch glob, first match
 wins); ``upstream`` is the default. Everything is resolved once at start: API keys are read from
-their environment variables, timeouts become ``aiohttp.ClientTimeout`` values, and each shadow
-gets its concurrency limiter. With no routes, :meth:`Router.pick` never looks at the body, so
-the common case parses no JSON on the hot path.
+their environment variables, URLs become the upstream client's ``Origin`` and timeouts its
+``Timeouts`` (proxy/pipeline/upstream/), and each shadow gets its concurrency limiter. With
+no routes, :meth:`Router.pick` never looks at the body, so the common case parses no JSON on
+the hot path.
 
 It must never alter the body it reads: the model is parsed from a copy.
 """
@@ -15,13 +16,13 @@ import fnmatch
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-import aiohttp
 import orjson
 
 from proxy.config import Config, Shadow
+from proxy.pipeline.upstream import Origin, Timeouts
 
 
 class Slots:
@@ -66,8 +67,12 @@ class Target:
     name: str  # "upstream", "routes[0]", ...
     url: str
     api_key: str | None
-    timeout: aiohttp.ClientTimeout
+    timeouts: Timeouts
     shadow: ShadowTarget | None
+    origin: Origin = field(init=False)  # the url parsed once, for the upstream client
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "origin", Origin.of(self.url))
 
 
 def request_model(body: bytes) -> str | None:
@@ -101,9 +106,9 @@ def _shadow(name: str, shadow: Shadow | None, environ: Mapping[str, str]) -> Sha
     )
 
 
-def _timeout(connect_s: float, idle_s: float) -> aiohttp.ClientTimeout:
-    # No total: a stream may legitimately last minutes; sock_read bounds the silence instead.
-    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, sock_read=idle_s)
+def _timeout(connect_s: float, idle_s: float) -> Timeouts:
+    # No total: a stream may legitimately last minutes; idle_s bounds the silence instead.
+    return Timeouts(connect_s, idle_s)
 
 
 class Router:

@@ -1,0 +1,279 @@
+"""One upstream connection: the socket, llhttp's parser (``httptools``) and the exchange in
+progress, and the response the relay reads from it (proxy/pipeline/upstream/__init__.py says
+why the proxy has its own client).
+
+Data flows one way: llhttp's callbacks append header pairs and body chunks; the relay takes
+them through :class:`UpstreamResponse` (whole, or everything buffered so far). Past
+``READ_HIGH`` buffered bytes the socket is paused, so a slow client slows the upstream instead
+of growing memory; a body wanted whole (sized, and within the relay's buffering limit) is never
+paused. A failure is kept and raised once the bytes received before it are taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Final, cast
+
+import httptools
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeoutError
+
+__all__ = ["MAX_HEAD_BYTES", "READ_HIGH", "WRITE_SLICE", "Connection", "UpstreamResponse"]
+
+READ_HIGH: Final = 256 * 1024  # bytes buffered from one upstream before its socket is paused
+WRITE_SLICE: Final = 256 * 1024  # a large request body is written in slices, waiting on drain
+MAX_HEAD_BYTES: Final = 64 * 1024  # a response's status line and headers (aiohttp: 8 KiB a line)
+
+
+class UpstreamResponse:
+    """The response's status and headers; its body read whole or as it arrives. ``close``
+    gives the connection back to the pool when the response ended on a keep-alive exchange."""
+
+    __slots__ = ("_conn", "_release", "content_length", "content_type", "headers", "status")
+
+    def __init__(self, conn: Connection, release: Callable[[Connection], None]) -> None:
+        self._conn, self._release = conn, release
+        status, raw = conn.status, conn.raw
+        self.status = status
+        # Values decoded as aiohttp's parser does (obs-text kept by surrogateescape).
+        pairs = [(n.decode("latin-1"), v.decode("utf-8", "surrogateescape")) for n, v in raw]
+        headers: CIMultiDict[str] = CIMultiDict(pairs)
+        self.headers = CIMultiDictProxy(headers)
+        kind = headers.get("Content-Type")
+        media = kind.split(";", 1)[0].strip().lower() if kind else ""
+        self.content_type = media or "application/octet-stream"
+        length = headers.get("Content-Length")
+        self.content_length = int(length) if length is not None and length.isdigit() else None
+
+    async def read(self) -> bytes:
+        """The whole body (the relay asks only for a sized one, up to its buffering limit)."""
+        conn = self._conn
+        conn.whole = True  # no pause: the body is wanted whole
+        if conn.paused and conn.transport is not None:
+            conn.paused = False
+            conn.transport.resume_reading()
+        while not conn.done:
+            await conn.wait()
+        data = b"".join(conn.chunks)
+        conn.chunks.clear()
+        return data
+
+    async def chunk(self) -> bytes:
+        """Everything received since the last call, waiting for something; ``b""`` at the end."""
+        conn = self._conn
+        while not conn.chunks:
+            if conn.done:
+                return b""
+            await conn.wait()
+        return conn.take()
+
+    def close(self) -> None:
+        self._release(self._conn)
+
+
+class Connection(asyncio.Protocol):
+    """One upstream connection: the socket, llhttp's parser, and the exchange in progress."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        reading: set[Connection],
+        key: tuple[str, int, bool],
+        forget: Callable[[Connection], None],
+    ) -> None:
+        self.loop = loop
+        self.reading = reading  # the pool's: the reads its scan times out
+        self.key = key
+        self._forget = forget
+        self.transport: asyncio.Transport | None = None
+        self.parser: httptools.HttpResponseParser | None = None
+        self.chunks: deque[bytes] = deque()
+        self.buffered = 0
+        self.raw: list[tuple[bytes, bytes]] = []
+        self.status = 0
+        self.head_done = self.done = self.keep_alive = self.lost = False
+        self.framed = True  # the body's end is in the framing, not the connection's close
+        self.head_request = False
+        self.failure: UpstreamError | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.drained: asyncio.Future[None] | None = None
+        self.idle_s = 0.0
+        self.idle_deadline = 0.0
+        self.idle_since = 0.0
+        self.paused = self.whole = False
+        self.head_bytes = self.head_fed = 0  # the headers parsed; all bytes fed before their end
+        self.received = False  # anything at all arrived in this exchange
+
+    def begin(self, head_request: bool, idle_s: float) -> None:
+        """Ready for a new exchange: a fresh parser (it cannot be told a HEAD has no body)."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.raw = []
+        self.status = 0
+        self.head_done = self.done = self.keep_alive = False
+        self.framed, self.head_request, self.idle_s = True, head_request, idle_s
+        self.whole = self.received = False
+        self.head_bytes = self.head_fed = 0
+
+    async def send(self, head: bytes, body: bytes) -> None:
+        transport = self.transport
+        assert transport is not None
+        if len(body) <= WRITE_SLICE:
+            transport.write(head + body)
+            return
+        transport.write(head)
+        view = memoryview(body)
+        for start in range(0, len(body), WRITE_SLICE):
+            transport.write(view[start : start + WRITE_SLICE])
+            while self.drained is not None and self.failure is None and not self.done:
+                await self.drained
+
+    async def wait(self) -> None:
+        """Wait for the upstream to send something, within ``idle_s``; raise what broke it."""
+        if self.failure is not None:
+            raise self.failure
+        loop = self.loop
+        waiter = self.waiter = loop.create_future()
+        reading = self.reading
+        if self.idle_s:
+            self.idle_deadline = loop.time() + self.idle_s
+            reading.add(self)
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+            reading.discard(self)
+        self._raise_unless_buffered()
+
+    def _raise_unless_buffered(self) -> None:
+        """Raise what broke the exchange once the bytes received before it are taken."""
+        if self.failure is not None and not self.chunks:
+            raise self.failure
+
+    def take(self) -> bytes:
+        chunks = self.chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+    def fail(self, error: UpstreamError) -> None:
+        if self.failure is None and not self.done:
+            self.failure = error
+        self.keep_alive = False
+        if self.transport is not None:
+            self.transport.close()
+        self._wake()
+
+    def time_out(self) -> None:
+        self.fail(UpstreamTimeoutError(f"the upstream sent nothing for {self.idle_s:g} s"))
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without deriving from it.
+        self.transport = cast("asyncio.Transport", transport)
+
+    def data_received(self, data: bytes) -> None:
+        parser = self.parser
+        if parser is None or self.done:  # bytes nobody asked for: the connection is unusable
+            self.keep_alive = False
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self.received = True
+        if self.waiter is not None:
+            self.idle_deadline = self.loop.time() + self.idle_s
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.fail(UpstreamProtocolError("the upstream switched protocols"))
+        except httptools.HttpParserError as exc:
+            self.fail(UpstreamProtocolError(f"the upstream sent a malformed response: {exc}"))
+        if not self.head_done:  # every byte so far is the head's (one header may grow in llhttp)
+            self.head_fed += len(data)
+            if self.head_fed > MAX_HEAD_BYTES:
+                self._head_too_large()
+
+    def _head_too_large(self) -> None:
+        self.fail(
+            UpstreamProtocolError(
+                f"the upstream's response head exceeds {MAX_HEAD_BYTES // 1024} KiB"
+            )
+        )
+
+    def eof_received(self) -> bool:
+        if self.head_done and not self.done and not self.framed:
+            self._complete(keep_alive=False)  # a body delimited by the connection's close
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._forget(self)
+        if not self.done:
+            why = f": {exc}" if exc else ""
+            self.fail(UpstreamProtocolError(f"the upstream closed the connection{why}"))
+        self.resume_writing()  # a body still being written stops waiting on a dead socket
+
+    def pause_writing(self) -> None:
+        self.drained = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        drained, self.drained = self.drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    # llhttp's callbacks (httptools)
+
+    def on_message_begin(self) -> None:
+        if self.done:  # a second response to one request: the connection is not reused
+            self.keep_alive = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.raw.append((name, value))
+        self.head_bytes += len(name) + len(value) + 4
+
+    def on_headers_complete(self) -> None:
+        assert self.parser is not None
+        status = self.parser.get_status_code()
+        if status < 200:  # 1xx: informational, the real response follows
+            self.raw = []
+            return
+        if self.head_bytes > MAX_HEAD_BYTES:
+            self._head_too_large()
+            return
+        self.status, self.head_done = status, True
+        if self.head_request:
+            self._complete(self.parser.should_keep_alive())
+            return
+        if status not in (204, 304):
+            names = {name.lower() for name, _ in self.raw}
+            self.framed = b"content-length" in names or b"transfer-encoding" in names
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > READ_HIGH and not self.paused and not self.whole and self.transport:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if self.head_done and not self.done:
+            assert self.parser is not None
+            self._complete(self.parser.should_keep_alive())
+
+    def _complete(self, keep_alive: bool) -> None:
+        self.done, self.keep_alive = True, keep_alive
+        self._wake()
