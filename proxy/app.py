@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import aiohttp
 from aiohttp import web
@@ -170,6 +170,12 @@ async def _watching(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _collector(app: web.Application) -> AsyncIterator[None]:
+    with serving_collector():
+        yield
+
+
+@contextlib.contextmanager
+def serving_collector() -> Iterator[None]:
     """The cyclic garbage collector, tuned for serving; restored on shutdown.
 
     Almost nothing a request allocates is cyclic garbage (reference counting frees it), but
@@ -187,9 +193,11 @@ async def _collector(app: web.Application) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *threshold[1:])
-    yield
-    gc.set_threshold(*threshold)
-    gc.unfreeze()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
