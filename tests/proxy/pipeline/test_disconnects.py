@@ -113,6 +113,25 @@ async def test_obs_text_header_never_500s(
 
 
 @pytest.mark.parametrize(
+    ("header", "seen"),
+    [
+        pytest.param(b"X-Custom: caf\xe9\xff", ["caf\udce9\udcff"], id="obs_text_bytes"),
+        pytest.param(b"X-Custom: caf\xc3\xa9", ["caf\xe9"], id="utf8_bytes"),
+        pytest.param(b"X-Custom: a\r\nx-custom: b", ["a", "b"], id="repeated_in_order"),
+    ],
+)
+async def test_client_header_bytes_reach_the_upstream_as_sent(
+    backend: ScriptedBackend, backend_server: TestServer, header: bytes, seen: list[str]
+) -> None:
+    """The upstream client writes the bytes the client sent (aiohttp's dropped obs-text)."""
+    backend.replies.append(Reply(body=wire("openai_single_tool.json"), chunked=False))
+    async with live_proxy(str(backend_server.make_url("/v1")), None, None) as live:
+        response = await raw_exchange(live.port, _chat(header + b"\r\nConnection: close\r\n"))
+    assert status_of(response) == 200
+    assert backend.seen[0].headers.getall("X-Custom") == seen
+
+
+@pytest.mark.parametrize(
     ("reply", "kind"),
     [
         pytest.param(
