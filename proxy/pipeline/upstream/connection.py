@@ -99,7 +99,8 @@ class Connection(asyncio.Protocol):
         self.head_request = False
         self.failure: UpstreamError | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.drained: asyncio.Future[None] | None = None
+        self.write_full = False  # the transport asked to stop writing (pause_writing)
+        self.unsent = False  # the request's body is not all written
         self.idle_s = 0.0
         self.idle_deadline = 0.0
         self.idle_since = 0.0
@@ -114,7 +115,7 @@ class Connection(asyncio.Protocol):
         self.status = 0
         self.head_done = self.done = self.keep_alive = False
         self.framed, self.head_request, self.idle_s = True, head_request, idle_s
-        self.whole = self.received = False
+        self.whole = self.received = self.unsent = False
         self.head_bytes = self.head_fed = 0
 
     async def send(self, head: bytes, body: bytes) -> None:
@@ -123,12 +124,20 @@ class Connection(asyncio.Protocol):
         if len(body) <= WRITE_SLICE:
             transport.write(head + body)
             return
+        # Each wait on the socket's drain is bounded by idle_s, as a read is (an upstream that
+        # stops reading must not hold the relay forever); a response arriving early (a 413)
+        # ends the writing, and the connection, its request unfinished, is not reused.
+        self.unsent = True
         transport.write(head)
         view = memoryview(body)
         for start in range(0, len(body), WRITE_SLICE):
+            while self.write_full and not self.head_done:
+                await self.wait()
+            if self.head_done:
+                self.keep_alive = False
+                return
             transport.write(view[start : start + WRITE_SLICE])
-            while self.drained is not None and self.failure is None and not self.done:
-                await self.drained
+        self.unsent = False
 
     async def wait(self) -> None:
         """Wait for the upstream to send something, within ``idle_s``; raise what broke it."""
@@ -226,12 +235,11 @@ class Connection(asyncio.Protocol):
         self.resume_writing()  # a body still being written stops waiting on a dead socket
 
     def pause_writing(self) -> None:
-        self.drained = self.loop.create_future()
+        self.write_full = True
 
     def resume_writing(self) -> None:
-        drained, self.drained = self.drained, None
-        if drained is not None and not drained.done():
-            drained.set_result(None)
+        self.write_full = False
+        self._wake()
 
     # llhttp's callbacks (httptools)
 
@@ -275,5 +283,5 @@ class Connection(asyncio.Protocol):
             self._complete(self.parser.should_keep_alive())
 
     def _complete(self, keep_alive: bool) -> None:
-        self.done, self.keep_alive = True, keep_alive
+        self.done, self.keep_alive = True, keep_alive and not self.unsent
         self._wake()
