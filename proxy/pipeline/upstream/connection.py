@@ -247,11 +247,18 @@ class Connection(asyncio.Protocol):
         if self.done:  # a second response to one request: the connection is not reused
             self.keep_alive = False
 
+    # A second response that came in the same bytes as the first is parsed on by llhttp: its
+    # head and body are ignored, never added to the first's.
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.done:
+            return
         self.raw.append((name, value))
         self.head_bytes += len(name) + len(value) + 4
 
     def on_headers_complete(self) -> None:
+        if self.done:
+            return
         assert self.parser is not None
         status = self.parser.get_status_code()
         if status < 200:  # 1xx: informational, the real response follows
@@ -270,6 +277,8 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.done:
+            return
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > READ_HIGH and not self.paused and not self.whole and self.transport:

@@ -110,3 +110,49 @@ async def test_an_early_answer_to_a_large_body_is_relayed_and_its_connection_not
             assert await post(pool, origin, LARGE) == (413, b"big")
             assert await post(pool, origin, b"{}") == (413, b"big")  # on a fresh connection
         assert raw.connections == 2
+
+
+def answering(first: bytes) -> Behaviour:
+    """Answers the first request it gets with ``first`` in one write, every later one (on any
+    connection) with 'second'."""
+    answers = [first]
+
+    async def behaviour(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            sized = [line for line in head.lower().split(b"\r\n") if b"content-length:" in line]
+            await reader.readexactly(int(sized[0].split(b":")[1]) if sized else 0)
+            writer.write(answers.pop() if answers else SECOND)
+            await writer.drain()
+
+    return behaviour
+
+
+SECOND = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"
+OK_2 = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+CHUNKED_OK = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbad", id="a_second_response"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nbad\r\n0\r\n\r\n",
+            id="a_second_chunked_response",
+        ),
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nba", id="half_a_response"),
+        pytest.param(b"GARBAGE", id="garbage"),
+    ],
+)
+@pytest.mark.parametrize(
+    "first", [pytest.param(OK_2, id="sized"), pytest.param(CHUNKED_OK, id="chunked")]
+)
+async def test_bytes_after_a_response_are_never_its_body_and_its_connection_is_not_reused(
+    first: bytes, after: bytes
+) -> None:
+    async with upstream(answering(first + after)) as (raw, pool, origin):
+        async with asyncio.timeout(10):
+            assert await post(pool, origin, b"{}") == (200, b"ok")
+            assert await post(pool, origin, b"{}") == (200, b"second")
+        assert raw.connections == 2
