@@ -272,8 +272,7 @@ class Connection(asyncio.Protocol):
             self._complete(self.parser.should_keep_alive())
             return
         if status not in (204, 304):
-            names = {name.lower() for name, _ in self.raw}
-            self.framed = b"content-length" in names or b"transfer-encoding" in names
+            self.framed = _framed(self.raw)
         self._wake()
 
     def on_body(self, body: bytes) -> None:
@@ -294,3 +293,17 @@ class Connection(asyncio.Protocol):
     def _complete(self, keep_alive: bool) -> None:
         self.done, self.keep_alive = True, keep_alive and not self.unsent
         self._wake()
+
+
+def _framed(raw: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a response's body ends by its framing: a Content-Length, or a Transfer-Encoding
+    whose final coding is chunked. Any other Transfer-Encoding (``gzip``, ``identity``) is read
+    until the connection closes (RFC 9112 §6.3), as llhttp does."""
+    coding = b""
+    for name, value in raw:
+        lower = name.lower()
+        if lower == b"content-length":
+            return True
+        if lower == b"transfer-encoding":
+            coding = value.rsplit(b",", 1)[-1].strip().lower()
+    return coding == b"chunked"

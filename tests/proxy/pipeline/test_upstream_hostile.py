@@ -156,3 +156,29 @@ async def test_bytes_after_a_response_are_never_its_body_and_its_connection_is_n
             assert await post(pool, origin, b"{}") == (200, b"ok")
             assert await post(pool, origin, b"{}") == (200, b"second")
         assert raw.connections == 2
+
+
+def answering_then_closing(answer: bytes) -> Behaviour:
+    async def behaviour(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)  # the tests' b"{}"
+        writer.write(answer)
+        await writer.drain()
+
+    return behaviour
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        pytest.param(b"", id="no_framing"),
+        pytest.param(b"Transfer-Encoding: identity\r\n", id="identity"),
+        pytest.param(b"Transfer-Encoding: gzip\r\n", id="gzip_not_chunked"),
+        pytest.param(b"Transfer-Encoding: chunked, gzip\r\n", id="chunked_not_last"),
+    ],
+)
+async def test_a_response_not_ending_in_chunked_is_read_until_the_close(framing: bytes) -> None:
+    answer = b"HTTP/1.1 200 OK\r\n" + framing + b"\r\nuntil the close"
+    async with upstream(answering_then_closing(answer)) as (_, pool, origin):
+        async with asyncio.timeout(10):
+            assert await post(pool, origin, b"{}") == (200, b"until the close")
