@@ -175,9 +175,19 @@ class Connection(asyncio.Protocol):
         if self.failure is None and not self.done:
             self.failure = error
         self.keep_alive = False
-        if self.transport is not None:
-            self.transport.close()
+        self.shut()
         self._wake()
+
+    def shut(self) -> None:
+        """Close the socket, dropping what is still buffered to be written: an upstream that
+        stopped reading would hold a closing transport, its socket and the unsent part of a
+        request's body, for as long as it keeps the connection open."""
+        transport = self.transport
+        if transport is not None:
+            if transport.get_write_buffer_size():
+                transport.abort()
+            else:
+                transport.close()
 
     def time_out(self) -> None:
         self.fail(UpstreamTimeoutError(f"the upstream sent nothing for {self.idle_s:g} s"))

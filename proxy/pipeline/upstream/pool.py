@@ -121,8 +121,8 @@ class UpstreamPool:
                 transport.resume_reading()  # so an idle connection sees its close
             conn.idle_since = self.loop.time()
             self._idle.setdefault(conn.key, []).append(conn)
-        elif transport is not None:
-            transport.close()
+        else:
+            conn.shut()
 
     def forget(self, conn: Connection) -> None:
         idle = self._idle.get(conn.key)

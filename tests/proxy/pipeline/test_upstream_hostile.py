@@ -15,6 +15,7 @@ from multidict import CIMultiDict
 
 from proxy.errors import UpstreamTimeoutError
 from proxy.pipeline.upstream import Origin, Timeouts, UpstreamPool
+from proxy.pipeline.upstream.connection import Connection
 
 IDLE = Timeouts(connect_s=5, idle_s=0.5)
 LARGE = b"x" * (32 << 20)  # far past what the sockets' buffers hold on loopback
@@ -182,3 +183,36 @@ async def test_a_response_not_ending_in_chunked_is_read_until_the_close(framing:
     async with upstream(answering_then_closing(answer)) as (_, pool, origin):
         async with asyncio.timeout(10):
             assert await post(pool, origin, b"{}") == (200, b"until the close")
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "status"),
+    [
+        pytest.param(never_reads, None, id="timed_out"),
+        pytest.param(answers_early_then_stops_reading, 413, id="answered_early"),
+    ],
+)
+async def test_a_connection_left_with_unsent_body_bytes_lets_go_of_its_socket(
+    behaviour: Behaviour, status: int | None
+) -> None:
+    """Closing a transport waits for its write buffer to drain first, which an upstream that
+    stopped reading never lets happen: the socket (and the unsent bytes) would stay held."""
+    async with upstream(behaviour) as (raw, pool, origin):
+        lost: list[Connection] = []
+        gone = asyncio.Event()
+        forget = pool.forget
+
+        def recording(conn: Connection) -> None:  # called from the connection's connection_lost
+            lost.append(conn)
+            gone.set()
+            forget(conn)
+
+        pool.forget = recording  # type: ignore[method-assign]
+        async with asyncio.timeout(10):
+            if status is None:
+                with pytest.raises(UpstreamTimeoutError):
+                    await post(pool, origin, LARGE)
+            else:
+                assert (await post(pool, origin, LARGE))[0] == status
+            await gone.wait()
+        assert len(lost) == raw.connections == 1
