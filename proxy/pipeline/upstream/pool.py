@@ -163,7 +163,11 @@ class UpstreamPool:
         now = self.loop.time()
         while idle:
             conn = idle.pop()  # the most recently used: the least likely to be closed by now
-            if not conn.lost and now - conn.idle_since < self.keepalive_s:
+            transport = conn.transport
+            fresh = now - conn.idle_since < self.keepalive_s
+            # A closing transport (the upstream's close seen, its loss not yet delivered) would
+            # take the request and fail it: a POST is never sent again.
+            if not conn.lost and fresh and transport is not None and not transport.is_closing():
                 return conn
             if conn.transport is not None:
                 conn.transport.close()

@@ -216,3 +216,28 @@ async def test_a_connection_left_with_unsent_body_bytes_lets_go_of_its_socket(
                 assert (await post(pool, origin, LARGE))[0] == status
             await gone.wait()
         assert len(lost) == raw.connections == 1
+
+
+async def answers_then_closes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers one request on a keep-alive exchange, then closes (an upstream's idle close)."""
+    await reader.readuntil(b"\r\n\r\n")
+    await reader.readexactly(2)
+    writer.write(OK_2)
+    await writer.drain()
+
+
+async def test_a_post_never_takes_a_pooled_connection_whose_close_was_seen() -> None:
+    """The upstream's close is seen (the transport closing) a loop turn before its loss is
+    delivered; a POST checked out in between went on the dying connection and, never sent
+    again, was a 502. Its close is waited for one turn at a time, then the POST goes."""
+    async with upstream(answers_then_closes) as (raw, pool, origin):
+        response = await pool.request("POST", origin, "/v1/x", CIMultiDict(), b"{}", IDLE)
+        conn = response._conn
+        assert await response.read() == b"ok"
+        response.close()
+        assert conn.transport is not None
+        async with asyncio.timeout(10):
+            while not conn.transport.is_closing():  # noqa: ASYNC110 (a turn at a time)
+                await asyncio.sleep(0)
+            assert await post(pool, origin, b"{}") == (200, b"ok")
+        assert raw.connections == 2
