@@ -258,11 +258,12 @@ class Connection(asyncio.Protocol):
             self.keep_alive = False
 
     # A second response that came in the same bytes as the first is parsed on by llhttp: its
-    # head and body are ignored, never added to the first's.
+    # head and body are ignored, never added to the first's (head_done stays set until the
+    # next exchange begins).
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.done:
-            return
+        if self.head_done:  # a trailer (never relayed) or the next response's: not kept, so
+            return  # an upstream sending trailers without end cannot grow the proxy's memory
         self.raw.append((name, value))
         self.head_bytes += len(name) + len(value) + 4
 

@@ -241,3 +241,24 @@ async def test_a_post_never_takes_a_pooled_connection_whose_close_was_seen() -> 
                 await asyncio.sleep(0)
             assert await post(pool, origin, b"{}") == (200, b"ok")
         assert raw.connections == 2
+
+
+@pytest.mark.parametrize(
+    "trailers",
+    [
+        pytest.param(1, id="one_trailer"),
+        pytest.param(20_000, id="trailers_past_the_head_bound"),  # about 1 MiB
+    ],
+)
+async def test_trailers_are_read_past_and_never_kept(trailers: int) -> None:
+    """Trailers are not relayed; kept, an upstream sending them without end (the head's 64 KiB
+    bound does not reach them) would grow the proxy's memory for as long as it likes."""
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Head: 1\r\n\r\n"
+    answer = head + b"2\r\nok\r\n0\r\n" + (b"X-Trailer: " + b"t" * 40 + b"\r\n") * trailers
+    async with upstream(answering(answer + b"\r\n")) as (_, pool, origin):
+        response = await pool.request("POST", origin, "/v1/x", CIMultiDict(), b"{}", IDLE)
+        try:
+            assert await response.read() == b"ok"
+            assert response._conn.raw == [(b"Transfer-Encoding", b"chunked"), (b"X-Head", b"1")]
+        finally:
+            response.close()
