@@ -1,6 +1,7 @@
 """The upstream client (proxy/pipeline/upstream/) against hostile or broken upstreams on
-loopback: ones that stop reading a large request body, answer before it is written, or send
-bytes nobody asked for; each case is a raw socket server doing exactly that."""
+loopback: ones that stop reading a large request body, answer before it is written, send
+bytes nobody asked for or trailers without end, frame a body by their close, or close a
+kept-alive connection; each case is a raw socket server doing exactly that."""
 
 from __future__ import annotations
 
