@@ -13,7 +13,8 @@ What it keeps of aiohttp's behaviour, because the relay's semantics rest on it:
   ``idle_s``, from the request sent to the last body byte, while the relay waits for it. A read
   notes a deadline; :meth:`UpstreamPool.scan`, run every ``tick``, fails the late ones (one
   periodic scan, not a timer per read), so a read times out between ``idle_s`` and
-  ``idle_s + tick`` after the upstream last sent something.
+  ``idle_s + tick`` after the upstream last sent something. Each wait for the socket to take
+  more of a large request body is bounded the same way (an upstream that stops reading).
 * **Flow control**: at most ``READ_HIGH`` bytes are buffered before the socket stops being
   read; a slow client slows the upstream instead of growing memory.
 * **Byte transparency**: headers go as the client sent them (plus ``Host`` and

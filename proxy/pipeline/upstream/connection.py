@@ -99,7 +99,8 @@ class Connection(asyncio.Protocol):
         self.head_request = False
         self.failure: UpstreamError | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.drained: asyncio.Future[None] | None = None
+        self.write_full = False  # the transport asked to stop writing (pause_writing)
+        self.unsent = False  # the request's body is not all written
         self.idle_s = 0.0
         self.idle_deadline = 0.0
         self.idle_since = 0.0
@@ -114,7 +115,7 @@ class Connection(asyncio.Protocol):
         self.status = 0
         self.head_done = self.done = self.keep_alive = False
         self.framed, self.head_request, self.idle_s = True, head_request, idle_s
-        self.whole = self.received = False
+        self.whole = self.received = self.unsent = False
         self.head_bytes = self.head_fed = 0
 
     async def send(self, head: bytes, body: bytes) -> None:
@@ -123,12 +124,20 @@ class Connection(asyncio.Protocol):
         if len(body) <= WRITE_SLICE:
             transport.write(head + body)
             return
+        # Each wait on the socket's drain is bounded by idle_s, as a read is (an upstream that
+        # stops reading must not hold the relay forever); a response arriving early (a 413)
+        # ends the writing, and the connection, its request unfinished, is not reused.
+        self.unsent = True
         transport.write(head)
         view = memoryview(body)
         for start in range(0, len(body), WRITE_SLICE):
+            while self.write_full and not self.head_done:
+                await self.wait()
+            if self.head_done:
+                self.keep_alive = False
+                return
             transport.write(view[start : start + WRITE_SLICE])
-            while self.drained is not None and self.failure is None and not self.done:
-                await self.drained
+        self.unsent = False
 
     async def wait(self) -> None:
         """Wait for the upstream to send something, within ``idle_s``; raise what broke it."""
@@ -166,9 +175,19 @@ class Connection(asyncio.Protocol):
         if self.failure is None and not self.done:
             self.failure = error
         self.keep_alive = False
-        if self.transport is not None:
-            self.transport.close()
+        self.shut()
         self._wake()
+
+    def shut(self) -> None:
+        """Close the socket, dropping what is still buffered to be written: an upstream that
+        stopped reading would hold a closing transport, its socket and the unsent part of a
+        request's body, for as long as it keeps the connection open."""
+        transport = self.transport
+        if transport is not None:
+            if transport.get_write_buffer_size():
+                transport.abort()
+            else:
+                transport.close()
 
     def time_out(self) -> None:
         self.fail(UpstreamTimeoutError(f"the upstream sent nothing for {self.idle_s:g} s"))
@@ -226,12 +245,11 @@ class Connection(asyncio.Protocol):
         self.resume_writing()  # a body still being written stops waiting on a dead socket
 
     def pause_writing(self) -> None:
-        self.drained = self.loop.create_future()
+        self.write_full = True
 
     def resume_writing(self) -> None:
-        drained, self.drained = self.drained, None
-        if drained is not None and not drained.done():
-            drained.set_result(None)
+        self.write_full = False
+        self._wake()
 
     # llhttp's callbacks (httptools)
 
@@ -239,11 +257,19 @@ class Connection(asyncio.Protocol):
         if self.done:  # a second response to one request: the connection is not reused
             self.keep_alive = False
 
+    # A second response that came in the same bytes as the first is parsed on by llhttp: its
+    # head and body are ignored, never added to the first's (head_done stays set until the
+    # next exchange begins).
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.head_done:  # a trailer (never relayed) or the next response's: not kept, so
+            return  # an upstream sending trailers without end cannot grow the proxy's memory
         self.raw.append((name, value))
         self.head_bytes += len(name) + len(value) + 4
 
     def on_headers_complete(self) -> None:
+        if self.done:
+            return
         assert self.parser is not None
         status = self.parser.get_status_code()
         if status < 200:  # 1xx: informational, the real response follows
@@ -257,11 +283,12 @@ class Connection(asyncio.Protocol):
             self._complete(self.parser.should_keep_alive())
             return
         if status not in (204, 304):
-            names = {name.lower() for name, _ in self.raw}
-            self.framed = b"content-length" in names or b"transfer-encoding" in names
+            self.framed = _framed(self.raw)
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.done:
+            return
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > READ_HIGH and not self.paused and not self.whole and self.transport:
@@ -275,5 +302,19 @@ class Connection(asyncio.Protocol):
             self._complete(self.parser.should_keep_alive())
 
     def _complete(self, keep_alive: bool) -> None:
-        self.done, self.keep_alive = True, keep_alive
+        self.done, self.keep_alive = True, keep_alive and not self.unsent
         self._wake()
+
+
+def _framed(raw: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a response's body ends by its framing: a Content-Length, or a Transfer-Encoding
+    whose final coding is chunked. Any other Transfer-Encoding (``gzip``, ``identity``) is read
+    until the connection closes (RFC 9112 §6.3), as llhttp does."""
+    coding = b""
+    for name, value in raw:
+        lower = name.lower()
+        if lower == b"content-length":
+            return True
+        if lower == b"transfer-encoding":
+            coding = value.rsplit(b",", 1)[-1].strip().lower()
+    return coding == b"chunked"

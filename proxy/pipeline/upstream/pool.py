@@ -121,8 +121,8 @@ class UpstreamPool:
                 transport.resume_reading()  # so an idle connection sees its close
             conn.idle_since = self.loop.time()
             self._idle.setdefault(conn.key, []).append(conn)
-        elif transport is not None:
-            transport.close()
+        else:
+            conn.shut()
 
     def forget(self, conn: Connection) -> None:
         idle = self._idle.get(conn.key)
@@ -163,7 +163,11 @@ class UpstreamPool:
         now = self.loop.time()
         while idle:
             conn = idle.pop()  # the most recently used: the least likely to be closed by now
-            if not conn.lost and now - conn.idle_since < self.keepalive_s:
+            transport = conn.transport
+            fresh = now - conn.idle_since < self.keepalive_s
+            # A closing transport (the upstream's close seen, its loss not yet delivered) would
+            # take the request and fail it: a POST is never sent again.
+            if not conn.lost and fresh and transport is not None and not transport.is_closing():
                 return conn
             if conn.transport is not None:
                 conn.transport.close()
