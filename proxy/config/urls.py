@@ -5,7 +5,8 @@ A bare host (``http://backend:8000``) is an error: the client's path is appended
 so every request would go to ``/chat/completions`` and be a 404 — the mistake the docs once
 made. A path that does not end in ``/v1`` is only a warning, because some providers' bases
 really are elsewhere (``.../v1beta/openai/``); ``allow_non_v1_path: true`` beside the URL says
-it is meant.
+it is meant. Credentials, a query or a fragment in a base URL are errors: no request would
+carry them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ def check_base_url(where: str, value: str) -> None:
         raise ConfigError(
             f"{where}: must be an http(s) URL such as http://127.0.0.1:8000/v1, got {value!r}"
         )
+    try:
+        url.port  # noqa: B018 (it raises for a port out of range or not a number)
+    except ValueError:
+        raise ConfigError(f"{where}: {value!r} has no valid port") from None
+    # The relay's client sends none of these (proxy/pipeline/upstream/): refused, never dropped.
+    if url.username is not None or url.password is not None:
+        raise ConfigError(
+            f"{where}: credentials in the URL are never sent; put the key in api_key_env"
+        )
+    if url.query or url.fragment:
+        raise ConfigError(f"{where}: {value!r} has a query or fragment; a base URL has neither")
     if url.path.strip("/") == "":
         # The documented mistake: every request would go to <host>/chat/completions, a 404.
         raise ConfigError(

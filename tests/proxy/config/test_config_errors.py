@@ -144,6 +144,30 @@ def test_a_bare_host_is_an_error_with_a_hint(config: dict[str, Any], where: str)
 
 
 @pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        pytest.param("http://user:pw@backend:8000/v1", "credentials in the URL", id="userinfo"),
+        pytest.param("http://user@backend:8000/v1", "credentials in the URL", id="user_only"),
+        pytest.param("http://backend:8000/v1?key=k", "query or fragment", id="query"),
+        pytest.param("http://backend:8000/v1#x", "query or fragment", id="fragment"),
+        pytest.param("http://backend:99999/v1", "no valid port", id="port_out_of_range"),
+        pytest.param("http://backend:port/v1", "no valid port", id="port_not_a_number"),
+    ],
+)
+@pytest.mark.parametrize("where", ["upstream.url", "routes[0].url", "upstream.shadow.url"])
+def test_a_base_url_part_no_request_would_carry_is_refused(
+    url: str, message: str, where: str
+) -> None:
+    config: dict[str, Any] = {
+        "upstream.url": {"upstream": {"url": url}},
+        "routes[0].url": {**V1, "routes": [{"match": "x*", "url": url}]},
+        "upstream.shadow.url": {"upstream": {"url": V1["upstream"]["url"], "shadow": {"url": url}}},
+    }[where]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(where)}: .*{re.escape(message)}"):
+        load_config(None, config, {})
+
+
+@pytest.mark.parametrize(
     ("config", "warned"),
     [
         pytest.param(V1, [], id="v1_is_quiet"),
