@@ -158,13 +158,13 @@ def test_a_bare_host_is_an_error_with_a_hint(config: dict[str, Any], where: str)
 def test_a_base_url_part_no_request_would_carry_is_refused(
     url: str, message: str, where: str
 ) -> None:
-    config: dict[str, Any] = {
+    configs: dict[str, dict[str, Any]] = {
         "upstream.url": {"upstream": {"url": url}},
         "routes[0].url": {**V1, "routes": [{"match": "x*", "url": url}]},
         "upstream.shadow.url": {"upstream": {"url": V1["upstream"]["url"], "shadow": {"url": url}}},
-    }[where]
+    }
     with pytest.raises(ConfigError, match=rf"^{re.escape(where)}: .*{re.escape(message)}"):
-        load_config(None, config, {})
+        load_config(None, configs[where], {})
 
 
 @pytest.mark.parametrize(
