@@ -52,9 +52,7 @@ class UpstreamResponse:
         """The whole body (the relay asks only for a sized one, up to its buffering limit)."""
         conn = self._conn
         conn.whole = True  # no pause: the body is wanted whole
-        if conn.paused and conn.transport is not None:
-            conn.paused = False
-            conn.transport.resume_reading()
+        conn.resume()
         while not conn.done:
             await conn.wait()
         data = b"".join(conn.chunks)
@@ -92,31 +90,31 @@ class Connection(asyncio.Protocol):
         self.parser: httptools.HttpResponseParser | None = None
         self.chunks: deque[bytes] = deque()
         self.buffered = 0
-        self.raw: list[tuple[bytes, bytes]] = []
-        self.status = 0
-        self.head_done = self.done = self.keep_alive = self.lost = False
-        self.framed = True  # the body's end is in the framing, not the connection's close
-        self.head_request = False
+        self.lost = False
         self.failure: UpstreamError | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.write_full = False  # the transport asked to stop writing (pause_writing)
-        self.unsent = False  # the request's body is not all written
-        self.idle_s = 0.0
         self.idle_deadline = 0.0
         self.idle_since = 0.0
-        self.paused = self.whole = False
-        self.head_bytes = self.head_fed = 0  # the headers parsed; all bytes fed before their end
-        self.received = False  # anything at all arrived in this exchange
+        self.paused = False
+        self._exchange_state(head_request=False, idle_s=0.0)
 
     def begin(self, head_request: bool, idle_s: float) -> None:
         """Ready for a new exchange: a fresh parser (it cannot be told a HEAD has no body)."""
         self.parser = httptools.HttpResponseParser(self)
-        self.raw = []
+        self._exchange_state(head_request, idle_s)
+
+    def _exchange_state(self, head_request: bool, idle_s: float) -> None:
+        """What one request and its response keep, from a clean slate."""
+        self.raw: list[tuple[bytes, bytes]] = []
         self.status = 0
         self.head_done = self.done = self.keep_alive = False
-        self.framed, self.head_request, self.idle_s = True, head_request, idle_s
-        self.whole = self.received = self.unsent = False
-        self.head_bytes = self.head_fed = 0
+        self.framed = True  # the body's end is in the framing, not the connection's close
+        self.head_request, self.idle_s = head_request, idle_s
+        self.whole = False  # the body is wanted whole: never paused
+        self.unsent = False  # the request's body is not all written
+        self.received = False  # anything at all arrived in this exchange
+        self.head_bytes = self.head_fed = 0  # the headers parsed; all bytes fed before their end
 
     async def send(self, head: bytes, body: bytes) -> None:
         transport = self.transport
@@ -166,10 +164,14 @@ class Connection(asyncio.Protocol):
         data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self.buffered = 0
+        self.resume()
+        return data
+
+    def resume(self) -> None:
+        """Read the socket again if the buffer's mark paused it."""
         if self.paused and self.transport is not None:
             self.paused = False
             self.transport.resume_reading()
-        return data
 
     def fail(self, error: UpstreamError) -> None:
         if self.failure is None and not self.done:

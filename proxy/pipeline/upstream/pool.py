@@ -83,15 +83,14 @@ class UpstreamPool:
         """Send the request; return once the response's headers are in."""
         head = _head(method, path, origin.host_header, headers, body)
         conn = self._checkout(origin)
-        if conn is not None and method in _IDEMPOTENT:
+        if conn is not None:
             try:
                 return await self._exchange(conn, method, head, body, timeouts)
             except UpstreamProtocolError:
-                if conn.received or not conn.lost:
+                # The upstream had closed it before answering: once more, on a new connection,
+                # when sending it twice is harmless.
+                if method not in _IDEMPOTENT or conn.received or not conn.lost:
                     raise
-                # the upstream had closed it: once more, on a new connection
-        elif conn is not None:
-            return await self._exchange(conn, method, head, body, timeouts)
         conn = await self._connect(origin, timeouts.connect_s)
         return await self._exchange(conn, method, head, body, timeouts)
 
@@ -116,9 +115,7 @@ class UpstreamPool:
             conn.parser = None
             conn.chunks.clear()
             conn.buffered = 0
-            if conn.paused:
-                conn.paused = False
-                transport.resume_reading()  # so an idle connection sees its close
+            conn.resume()  # so an idle connection sees its close
             conn.idle_since = self.loop.time()
             self._idle.setdefault(conn.key, []).append(conn)
         else:
@@ -139,9 +136,7 @@ class UpstreamPool:
             conn.time_out()
         for idle in self._idle.values():
             while idle and now - idle[0].idle_since >= self.keepalive_s:
-                stale = idle.pop(0)
-                if stale.transport is not None:
-                    stale.transport.close()
+                idle.pop(0).shut()
         return len(late)
 
     async def run(self) -> None:
@@ -154,8 +149,7 @@ class UpstreamPool:
     def close(self) -> None:
         for idle in self._idle.values():
             for conn in idle:
-                if conn.transport is not None:
-                    conn.transport.close()
+                conn.shut()
         self._idle.clear()
 
     def _checkout(self, origin: Origin) -> Connection | None:
@@ -169,8 +163,7 @@ class UpstreamPool:
             # take the request and fail it: a POST is never sent again.
             if not conn.lost and fresh and transport is not None and not transport.is_closing():
                 return conn
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.shut()
         return None
 
     async def _connect(self, origin: Origin, connect_s: float) -> Connection:
