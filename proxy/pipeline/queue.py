@@ -32,7 +32,7 @@ from grader.rows import live_row
 from grader.tasks import TaskSet
 from proxy.logs import get_logger
 from proxy.pipeline.episodes import judge_episode
-from proxy.pipeline.grade import GradeJob, grade_job, runs_off_loop
+from proxy.pipeline.grade import Graded, GradeJob, grade_job, runs_off_loop
 from proxy.pipeline.offload import GradingProcess, GradingProcessDiedError, NotPicklableError
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
@@ -42,6 +42,7 @@ from proxy.pipeline.record.recording import (
     Recording,
     RecordOptions,
     WriterThread,
+    Written,
     grade_and_reduce,
 )
 from proxy.pipeline.record.results import ResultWriter
@@ -133,6 +134,7 @@ class GradeQueue:
         self._stopping = False
         self._last_taken = time.monotonic()
         metrics.grading_healthy.set_function(lambda: 1.0 if self.health().healthy else 0.0)
+        metrics.queue_depth.set_function(self._queue.qsize)  # read at scrape, not per job
 
     def submit(self, job: GradeJob) -> bool:
         """Enqueue without waiting; a full queue drops the job and counts it."""
@@ -142,7 +144,6 @@ class GradeQueue:
             self.metrics.skipped.labels("queue_full").inc()
             self._report(job, None)
             return False
-        self.metrics.queue_depth.set(self._queue.qsize())
         return True
 
     def start(self) -> None:
@@ -234,23 +235,97 @@ class GradeQueue:
             while len(jobs) < self.batch_max and not self._queue.empty():
                 jobs.append(self._queue.get_nowait())
             self._last_taken = time.monotonic()
-            if len(jobs) == 1:
-                await self._run(jobs[0])
-            else:  # handled together: the grading process gets them as one batch
-                await asyncio.gather(*(self._run(job) for job in jobs))
+            inline = [job for job in jobs if self._inline(job)]
+            rest = [job for job in jobs if not self._inline(job)] if len(inline) < len(jobs) else []
+            if not rest:
+                await self._run_inline(inline)
+            elif not inline and len(rest) == 1:
+                await self._run(rest[0])
+            else:  # handled together: the grading process gets the rest as one batch
+                await asyncio.gather(self._run_inline(inline), *(self._run(job) for job in rest))
+
+    def _inline(self, job: GradeJob) -> bool:
+        """Small and cheap to grade: graded on the loop, tens of microseconds."""
+        return job.size <= self.inline_max_bytes and not runs_off_loop(job.task)
 
     async def _run(self, job: GradeJob) -> None:
         try:
             await self._handle(job)
         except Exception:  # the pipeline outlives any one job
-            self.metrics.grading_errors.labels("worker").inc()
-            _log_quietly("grade_job_failed", exc_info=True, request_id=job.request_id)
-            with contextlib.suppress(Exception):
-                self._report(job, None)
+            self._failed(job)
         finally:
+            self._taken(1)
+
+    def _failed(self, job: GradeJob) -> None:
+        self.metrics.grading_errors.labels("worker").inc()
+        _log_quietly("grade_job_failed", exc_info=True, request_id=job.request_id)
+        with contextlib.suppress(Exception):
+            self._report(job, None)
+
+    def _taken(self, jobs: int) -> None:
+        for _ in range(jobs):
             self._queue.task_done()
-            self._last_taken = time.monotonic()
-            self.metrics.queue_depth.set(self._queue.qsize())
+        self._last_taken = time.monotonic()
+
+    async def _run_inline(self, jobs: list[GradeJob]) -> None:
+        """Grade small jobs here, one after another, and record those that need nothing more
+        as one batch: one hand-over to the writer thread and one wake-up back, however many
+        jobs arrived while the last batch was being written. (Each job as a task of its own,
+        with a future and a thread hand-over each, cost more than grading it.) Jobs waiting
+        for the judge finish concurrently, each recorded on its own."""
+        try:
+            ready: list[tuple[GradeJob, list[dict[str, Any]]]] = []
+            judged = []
+            for job in jobs:
+                graded = self._graded_inline(job)
+                if graded is None:
+                    continue
+                if graded.pending:
+                    judged.append(self._judged(job, graded))
+                else:
+                    ready.append((job, graded.rows))
+            if judged:
+                await asyncio.gather(self._record_batch(ready), *judged)
+            elif ready:
+                await self._record_batch(ready)
+        finally:
+            self._taken(len(jobs))
+
+    async def _judged(self, job: GradeJob, graded: Graded) -> None:
+        try:
+            await self._finish(job, graded, None)
+        except Exception:  # the pipeline outlives any one job
+            self._failed(job)
+
+    async def _record_batch(self, ready: list[tuple[GradeJob, list[dict[str, Any]]]]) -> None:
+        if not ready:
+            return
+        try:
+            written = await self.writes.record_many([(job, None, rows) for job, rows in ready])
+        except Exception:  # the writer thread is gone: every job of the batch failed
+            for job, _ in ready:
+                self._failed(job)
+            return
+        for (job, _), outcome in zip(ready, written, strict=True):
+            try:
+                self._recorded(job, outcome)
+            except Exception:
+                self._failed(job)
+
+    def _graded_inline(self, job: GradeJob) -> Graded | None:
+        """The job graded here, or None when it was settled already (a grader bug, a skip)."""
+        try:
+            try:
+                graded = grade_job(job, self.capture_answer, self.max_answer_chars)
+            except Exception:  # a grader bug: never a model failure
+                self.metrics.grading_errors.labels("grader").inc()
+                log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
+                self._report(job, None)
+                return None
+            return graded if self._accepted(job, graded) else None
+        except Exception:  # counting or reporting failed: the pipeline outlives any one job
+            self._failed(job)
+            return None
 
     def on_tasks(self, tasks: TaskSet) -> None:
         """A task set was (re)loaded: the grading process gets it now, not with each job."""
@@ -272,7 +347,7 @@ class GradeQueue:
     async def _grade(self, job: GradeJob) -> Outcome:
         """Graded inline (small and cheap: its rows are reduced in the writer thread), else
         graded and reduced in the grading process, or in the grading thread."""
-        if job.size <= self.inline_max_bytes and not runs_off_loop(job.task):
+        if self._inline(job):
             return grade_job(job, self.capture_answer, self.max_answer_chars), None
         if self.process is not None:
             with contextlib.suppress(NotPicklableError):  # graded in the thread instead
@@ -300,20 +375,29 @@ class GradeQueue:
             log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
             self._report(job, None)
             return
+        if self._accepted(job, graded):
+            await self._finish(job, graded, done)
+
+    def _accepted(self, job: GradeJob, graded: Graded) -> bool:
+        """Count what the outcome says; False when it leaves nothing to record (reported)."""
         if job.span is not None:  # the trace's response facts, from the parsed copy
             job.span.call = graded.call
         if graded.error_kind is not None:
             self.metrics.grading_errors.labels(graded.error_kind).inc()
             self._report(job, None)
-            return
+            return False
         if graded.episode_limit is not None:
             self.metrics.episode_limits.labels(graded.episode_limit).inc()
         if graded.skip_reason is not None:
             self.metrics.skipped.labels(graded.skip_reason).inc()
             self._report(job, None)
-            return
+            return False
         if graded.episode_skip is not None:  # the turn's rows stand; the episode is skipped
             self.metrics.skipped.labels(graded.episode_skip).inc()
+        return True
+
+    async def _finish(self, job: GradeJob, graded: Graded, done: Recording | None) -> None:
+        """The judge's columns (on the loop, where its client lives), then the rows recorded."""
         for index, text, context, live, local in graded.pending:
             try:
                 outcome = await grade_async(job.task, text, context, judge=self.judge, local=local)
@@ -347,7 +431,14 @@ class GradeQueue:
         finished here by a judge, are reduced in the writer thread first. The pair tracker and
         the exporter's hand-over run here, on the loop, which owns them.
         """
-        done, failed = await self.writes.record(job, done, rows)
+        [written] = await self.writes.record_many([(job, done, rows)])
+        self._recorded(job, written)
+
+    def _recorded(self, job: GradeJob, written: Written) -> None:
+        """What the writer thread made of a job: raised (a bug) or logged, then reported."""
+        if isinstance(written, Exception):
+            raise written
+        done, failed = written
         if failed is not None:
             _log_quietly("results_write_failed", request_id=job.request_id, error=str(failed))
         self._report(job, done)

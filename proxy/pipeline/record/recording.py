@@ -188,60 +188,57 @@ class Recorder:
 Written = tuple[Recording, ResultsWriteError | None] | Exception
 
 
+Entry = tuple["GradeJob", Recording | None, list[dict[str, Any]]]  # rows, or reduced already
+
+
 class WriterThread:
     """The one thread that reduces, counts and appends rows, in submission order.
 
-    Jobs recorded in the same turn of the event loop are handed to it at once: on a busy proxy
-    a batch of graded responses costs one wake-up of the thread, not one each.
+    Batches handed over in the same turn of the event loop go to it at once: on a busy proxy
+    many graded responses cost one wake-up of the thread, and one back, not one each.
     """
 
     def __init__(self, recorder: Recorder, options: RecordOptions) -> None:
         self.recorder = recorder
         self.options = options
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradeproxy-write")
-        self._waiting: list[
-            tuple[GradeJob, Recording | None, list[dict[str, Any]], asyncio.Future[Written]]
-        ] = []
+        self._waiting: list[tuple[list[Entry], asyncio.Future[list[Written]]]] = []
 
-    async def record(
-        self, job: GradeJob, done: Recording | None, rows: list[dict[str, Any]]
-    ) -> tuple[Recording, ResultsWriteError | None]:
-        """Reduce ``rows`` (unless ``done`` already is), count and append them; raises what
-        reducing or counting raised (a bug), and returns a failed append for the caller."""
+    async def record_many(self, entries: list[Entry]) -> list[Written]:
+        """Reduce each entry's rows (unless it is reduced already), count and append them: for
+        each, its recording and any failed append, or what reducing or counting raised (a bug,
+        for the caller to count). Raises only when the thread itself is gone."""
         loop = asyncio.get_running_loop()
-        written: asyncio.Future[Written] = loop.create_future()
-        self._waiting.append((job, done, rows, written))
+        written: asyncio.Future[list[Written]] = loop.create_future()
+        self._waiting.append((entries, written))
         if len(self._waiting) == 1:
             loop.call_soon(self._hand_over)
-        outcome = await written
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
+        return await written
 
     def _hand_over(self) -> None:
         waiting, self._waiting = self._waiting, []
         loop = asyncio.get_running_loop()
-        handed = loop.run_in_executor(self._executor, self._write_all, waiting)
+        entries = [entry for batch, _ in waiting for entry in batch]
+        handed = loop.run_in_executor(self._executor, self._write_all, entries)
 
         def settle(handed: asyncio.Future[list[Written]]) -> None:
             if handed.cancelled() or handed.exception() is not None:  # the executor is gone
-                gone: list[Written] = [RuntimeError("the writer thread is gone")]
-                outcomes = gone * len(waiting)
-            else:
-                outcomes = handed.result()
-            for (*_, written), outcome in zip(waiting, outcomes, strict=True):
-                if not written.done():
-                    written.set_result(outcome)
+                for _, written in waiting:
+                    if not written.done():
+                        written.set_exception(RuntimeError("the writer thread is gone"))
+                return
+            outcomes = iter(handed.result())
+            for batch, written in waiting:
+                mine = [next(outcomes) for _ in batch]
+                if not written.done():  # not cancelled meanwhile
+                    written.set_result(mine)
 
         handed.add_done_callback(settle)
 
-    def _write_all(
-        self,
-        waiting: list[tuple[GradeJob, Recording | None, list[dict[str, Any]], Any]],
-    ) -> list[Written]:
+    def _write_all(self, entries: list[Entry]) -> list[Written]:
         """The thread's part, one job at a time: a job that raises fails alone."""
         outcomes: list[Written] = []
-        for job, done, rows, _ in waiting:
+        for job, done, rows in entries:
             try:
                 if done is None:
                     done = recording(job.task, rows, job.finished_at, self.options, keeps_rows(job))

@@ -172,13 +172,13 @@ async def test_a_stuck_queue_is_reported_and_recovers(
     client = await make_proxy(grading={"workers": 1, "stuck_after_s": 0.2})
     queue = client.app[QUEUE]
     release = asyncio.Event()
-    real_handle = queue._handle
+    real_record = queue.writes.record_many
 
-    async def blocked(job: Any) -> None:
+    async def blocked(entries: Any) -> Any:  # a result file that stopped taking writes
         await release.wait()
-        await real_handle(job)
+        return await real_record(entries)
 
-    queue._handle = blocked  # type: ignore[method-assign]
+    queue.writes.record_many = blocked  # type: ignore[method-assign]
     for _ in range(2):  # one held by the worker, one waiting behind it
         await client.post(
             "/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": "weather.single"}

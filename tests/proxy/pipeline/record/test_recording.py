@@ -24,7 +24,14 @@ from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.record import results
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
-from proxy.pipeline.record.recording import Recorder, RecordOptions, WriterThread, recording
+from proxy.pipeline.record.recording import (
+    Entry,
+    Recorder,
+    RecordOptions,
+    WriterThread,
+    Written,
+    recording,
+)
 from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
 from tests.support.metrics import metric_value
 
@@ -245,21 +252,28 @@ async def test_jobs_recorded_in_one_turn_reach_the_writer_thread_together_and_fa
     handed: list[int] = []
     real = writes._write_all
 
-    def counted(waiting: list[Any]) -> list[Any]:
-        handed.append(len(waiting))
-        return real(waiting)
+    def counted(entries: list[Entry]) -> list[Written]:
+        handed.append(len(entries))
+        return real(entries)
 
     writes._write_all = counted  # type: ignore[method-assign]
     broken = [{"result": "pass"}]  # no `checks`, no `timings`: reducing it raises
-    outcomes = await asyncio.gather(
-        writes.record(job_of("a"), None, [row(0, "pass", column("call", True))]),
-        writes.record(job_of("b"), None, broken),
-        writes.record(job_of("c"), None, [row(1, "fail", column("call", False))]),
-        return_exceptions=True,
+    first, second = await asyncio.gather(
+        writes.record_many(
+            [
+                (job_of("a"), None, [row(0, "pass", column("call", True))]),
+                (job_of("b"), None, broken),
+            ]
+        ),
+        writes.record_many([(job_of("c"), None, [row(1, "fail", column("call", False))])]),
     )
     writes.close()
     writer.close()
-    assert handed == [3]  # one hand-over for the three
-    assert isinstance(outcomes[1], KeyError)
+    assert handed == [3]  # one hand-over for the two batches' three jobs
+    assert [type(outcome).__name__ for outcome in [*first, *second]] == [
+        "tuple",
+        "KeyError",
+        "tuple",
+    ]
     lines = (tmp_path / "grades.jsonl").read_bytes().splitlines()
     assert [loads_exact(line.decode())["choice"] for line in lines] == [0, 1]  # in order
