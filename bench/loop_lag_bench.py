@@ -38,6 +38,7 @@ from grader import parse_task
 from grader._json import dumps
 from grader.tasks import Task
 from proxy.app import serving_collector
+from proxy.config import Grading
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.queue import GIL_SWITCH_INTERVAL_S, GradeQueue, Isolation
 from proxy.pipeline.record.metrics import ProxyMetrics
@@ -98,6 +99,9 @@ class Case:
     request: bytes = b"{}"
 
 
+SERVED = Grading()  # serve's defaults
+
+
 def cases(slow_ref: str) -> list[Case]:
     redos = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(a+)+$"}}}
     return [
@@ -131,6 +135,8 @@ async def measure(
         inline_max_bytes=inline_max_bytes,
         capture_answer=True,
         isolation=isolation,
+        batch_max=SERVED.batch_max,  # batches as `gradeproxy serve` takes them
+        batch_window_s=SERVED.batch_window_s,
     )
     queue.start()
     assert await queue.started(60.0), "the grading process did not start"

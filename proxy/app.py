@@ -220,6 +220,7 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         failures=app[FAILURES],
         isolation=config.grading.isolation,
         batch_max=config.grading.batch_max,
+        batch_window_s=config.grading.batch_window_s,
     )
     app[QUEUE] = app[QUEUE_SLOT].queue = queue
     queue.telemetry = app.get(TELEMETRY)

@@ -19,7 +19,6 @@ fails: values are never altered before they are logged.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import sys
 import time
@@ -29,6 +28,8 @@ from typing import IO, Any
 import orjson
 import structlog
 from structlog.contextvars import merge_contextvars
+
+from proxy.utctime import utc_iso
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -111,22 +112,9 @@ def get_logger(name: str) -> Any:
     return structlog.get_logger(name)
 
 
-_UTC = datetime.UTC
-_second: list[Any] = [-1, ""]  # the last whole second rendered, and its text
-
-
 def _timestamp() -> str:
-    """Now, as structlog's ``TimeStamper(fmt="iso", utc=True)`` writes it, the date and time
-    of day rendered once per second (``isoformat`` omits a zero microsecond; so does this)."""
-    now = time.time()
-    second = int(now)
-    micro = round((now - second) * 1_000_000)  # rounded as datetime.fromtimestamp rounds
-    if micro >= 1_000_000:
-        second, micro = second + 1, micro - 1_000_000
-    if second != _second[0]:
-        moment = datetime.datetime.fromtimestamp(second, _UTC)
-        _second[:] = [second, moment.strftime("%Y-%m-%dT%H:%M:%S")]
-    return f"{_second[1]}.{micro:06d}Z" if micro else f"{_second[1]}Z"
+    """Now, as structlog's ``TimeStamper(fmt="iso", utc=True)`` writes it."""
+    return utc_iso(time.time(), "Z")
 
 
 class RequestLog:

@@ -100,6 +100,8 @@ class Grading:
     # thread of the proxy's process (docs/operations.md, "How grading runs").
     isolation: Literal["process", "thread"] = "process"
     batch_max: int = 64  # jobs a worker takes off the queue at once (one message to the process)
+    # While jobs keep arriving, a worker waits this long for more to join a batch (queue.py).
+    batch_window_s: float = 0.04
     pair_max_pending: int = 10000  # shadow pairs waiting for their second leg
     pair_ttl_s: float = 900.0  # how long a pair waits for its second leg
     # Jobs waiting while none was taken off the queue for this long: grading is stuck.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
@@ -28,6 +27,7 @@ from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, an
 from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
 from proxy.pipeline.episodes import EpisodeOutcome, EpisodeTurn, episode_only, grade_turn
 from proxy.telemetry.record import SpanRecord
+from proxy.utctime import utc_iso
 
 # Api is re-exported: the grade job names its wire format by it (defined by admission).
 __all__ = ["Api", "GradeJob", "Graded", "grade_job", "runs_off_loop"]
@@ -164,7 +164,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     keep_tools = capture_answer and reads_request_tools(job.task)
     rows: list[dict[str, Any]] = []
     pending: list[Pending] = []
-    received = datetime.fromtimestamp(job.received_at, UTC).isoformat()
+    received = utc_iso(job.received_at)
     for index in sorted(captured.answers):
         text = answer_text(captured.answers[index])
         live = Live(
@@ -215,7 +215,7 @@ def _episode(job: GradeJob, captured: CaptureResult, model: str | None) -> Episo
         return None
     live = {
         "request_id": job.request_id,
-        "time": datetime.fromtimestamp(job.received_at, UTC).isoformat(),
+        "time": utc_iso(job.received_at),
         "model": model,
         "upstream": job.upstream,
         "stream": job.stream,

@@ -48,6 +48,11 @@ def write(tmp_path: Path, text: str) -> Path:
             id="sample_rate_range",
         ),
         pytest.param(
+            BASE + "grading:\n  batch_window_s: 5\n",
+            "grading.batch_window_s: must be within 0..1",
+            id="batch_window_range",
+        ),
+        pytest.param(
             BASE + "grading:\n  queue_size: 0\n",
             "grading.queue_size: must be >= 1",
             id="queue_size",

@@ -1,6 +1,7 @@
 """Small responses are graded on the loop and recorded in batches: the jobs a worker takes at
-once reach the writer thread in one hand-over, a job that fails fails alone, and a job waiting
-for the judge holds none of the others back."""
+once reach the writer thread in one hand-over, a job that fails fails alone, a job waiting for
+the judge holds none of the others back, and while jobs keep arriving a worker lets the next
+ones join its batch (``grading.batch_window_s``) but never delays the first after a quiet spell."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def job(request_id: str, task: Task = CALL, body: str = "openai_single_tool.json
 
 
 class Harness:
-    def __init__(self, folder: Path, judge: HeldJudge) -> None:
+    def __init__(self, folder: Path, judge: HeldJudge, window_s: float = 0.0) -> None:
         self.path = folder / "grades.jsonl"
         self.writer = ResultWriter(self.path, 1 << 30, 0)
         self.metrics = ProxyMetrics()
@@ -70,6 +71,7 @@ class Harness:
             inline_max_bytes=1 << 20,
             capture_answer=True,
             judge=Judge(judge),
+            batch_window_s=window_s,
         )
         self.handed: list[int] = []  # the jobs in each hand-over to the writer thread
         real = self.queue.writes._write_all
@@ -179,3 +181,29 @@ async def test_a_job_waiting_for_the_judge_holds_back_none_of_its_batch(
     assert await harness.queue.drain(10)
     assert harness.request_ids() == ["r0", "r1", "r2", "judged"]
     assert harness.metric("gradeproxy_grades_total") == 4
+
+
+async def test_a_job_after_a_quiet_spell_is_taken_at_once(tmp_path: Path, judge: HeldJudge) -> None:
+    harness = Harness(tmp_path, judge, window_s=30.0)
+    harness.queue.start()
+    harness.queue.submit(job("first"))
+    assert await harness.queue.drain(10)  # well inside the 30 s window
+    await harness.queue.stop(timeout_s=10)
+    assert harness.request_ids() == ["first"]
+
+
+async def test_jobs_arriving_steadily_wait_the_window_and_join_one_batch(
+    tmp_path: Path, judge: HeldJudge
+) -> None:
+    harness = Harness(tmp_path, judge, window_s=1.0)
+    harness.queue.start()
+    harness.queue.submit(job("r0"))
+    assert await harness.queue.drain(10)  # the first at once: nothing arrived before it
+    for number in range(1, 5):  # a steady stream: each one within the window of the last
+        harness.queue.submit(job(f"r{number}"))
+        await asyncio.sleep(0.01)
+    assert not await harness.queue.drain(0.1)  # the worker waits the window out
+    assert await harness.queue.drain(10)
+    await harness.queue.stop(timeout_s=10)
+    assert harness.handed == [1, 4]
+    assert harness.request_ids() == [f"r{number}" for number in range(5)]
