@@ -50,10 +50,12 @@ log = get_logger("gradeproxy.grading")
 # While a large response is graded in the thread, the event loop needs the GIL back quickly:
 # Python's default 5 ms switch interval lets the grading thread hold it that long at a time.
 GIL_SWITCH_INTERVAL_S = 0.001
-# Inline grading gives the loop back after this long, so the relayed streams' callbacks run:
-# within #11's loop-lag budget (p99 5 ms), yet long enough for a run of jobs graded back to back
-# (yielding every 1 ms lost all of the batch window's gain; every 3 ms kept two thirds of it).
-INLINE_SLICE_S = 0.003
+# An inline batch grades for at most INLINE_SLICE_S at a time, then leaves the loop to the
+# relayed requests for INLINE_GAP_S (a timer, so they get several turns, not one). Measured at
+# one connection (wrk, a 40 ms window): 3 ms slices back to back put the relay's p99 at 8.6-9.1
+# ms (2.1 ms with no window), 1 ms slices with 0.5 ms gaps at 3.5-3.9 ms; p50 fell either way.
+INLINE_SLICE_S = 0.001
+INLINE_GAP_S = 0.0005
 
 
 HealthProblem = Literal["workers_gone", "queue_stuck", "grader_down"]
@@ -260,7 +262,7 @@ class GradeQueue:
         batch is not full yet: then waiting the window costs a job a few milliseconds of grade
         latency and makes the batch larger. Graded back to back, jobs find the grader's code and
         data warm in the core's caches, and the batch costs one hand-over to the writer thread:
-        CPU per graded request at 16 connections fell 8% (bench/ab.py, 40 ms, 3 ms slices).
+        CPU per graded request at 16 connections fell 8-12% (bench/ab.py, a 40 ms window).
         After a quiet spell, the first job is taken at once."""
         window = self.batch_window_s
         return (
@@ -298,8 +300,8 @@ class GradeQueue:
             judged = []
             yield_at = time.perf_counter() + INLINE_SLICE_S
             for job in jobs:
-                if time.perf_counter() >= yield_at:  # a batch never holds the loop for long
-                    await asyncio.sleep(0)
+                if time.perf_counter() >= yield_at:  # never holds the loop for long
+                    await asyncio.sleep(INLINE_GAP_S)
                     yield_at = time.perf_counter() + INLINE_SLICE_S
                 graded = self._graded_inline(job)
                 if graded is None:
