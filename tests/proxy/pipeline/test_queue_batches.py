@@ -207,3 +207,28 @@ async def test_jobs_arriving_steadily_wait_the_window_and_join_one_batch(
     await harness.queue.stop(timeout_s=10)
     assert harness.handed == [1, 4]
     assert harness.request_ids() == [f"r{number}" for number in range(5)]
+
+
+async def test_a_long_batch_leaves_the_loop_to_the_relay_between_slices(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graded: list[str] = []
+
+    def slow(job: GradeJob, *args: Any) -> Any:
+        time.sleep(0.002)  # each job longer than a slice: the batch yields after each
+        graded.append(job.request_id)
+        return grade_job(job, *args)
+
+    monkeypatch.setattr(queue_module, "grade_job", slow)
+    seen: list[int] = []  # how many jobs were graded each time the loop ran something else
+
+    async def relay() -> None:
+        while len(graded) < 5:
+            seen.append(len(graded))
+            await asyncio.sleep(0)
+
+    for number in range(5):
+        harness.queue.submit(job(f"r{number}"))
+    await asyncio.gather(relay(), harness.queue.drain(10))
+    assert {1, 2, 3, 4} <= set(seen)  # it ran between the jobs of one batch
+    assert harness.handed == [5]  # and the batch was still recorded as one
