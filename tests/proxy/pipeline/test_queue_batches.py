@@ -25,6 +25,7 @@ from proxy.pipeline.record import recording as recording_module
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.results import ResultWriter
 from tests.support.backend import wire
+from tests.support.jobs import grade_job_of
 from tests.support.metrics import metric_value
 from tests.support.tasks import POLITE_JUDGE
 
@@ -46,16 +47,7 @@ class HeldJudge:
 
 
 def job(request_id: str, task: Task = CALL, body: str = "openai_single_tool.json") -> GradeJob:
-    return GradeJob(
-        request_id=request_id,
-        task=task,
-        tasks_digest="d",
-        upstream="u",
-        stream=False,
-        request_body=b"{}",
-        response=[wire(body)],
-        finished_at=time.perf_counter(),
-    )
+    return grade_job_of(request_id, task, wire(body))
 
 
 class Harness:

@@ -33,6 +33,7 @@ from proxy.pipeline.record.recording import (
     recording,
 )
 from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
+from tests.support.jobs import grade_job_of
 from tests.support.metrics import metric_value
 
 TASK = parse_task({"id": "t", "expected": {"name": "get_weather", "arguments": {"city": "Zürich"}}})
@@ -230,17 +231,8 @@ def test_a_write_cut_in_a_later_piece_leaves_no_row_of_the_batch(
     assert [loads_exact(line.decode())["n"] for line in path.read_bytes().splitlines()] == [0]
 
 
-def job_of(request_id: str, task: Any = TASK) -> GradeJob:
-    return GradeJob(
-        request_id=request_id,
-        task=task,
-        tasks_digest="d",
-        upstream="u",
-        stream=False,
-        request_body=b"{}",
-        response=[b"{}"],
-        finished_at=time.perf_counter(),
-    )
+def job_of(request_id: str) -> GradeJob:
+    return grade_job_of(request_id, TASK)
 
 
 async def test_jobs_recorded_in_one_turn_reach_the_writer_thread_together_and_fail_alone(
