@@ -34,6 +34,7 @@ from proxy.pipeline.offload import GradingProcess, GradingProcessDiedError, NotP
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.recording import (
+    Entry,
     Outcome,
     Recorder,
     RecordOptions,
@@ -237,8 +238,10 @@ class GradeQueue:
     async def _work(self) -> None:
         while True:
             jobs = await self._take()
-            inline = [job for job in jobs if self._inline(job)]
-            rest = [job for job in jobs if not self._inline(job)] if len(inline) < len(jobs) else []
+            inline: list[GradeJob] = []
+            rest: list[GradeJob] = []
+            for job in jobs:
+                (inline if self._inline(job) else rest).append(job)
             if not rest:
                 await self._run_inline(inline)
             elif not inline and len(rest) == 1:
@@ -296,7 +299,7 @@ class GradeQueue:
         with a future and a thread hand-over each, cost more than grading it.) Jobs waiting
         for the judge finish concurrently, each recorded on its own."""
         try:
-            ready: list[tuple[GradeJob, list[dict[str, Any]]]] = []
+            entries: list[Entry] = []  # graded, to record with one hand-over
             judged = []
             yield_at = time.perf_counter() + INLINE_SLICE_S
             for job in jobs:
@@ -309,11 +312,11 @@ class GradeQueue:
                 if graded.pending:
                     judged.append(self._judged(job, graded))
                 else:
-                    ready.append((job, graded.rows))
+                    entries.append((job, None, graded.rows))
             if judged:
-                await asyncio.gather(self._record_batch(ready), *judged)
-            elif ready:
-                await self._record_batch(ready)
+                await asyncio.gather(self.settle.record(entries), *judged)
+            elif entries:
+                await self.settle.record(entries)
         finally:
             self._taken(len(jobs))
 
@@ -323,30 +326,13 @@ class GradeQueue:
         except Exception:  # the pipeline outlives any one job
             self.settle.failed(job)
 
-    async def _record_batch(self, ready: list[tuple[GradeJob, list[dict[str, Any]]]]) -> None:
-        if not ready:
-            return
-        try:
-            written = await self.writes.record_many([(job, None, rows) for job, rows in ready])
-        except Exception:  # the writer thread is gone: every job of the batch failed
-            for job, _ in ready:
-                self.settle.failed(job)
-            return
-        for (job, _), outcome in zip(ready, written, strict=True):
-            try:
-                self.settle.recorded(job, outcome)
-            except Exception:
-                self.settle.failed(job)
-
     def _graded_inline(self, job: GradeJob) -> Graded | None:
         """The job graded here, or None when it was settled already (a grader bug, a skip)."""
         try:
             try:
                 graded = grade_job(job, self.capture_answer, self.max_answer_chars)
-            except Exception:  # a grader bug: never a model failure
-                self.metrics.grading_errors.labels("grader").inc()
-                log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
-                self.settle.report(job, None)
+            except Exception:  # a grader bug
+                self.settle.grader_failed(job)
                 return None
             return graded if self.settle.accepted(job, graded) else None
         except Exception:  # counting or reporting failed: the pipeline outlives any one job
@@ -396,10 +382,8 @@ class GradeQueue:
             log_quietly("grading_process_died", request_id=job.request_id, task=job.task.id)
             self.settle.report(job, None)
             return
-        except Exception:  # a grader bug (a GraderError from the child): never a model failure
-            self.metrics.grading_errors.labels("grader").inc()
-            log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
-            self.settle.report(job, None)
+        except Exception:  # a grader bug (a GraderError from the child)
+            self.settle.grader_failed(job)
             return
         if self.settle.accepted(job, graded):
             await self.settle.finish(job, graded, done)

@@ -18,7 +18,7 @@ from proxy.logs import get_logger
 from proxy.pipeline.episodes import judge_episode
 from proxy.pipeline.grade import Graded, GradeJob
 from proxy.pipeline.record.metrics import ProxyMetrics
-from proxy.pipeline.record.recording import Recording, WriterThread, Written
+from proxy.pipeline.record.recording import Entry, Recording, WriterThread, Written
 from proxy.shadow.pairs import PairTracker
 from proxy.telemetry.record import SpanSink
 
@@ -56,6 +56,13 @@ class Settler:
         with contextlib.suppress(Exception):
             self.report(job, None)
 
+    def grader_failed(self, job: GradeJob) -> None:
+        """A grader or check bug (raised while grading): an infrastructure error, never a model
+        failure; logged with its traceback (call it from the ``except``)."""
+        self.metrics.grading_errors.labels("grader").inc()
+        log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
+        self.report(job, None)
+
     def accepted(self, job: GradeJob, graded: Graded) -> bool:
         """Count what the outcome says; False when it leaves nothing to record (reported)."""
         if job.span is not None:  # the trace's response facts, from the parsed copy
@@ -79,15 +86,13 @@ class Settler:
         for index, text, context, live, local in graded.pending:
             try:
                 outcome = await grade_async(job.task, text, context, judge=self.judge, local=local)
-            except Exception:  # a check bug: an infrastructure error, never a model failure
-                self.metrics.grading_errors.labels("grader").inc()
-                log.exception("grading_failed", request_id=job.request_id, task=job.task.id)
-                self.report(job, None)
+            except Exception:  # a check bug
+                self.grader_failed(job)
                 return
             graded.rows[index] = live_row(job.task, outcome, job.tasks_digest, live)
         if graded.episode is not None:
             await judge_episode(graded.episode, job.task, self.judge)
-        await self.record(job, done, graded.rows)
+        await self.record([(job, done, graded.rows)])
 
     def report(self, job: GradeJob, done: Recording | None) -> None:
         """Tell the pair tracker how a leg of a shadowed request ended (once per leg), and
@@ -100,19 +105,25 @@ class Settler:
         results = None if done is None else done.verdicts
         self.pairs.leg(job.pair_id, job.variant, job.task.id, results)
 
-    async def record(
-        self, job: GradeJob, done: Recording | None, rows: list[dict[str, Any]]
-    ) -> None:
-        """Count and write a job's rows (and settle its pair, when it is a shadowed leg).
+    async def record(self, entries: list[Entry]) -> None:
+        """Count and write jobs' rows with one hand-over to the writer thread, then settle each
+        job's pair and span. Rows come reduced from where they were graded, or are reduced in
+        the writer thread first. A job whose recording raised (a bug) fails alone."""
+        if not entries:
+            return
+        try:
+            written = await self.writes.record_many(entries)
+        except Exception:  # the writer thread is gone: every job of the batch failed
+            for job, *_ in entries:
+                self.failed(job)
+            return
+        for (job, *_), outcome in zip(entries, written, strict=True):
+            try:
+                self._recorded(job, outcome)
+            except Exception:
+                self.failed(job)
 
-        Rows come reduced from where they were graded (``done``); rows graded inline, or
-        finished here by a judge, are reduced in the writer thread first. The pair tracker and
-        the exporter's hand-over run here, on the loop, which owns them.
-        """
-        [written] = await self.writes.record_many([(job, done, rows)])
-        self.recorded(job, written)
-
-    def recorded(self, job: GradeJob, written: Written) -> None:
+    def _recorded(self, job: GradeJob, written: Written) -> None:
         """What the writer thread made of a job: raised (a bug) or logged, then reported."""
         if isinstance(written, Exception):
             raise written
