@@ -41,9 +41,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from grader._value import value_type
 from grader.advisory import is_advisory
 
 # Re-exported: callers have always asked the engine for a task's built checks.
@@ -74,7 +74,7 @@ OFFLINE_NO_TOOLS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Outcome:
     """Every result column for one answer, the overall ``result`` and the tool-call verdict."""
 

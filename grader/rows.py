@@ -20,9 +20,10 @@ lists here, so the README test names any that is left undocumented.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
+from grader._value import value_type
 from grader.engine import Outcome
 from grader.tasks import Task
 from grader.version import GRADER_RULES_VERSION
@@ -68,7 +69,7 @@ LIVE_FIELDS: tuple[str, ...] = (
 RESERVED_FIELDS: frozenset[str] = frozenset(OFFLINE_FIELDS) | {"truncated"}
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Live:
     """The live-traffic fields of a proxy row (what an offline row does not have).
 

@@ -6,8 +6,9 @@ exceptions are reserved for bugs and misconfiguration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal, get_args
+
+from grader._value import value_type
 
 ReasonCode = Literal[
     "match",
@@ -26,7 +27,7 @@ REASON_CODES: tuple[ReasonCode, ...] = get_args(ReasonCode)
 NO_CALL_REASON = 'answer has no parseable {"name","arguments"} object'
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Verdict:
     """The grade of one answer against one task."""
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
+from grader._value import value_type
 from grader.checks.sample import CheckContext, Sample, SampleCall, chat_tools, sample_calls
 from grader.errors import GraderError
 from grader.toolcall.canon import canonical_json
@@ -107,7 +108,7 @@ class CheckDefinitionError(GraderError, ValueError):
     """A check definition is unusable; the message names the check and the field."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class CheckResult:
     """One result column for one answer.
 

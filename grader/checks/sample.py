@@ -8,14 +8,15 @@ template resolver read an answer through here, so no two of them can parse it di
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from grader._json import JSONError, dumps, loads_exact
+from grader._value import value_type
 from grader.toolcall.extract import call_from_value, extract
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Sample:
     """What a check reads from one answer, in the shape OpenAI's grader templates name.
 
@@ -68,7 +69,7 @@ def _as_tool(element: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": element}
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class SampleCall:
     """One call in the answer: ``arguments`` is None when they are not a JSON object."""
 
@@ -122,7 +123,7 @@ def chat_tools(tools: list[Any]) -> list[Any]:
     return nested
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class CheckContext:
     """What the request adds: its own ``tools`` list and the model that answered.
 

@@ -7,10 +7,10 @@ is deterministic: ``arguments.labels[1]`` and never "somewhere in arguments".
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import orjson
 
+from grader._value import value_type
 from grader.toolcall.canon import Canon, CArray, CObject, kind_of, to_plain
 from grader.verdict import ReasonCode
 
@@ -18,7 +18,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHOWN = 60  # characters of a value quoted in a reason
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Difference:
     code: ReasonCode
     path: str

@@ -32,6 +32,7 @@ from grader._json import (
     loads_exact,
     value_depth,
 )
+from grader._value import value_type
 from grader.toolcall.canon import Canon, CObject, TooDeepError, canon
 
 _PROSE = re.compile(r"[{\[]")
@@ -48,7 +49,7 @@ _SCAN_BUDGET_FLOOR = 65536  # short answers may re-scan freely: it costs microse
 _TOO_DEEP = MAX_DEPTH + 1  # depths are capped here: anything deeper is simply "too deep"
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Call:
     """A usable tool call: its name as written and its canonical arguments."""
 
@@ -57,7 +58,7 @@ class Call:
     canonical: CObject  # {"arguments": ..., "name": ...} after normalisation
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Extraction:
     """What the scanner found: the winning call, and whether depth made anything unusable."""
 

@@ -6,7 +6,6 @@ Cases are real tasks from config/tasks and small inline ones; each test says wha
 from __future__ import annotations
 
 import ast
-import dataclasses
 import pickle
 import re
 from pathlib import Path
@@ -96,12 +95,6 @@ def test_a_title_one_letter_off_passes_the_similarity_task_offline() -> None:
     assert (row["result"], [c["passed"] for c in row["checks"]]) == ("pass", [True, True, True])
     assert run.results[0].verdict is not None
     assert run.results[0].verdict.reason_code == "value_mismatch"  # the exact call differs
-
-
-def test_outcome_is_frozen() -> None:
-    outcome = grade(QUEUE, "x")
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        outcome.result = "pass"  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(

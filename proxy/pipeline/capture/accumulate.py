@@ -6,6 +6,10 @@ concern: this one knows how real servers bend openai-python's ``accumulate_delta
 ``proxy/pipeline/capture/chat.py``), how a wire tool call is normalised, and how JSON is read
 (the grader's one exact-number reader, ``grader._json``: big integers exact, no ``NaN``). Its
 public names are the API those two modules use.
+
+Objects are tested with ``isinstance(value, dict)``, never against ``Mapping``: every object the
+reader returns is a ``dict``, and an ABC check costs ten times as much (a graded response makes
+a dozen).
 """
 
 from __future__ import annotations
@@ -117,7 +121,7 @@ def _content_text(value: object) -> str | None:
         texts = [
             part["text"]
             for part in value
-            if isinstance(part, Mapping)
+            if isinstance(part, dict)
             and part.get("type") == "text"
             and isinstance(part.get("text"), str)
         ]
@@ -126,7 +130,7 @@ def _content_text(value: object) -> str | None:
 
 
 def error_message(error: object) -> str:
-    message = error.get("message") if isinstance(error, Mapping) else error
+    message = error.get("message") if isinstance(error, dict) else error
     if isinstance(message, str) and message:
         return f"upstream error: {message[:MAX_MESSAGE]}"
     return "upstream error"
@@ -207,10 +211,10 @@ class Choice:
         tool_calls = delta.get("tool_calls")
         if isinstance(tool_calls, list):
             for position, fragment in enumerate(tool_calls):
-                if isinstance(fragment, Mapping):
+                if isinstance(fragment, dict):
                     self._add_tool_fragment(fragment, position)
         function_call = delta.get("function_call")
-        if isinstance(function_call, Mapping):
+        if isinstance(function_call, dict):
             text, whole = _fragment_arguments(function_call.get("arguments"))
             if self.legacy is None:
                 self.legacy = _Call(0, 0)
@@ -225,7 +229,7 @@ class Choice:
         index = raw_index if is_index(raw_index) else position
         call_id = nonempty_str(fragment.get("id"))
         function = fragment.get("function")
-        if not isinstance(function, Mapping):
+        if not isinstance(function, dict):
             function = {}
         name = nonempty_str(function.get("name"))
         text, whole = _fragment_arguments(function.get("arguments"))
@@ -272,17 +276,17 @@ def message_answer(message: Mapping[str, Any]) -> Answer:
     if isinstance(tool_calls, list) and tool_calls:
         calls: list[dict[str, Any]] = []
         for entry in tool_calls:
-            if not isinstance(entry, Mapping):
+            if not isinstance(entry, dict):
                 raise CaptureError("a tool call is not a JSON object")
             function = entry.get("function")
-            if not isinstance(function, Mapping):
+            if not isinstance(function, dict):
                 function = {}
             calls.append(
                 wire_call(entry.get("id"), function.get("name"), function.get("arguments"))
             )
         return {"tool_calls": calls}
     function_call = message.get("function_call")
-    if isinstance(function_call, Mapping):
+    if isinstance(function_call, dict):
         name = function_call.get("name")
         arguments = function_call.get("arguments")
         return {
@@ -315,6 +319,6 @@ def choices_of(payload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     if not isinstance(choices, list):
         raise CaptureError("choices is not a list")
     for choice in choices:
-        if not isinstance(choice, Mapping):
+        if not isinstance(choice, dict):
             raise CaptureError("a choice is not a JSON object")
     return choices

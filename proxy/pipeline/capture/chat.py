@@ -21,10 +21,11 @@ reported in ``CaptureResult.error`` and the grader skips the response.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import field
 from typing import Any, Final
 
+from grader._value import value_type
 from proxy.pipeline.capture.accumulate import (
     MAX_MESSAGE,
     Answer,
@@ -48,7 +49,7 @@ _DONE_LINE: Final = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\]")
 _TAIL_BYTES: Final = 4096
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class CaptureResult:
     """What one response said, per choice index.
 
@@ -74,7 +75,7 @@ def answers_from_body(body: bytes) -> CaptureResult:
     """Answers of a non-streamed ``chat.completion`` body."""
     try:
         payload = parse_json(body)
-        if not isinstance(payload, Mapping):
+        if not isinstance(payload, dict):
             raise CaptureError("body is not a JSON object")
         model = nonempty_str(payload.get("model"))
         if payload.get("error"):
@@ -87,14 +88,14 @@ def answers_from_body(body: bytes) -> CaptureResult:
         for position, choice in enumerate(choices_of(payload)):
             index = choice_index(choice, position)
             message = choice.get("message")
-            answers[index] = message_answer(message) if isinstance(message, Mapping) else ""
+            answers[index] = message_answer(message) if isinstance(message, dict) else ""
             finish_reasons[index] = finish_reason(choice.get("finish_reason"))
         usage = payload.get("usage")
         return CaptureResult(
             answers=answers,
             model=model,
             finish_reasons=finish_reasons,
-            usage=dict(usage) if isinstance(usage, Mapping) else None,
+            usage=dict(usage) if isinstance(usage, dict) else None,
             done=True,
             response_id=nonempty_str(payload.get("id")),
         )
@@ -220,7 +221,7 @@ class StreamCapture:
             payload = parse_json(data)
         except CaptureError as exc:
             raise CaptureError(f"event {self._events}: {exc}") from None
-        if not isinstance(payload, Mapping):
+        if not isinstance(payload, dict):
             raise CaptureError(f"event {self._events}: not a JSON object")
         if payload.get("error"):
             raise UpstreamReportedError(error_message(payload["error"]))
@@ -229,7 +230,7 @@ class StreamCapture:
         if self._id is None:
             self._id = nonempty_str(payload.get("id"))
         usage = payload.get("usage")
-        if isinstance(usage, Mapping):
+        if isinstance(usage, dict):
             # Servers that report usage on every chunk count cumulatively: the last one wins.
             self._usage = dict(usage)
         for position, choice in enumerate(choices_of(payload)):
@@ -238,7 +239,7 @@ class StreamCapture:
             if state is None:
                 state = self._choices[index] = Choice()
             delta = choice.get("delta")
-            if isinstance(delta, Mapping):
+            if isinstance(delta, dict):
                 state.add_delta(delta)
             reason = finish_reason(choice.get("finish_reason"))
             if reason is not None:

@@ -64,7 +64,7 @@ class _Item:
             self.set_text(position, part)
 
     def set_text(self, content_index: int, part: object) -> None:
-        if isinstance(part, Mapping) and part.get("type") == "output_text":
+        if isinstance(part, dict) and part.get("type") == "output_text":
             text = part.get("text")
             self.texts[content_index] = [text] if isinstance(text, str) else []
 
@@ -94,14 +94,14 @@ def _output_answer(output: list[Any]) -> tuple[Answer, bool]:
     calls: list[dict[str, Any]] = []
     texts: list[str] = []
     for item in output:
-        if not isinstance(item, Mapping):
+        if not isinstance(item, dict):
             raise CaptureError("an output item is not a JSON object")
         kind = item.get("type")
         if kind == "function_call":
             calls.append(wire_call(item.get("call_id"), item.get("name"), item.get("arguments")))
         elif kind == "message":
             for part in _parts(item):
-                if isinstance(part, Mapping) and part.get("type") == "output_text":
+                if isinstance(part, dict) and part.get("type") == "output_text":
                     text = part.get("text")
                     texts.append(text if isinstance(text, str) else "")
     if calls:
@@ -113,7 +113,7 @@ def _finish_reason(response: Mapping[str, Any], has_calls: bool) -> str | None:
     status = response.get("status")
     if status == "incomplete":
         details = response.get("incomplete_details")
-        reason = details.get("reason") if isinstance(details, Mapping) else None
+        reason = details.get("reason") if isinstance(details, dict) else None
         if isinstance(reason, str) and reason:
             return _LENGTH_REASONS.get(reason, reason)
         return "incomplete"
@@ -124,7 +124,7 @@ def _finish_reason(response: Mapping[str, Any], has_calls: bool) -> str | None:
 
 def _usage(response: Mapping[str, Any]) -> dict[str, Any] | None:
     usage = response.get("usage")
-    return dict(usage) if isinstance(usage, Mapping) else None
+    return dict(usage) if isinstance(usage, dict) else None
 
 
 def _failure(response: Mapping[str, Any]) -> str | None:
@@ -156,7 +156,7 @@ def responses_from_body(body: bytes) -> CaptureResult:
     """
     try:
         payload = parse_json(body)
-        if not isinstance(payload, Mapping):
+        if not isinstance(payload, dict):
             raise CaptureError("body is not a JSON object")
         failure = _failure(payload)
         if failure is not None:
@@ -275,7 +275,7 @@ class ResponsesStreamCapture:
             payload = parse_json(data)
         except CaptureError as exc:
             raise CaptureError(f"event {self._events}: {exc}") from None
-        if not isinstance(payload, Mapping):
+        if not isinstance(payload, dict):
             raise CaptureError(f"event {self._events}: not a JSON object")
         typed = payload.get("type")
         kind = typed if isinstance(typed, str) else name
@@ -285,7 +285,7 @@ class ResponsesStreamCapture:
             # The chat-style in-band error (the proxy's own after an upstream failure).
             raise UpstreamReportedError(error_message(payload["error"]))
         response = payload.get("response")
-        if isinstance(response, Mapping):
+        if isinstance(response, dict):
             self._lifecycle(kind, response)
         elif kind == "response.output_item.added" or kind == "response.output_item.done":
             self._item_event(payload)
@@ -315,7 +315,7 @@ class ResponsesStreamCapture:
     def _item_event(self, payload: Mapping[str, Any]) -> None:
         index = payload.get("output_index")
         item = payload.get("item")
-        if not is_index(index) or not isinstance(item, Mapping):
+        if not is_index(index) or not isinstance(item, dict):
             raise CaptureError(f"event {self._events}: an output item event without its item")
         self._items[index] = _Item(item)
         item_id = item.get("id")

@@ -1,0 +1,90 @@
+"""``@value_type`` (grader/_value.py): frozen where it is checked, a frozen dataclass's
+equality and hash at run time, and every per-answer record built with it.
+
+The immutability of an :class:`~grader.engine.Outcome` or a cached
+:class:`~grader.checks.CheckResult` (the engine shares one column between rows) is a
+type-checker guarantee: the first test runs mypy on assignments to each record's fields and
+fails if any is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from mypy import api as mypy_api
+
+from grader._value import value_type
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (module, record, field, a value of the field's type): one assignment mypy must refuse each.
+RECORDS = [
+    ("grader.engine", "Outcome", "result", '"pass"'),
+    ("grader.verdict", "Verdict", "reason", '"x"'),
+    ("grader.toolcall.extract", "Call", "name", '"x"'),
+    ("grader.toolcall.extract", "Extraction", "too_deep", "True"),
+    ("grader.toolcall.diff", "Difference", "path", '"x"'),
+    ("grader.checks._base", "CheckResult", "reason", '"x"'),
+    ("grader.checks.sample", "Sample", "answer", '"x"'),
+    ("grader.checks.sample", "SampleCall", "name", '"x"'),
+    ("grader.checks.sample", "CheckContext", "model", '"x"'),
+    ("grader.rows", "Live", "request_id", '"x"'),
+    ("proxy.pipeline.capture.chat", "CaptureResult", "model", '"x"'),
+]
+
+
+def test_mypy_refuses_an_assignment_to_any_field_of_a_value_type(tmp_path: Path) -> None:
+    lines = ["from __future__ import annotations", ""]
+    for number, (module, record, field, value) in enumerate(RECORDS):
+        lines += [
+            f"from {module} import {record} as R{number}",
+            f"def set{number}(r: R{number}) -> None:",
+            f"    r.{field} = {value}",
+        ]
+    snippet = tmp_path / "assigns.py"
+    snippet.write_text("\n".join(lines) + "\n")
+    out, _, status = mypy_api.run(
+        ["--strict", "--no-error-summary", "--cache-dir", str(ROOT / ".mypy_cache"), str(snippet)]
+    )
+    assert status == 1, out
+    refused = {line.split(":")[1] for line in out.splitlines() if "is read-only" in line}
+    # Each assignment is line 3 + 3 * number; every one must be refused, nothing else reported.
+    assert refused == {str(5 + 3 * number) for number in range(len(RECORDS))}, out
+    assert all("is read-only" in line for line in out.splitlines() if ": error:" in line), out
+
+
+@pytest.mark.parametrize(("module", "record", "field", "value"), RECORDS)
+def test_every_per_answer_record_is_a_slotted_value_type(
+    module: str, record: str, field: str, value: str
+) -> None:
+    cls = getattr(__import__(module, fromlist=[record]), record)
+    assert dataclasses.is_dataclass(cls)
+    assert "__slots__" in vars(cls)  # no per-instance dict
+    assert cls.__hash__ is not None  # hashable, as the frozen dataclass it replaced
+
+
+@value_type
+class Pair:
+    left: int
+    right: tuple[int, ...] = ()
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "equal"),
+    [
+        pytest.param(Pair(1, (2,)), Pair(1, (2,)), True, id="same_fields_equal_and_hash_alike"),
+        pytest.param(Pair(1), Pair(2), False, id="a_different_field_differs"),
+        pytest.param(Pair(1, (2,)), Pair(1, (3,)), False, id="a_different_default_differs"),
+    ],
+)
+def test_a_value_type_compares_and_hashes_by_its_fields(a: Pair, b: Pair, equal: bool) -> None:
+    assert (a == b) is equal
+    assert (hash(a) == hash(b)) is equal
+    assert len({a, b}) == (1 if equal else 2)
+
+
+def test_a_value_type_has_no_instance_dict() -> None:
+    with pytest.raises(AttributeError):
+        Pair(1).other = 2  # type: ignore[attr-defined]
