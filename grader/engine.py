@@ -146,7 +146,8 @@ def _tool_call_column(check: Check | CheckDefinition, verdict: Verdict) -> Check
 
 
 # The fast path's columns repeat (every matching answer to a task gets the same one), and a
-# frozen CheckResult costs as much to build as a third of a typical grade: keep the recent ones.
+# CheckResult (0.7 µs to build, of ~10 µs for a typical grade) need not be built again: keep
+# the recent ones.
 _COLUMNS: dict[tuple[object, ...], CheckResult] = {}
 _COLUMNS_MAX = 4096
 
