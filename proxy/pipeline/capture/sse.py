@@ -15,8 +15,9 @@ pieces and joined once, so feeding a long line one byte at a time stays linear.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final
+
+from grader._value import value_type
 
 __all__ = ["SSEDecoder", "SSEEvent"]
 
@@ -26,7 +27,7 @@ _LF: Final = 0x0A
 _CR: Final = 0x0D
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class SSEEvent:
     """One dispatched event.
 
@@ -100,6 +101,19 @@ class SSEDecoder:
         if self._closed:
             raise ValueError("feed() after close()")
         events: list[SSEEvent] = []
+        if not self._skip_lf and b"\r" not in chunk:
+            # No CR anywhere (what every LLM server sends): lines end at LF alone, and one C
+            # split finds them all, where the general scan below costs a match object a line.
+            *lines, tail = chunk.split(b"\n")
+            if lines and self._partial:
+                self._partial.append(lines[0])
+                lines[0] = b"".join(self._partial)
+                self._partial.clear()
+            for line in lines:
+                self._line(line, events)
+            if tail:
+                self._partial.append(tail)
+            return events
         start = 0
         size = len(chunk)
         if size and self._skip_lf:
