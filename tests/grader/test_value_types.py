@@ -33,6 +33,7 @@ RECORDS = [
     ("grader.checks.sample", "CheckContext", "model", '"x"'),
     ("grader.rows", "Live", "request_id", '"x"'),
     ("proxy.pipeline.capture.chat", "CaptureResult", "model", '"x"'),
+    ("proxy.pipeline.capture.sse", "SSEEvent", "data", '"x"'),
 ]
 
 
