@@ -24,7 +24,17 @@ CPUS = os.cpu_count() or 1
 LOAD_CPUS = "0" if CPUS < 4 else f"0-{CPUS // 2 - 1}"
 SUBJECT_CPU = 1 if CPUS < 4 else CPUS // 2
 LOAD_THREADS = max(1, CPUS // 4)
+ROOT = Path(__file__).resolve().parents[1]
 BODY = '{"model":"bench-model","messages":[{"role":"user","content":"Weather in Zurich?"}]}'
+
+
+def export(revision: str, into: Path) -> None:
+    """The tree of ``revision``, unpacked into ``into`` (no worktree, no checkout): the base
+    side of an A/B run (bench/ab.py, bench/instructions_bench.py)."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
 def free_port() -> int:

@@ -22,7 +22,6 @@ import concurrent.futures
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +30,7 @@ from _perf_load import (
     LOAD_CPUS,
     SUBJECT_CPU,
     cpu_s,
+    export,
     free_port,
     lua_script,
     started,
@@ -40,14 +40,6 @@ from _perf_load import (
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = '{"id":"bench.weather","expected":{"name":"get_weather","arguments":{"city":"Zurich"}}}\n'
-
-
-def export(revision: str, into: Path) -> None:
-    """The tree of ``revision``, unpacked into ``into`` (no worktree, no checkout)."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
 def measure(

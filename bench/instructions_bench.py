@@ -30,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _perf_load import export
 from _servers import CALL_BODY, STREAM_FIRST, STREAM_REST
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,14 +83,6 @@ for _ in range(200):  # warm: first-call caches (the column cache, the label chi
 for _ in range(calls):
     run()
 """
-
-
-def export(revision: str, into: Path) -> None:
-    """The tree of ``revision``, unpacked into ``into`` (no worktree, no checkout)."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
 def instructions(tree: Path, driver: Path, part: str, calls: int) -> int:
