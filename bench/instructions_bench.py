@@ -13,7 +13,9 @@ instructions shows end to end at about a quarter of its size. It ranks changes t
 path; bench/ab.py and bench/perf.py say what they are worth to a request.
 
 Parts: ``grade_job`` on the bench backend's tool-call body, and on its stream; ``record``: one
-job's rows reduced, counted and appended (``recording`` + ``Recorder.record``).
+job's rows reduced, counted and appended (``recording`` + ``Recorder.record``); ``record_batch``:
+the same per job when the writer thread takes 64 at once, as a busy grade queue hands them over
+(``WriterThread._write_all``).
 
 Run: ``python bench/instructions_bench.py [--base HEAD] [--calls 2000]`` (needs valgrind:
 ``apt-get install valgrind``; about a minute per run, two at a time on two cores).
@@ -34,7 +36,8 @@ from _perf_load import export
 from _servers import CALL_BODY, STREAM_FIRST, STREAM_REST
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("grade_job_body", "grade_job_stream", "record")
+PARTS = ("grade_job_body", "grade_job_stream", "record", "record_batch")
+BATCH = 64  # jobs per call of record_batch; its figure is per job
 
 # Run inside the tree under test (its modules first on sys.path); the bodies come from here so
 # both trees grade the same bytes.
@@ -47,7 +50,7 @@ from grader.loader import load_tasks
 from proxy.pipeline.grade import GradeJob, grade_job
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
-from proxy.pipeline.record.recording import Recorder, RecordOptions, recording
+from proxy.pipeline.record.recording import Recorder, RecordOptions, WriterThread, recording
 from proxy.pipeline.record.results import ResultWriter
 folder = Path(tempfile.mkdtemp())
 (folder / "tasks.jsonl").write_text(
@@ -73,10 +76,14 @@ rows = grade_job(body_job, True).rows
 def record():
     done = recording(task, [dict(row) for row in rows], body_job.finished_at, options)
     recorder.record(task.id, "primary", done)
+writes = WriterThread(recorder, options)
+def record_batch():
+    writes._write_all([(body_job, None, [dict(row) for row in rows]) for _ in range({batch})])
 run = {{
     "grade_job_body": lambda: grade_job(body_job, True),
     "grade_job_stream": lambda: grade_job(stream_job, True),
     "record": record,
+    "record_batch": record_batch,
 }}[part]
 for _ in range(200):  # warm: first-call caches (the column cache, the label children) filled
     run()
@@ -117,7 +124,11 @@ def per_call(tree: Path, driver: Path, calls: int) -> dict[str, float]:
         counts = dict(
             zip(jobs, pool.map(lambda j: instructions(tree, driver, j[0], j[1]), jobs), strict=True)
         )
-    return {part: (counts[(part, calls)] - counts[(part, 0)]) / calls for part in PARTS}
+    jobs_per_call = {part: BATCH if part == "record_batch" else 1 for part in PARTS}
+    return {
+        part: (counts[(part, calls)] - counts[(part, 0)]) / calls / jobs_per_call[part]
+        for part in PARTS
+    }
 
 
 def main() -> int:
@@ -131,7 +142,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gp-instr-") as scratch:
         folder = Path(scratch)
         driver = folder / "driver.py"
-        driver.write_text(DRIVER.format(body=CALL_BODY, stream=[STREAM_FIRST, *STREAM_REST]))
+        driver.write_text(
+            DRIVER.format(body=CALL_BODY, stream=[STREAM_FIRST, *STREAM_REST], batch=BATCH)
+        )
         base = folder / "base"
         base.mkdir()
         export(args.base, base)

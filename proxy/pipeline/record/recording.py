@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,12 @@ from typing import TYPE_CHECKING, Any
 from grader.tasks import Task
 from proxy.pipeline.grade import Graded, GradeJob, grade_job
 from proxy.pipeline.record.failures import FailureRing, failure_entry
-from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
+from proxy.pipeline.record.results import (
+    PIECE_BYTES,
+    ResultsWriteError,
+    ResultWriter,
+    jsonl_pieces,
+)
 
 if TYPE_CHECKING:  # the grading process never needs prometheus_client
     from proxy.pipeline.record.metrics import ProxyMetrics
@@ -156,32 +162,111 @@ class Recorder:
         self.rows_written = 0
 
     def record(self, task_id: str, variant: str, done: Recording) -> ResultsWriteError | None:
-        """Count and append (blocking I/O: the writer thread's); a failed append is returned,
-        with none of its rows in the file, for the caller to count and log once."""
+        """Count and append one job (:meth:`record_many` of one)."""
+        (failed,) = self.record_many([(task_id, variant, done)])
+        if isinstance(failed, Exception) and not isinstance(failed, ResultsWriteError):
+            raise failed
+        return failed
+
+    def record_many(self, jobs: Sequence[Recorded]) -> list[ResultsWriteError | Exception | None]:
+        """Count and append jobs' recordings as one (blocking I/O: the writer thread's).
+
+        Each job's counts are summed first, and a job whose counting raises (a bug) fails alone,
+        its exception in its place. Then each counter the batch touched is incremented once,
+        by the batch's sum, and every row goes to the file in one append: a batch of 64 graded
+        answers costs one write, not 64. A failed append is every job's (none of the batch's
+        rows is in the file), counted once; each job gets it back, for the caller to log.
+        """
+        metrics = self.metrics
+        counts: dict[tuple[Any, tuple[str, ...]], int] = {}
+        outcomes: list[ResultsWriteError | Exception | None] = []
+        lines: list[bytes] = []
+        rows = 0
+        for task_id, variant, done in jobs:
+            try:
+                mine = self._counts(task_id, variant, done)
+            except Exception as exc:
+                outcomes.append(exc)
+                continue
+            for key, count in mine.items():
+                counts[key] = counts.get(key, 0) + count
+            lines += done.lines
+            rows += done.rows
+            outcomes.append(None)
+        for (metric, labels), count in counts.items():
+            metrics.child(metric, *labels).inc(count)
+        if self.writer is not None and rows:
+            try:
+                self.writer.append(regrouped(lines), rows)
+            except ResultsWriteError as exc:  # none of the batch's rows is in the file
+                metrics.grading_errors.labels("results_write").inc(exc.rows)
+                return [
+                    outcome if outcome is not None else _lost(done, exc)
+                    for outcome, (_, _, done) in zip(outcomes, jobs, strict=True)
+                ]
+            except Exception as exc:  # a bug: every job of the append fails with it
+                return [outcome if outcome is not None else exc for outcome in outcomes]
+        self.rows_written += rows
+        observe = metrics.grade_latency.observe
+        for outcome, (_, _, done) in zip(outcomes, jobs, strict=True):
+            if outcome is None:
+                observe(done.latency_s)
+        return outcomes
+
+    def _counts(
+        self, task_id: str, variant: str, done: Recording
+    ) -> dict[tuple[Any, tuple[str, ...]], int]:
+        """One job's counter increments, keyed by (metric, labels); the ring and the episode
+        metrics, which are not sums, are fed here."""
         metrics = self.metrics
         if self.failures is not None:
             self.failures.extend(done.failures, done.failures_seen)
         for row in done.episodes:
             metrics.episode_done(task_id, row)
+        counts: dict[tuple[Any, tuple[str, ...]], int] = {}
+        key: tuple[Any, tuple[str, ...]]
         for name, result, count in done.checks:
-            metrics.child(metrics.check_results, task_id, name, result, variant).inc(count)
+            counts[(metrics.check_results, (task_id, name, result, variant))] = count
         if done.errors:
-            metrics.grading_errors.labels("check").inc(done.errors)
-            metrics.child(metrics.grade_errors, task_id, variant).inc(done.errors)
+            counts[(metrics.grading_errors, ("check",))] = done.errors
+            counts[(metrics.grade_errors, (task_id, variant))] = done.errors
         for model, result, count in done.grades:
             label = metrics.model_label(model)
-            metrics.child(metrics.grades, task_id, label, result, variant).inc(count)
+            key = (metrics.grades, (task_id, label, result, variant))
+            counts[key] = counts.get(key, 0) + count
             if result == "stale":
-                metrics.child(metrics.stale, task_id, label, variant).inc(count)
-        if self.writer is not None:
-            try:
-                self.writer.append(done.lines, done.rows)
-            except ResultsWriteError as exc:  # none of the rows is in the file
-                metrics.grading_errors.labels("results_write").inc(exc.rows)
-                return exc
-        self.rows_written += done.rows
-        metrics.grade_latency.observe(done.latency_s)
-        return None
+                key = (metrics.stale, (task_id, label, variant))
+                counts[key] = counts.get(key, 0) + count
+        return counts
+
+
+def regrouped(pieces: list[bytes]) -> list[bytes]:
+    """Jobs' pieces joined into pieces of about ``PIECE_BYTES``: one write for a batch of
+    small jobs, and still no copy of megabytes at once."""
+    if len(pieces) < 2:
+        return pieces
+    out: list[bytes] = []
+    group: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        group.append(piece)
+        size += len(piece)
+        if size >= PIECE_BYTES:
+            out.append(b"".join(group))
+            group, size = [], 0
+    if group:
+        out.append(b"".join(group))
+    return out
+
+
+def _lost(done: Recording, failure: ResultsWriteError) -> ResultsWriteError:
+    """A job's share of a failed batch append: its own row count, the same cause."""
+    lost = ResultsWriteError(done.rows, OSError(failure.errno, failure.strerror))
+    lost.__cause__ = failure.__cause__
+    return lost
+
+
+Recorded = tuple[str, str, Recording]  # task id, variant, the job's rows reduced
 
 
 # What the writer thread made of one job, or what it raised.
@@ -236,15 +321,34 @@ class WriterThread:
         handed.add_done_callback(settle)
 
     def _write_all(self, entries: list[Entry]) -> list[Written]:
-        """The thread's part, one job at a time: a job that raises fails alone."""
-        outcomes: list[Written] = []
-        for job, done, rows in entries:
+        """The thread's part: each job reduced (one that raises fails alone), then all of them
+        counted and appended as one (:meth:`Recorder.record_many`)."""
+        reduced: list[Recording | Exception] = []
+        for job, given, rows in entries:
             try:
-                if done is None:
-                    done = recording(job.task, rows, job.finished_at, self.options, keeps_rows(job))
-                outcomes.append((done, self.recorder.record(job.task.id, job.variant, done)))
+                done = given or recording(
+                    job.task, rows, job.finished_at, self.options, keeps_rows(job)
+                )
             except Exception as exc:
-                outcomes.append(exc)
+                reduced.append(exc)
+            else:
+                reduced.append(done)
+        recorded = [
+            (job.task.id, job.variant, reduction)
+            for (job, _, _), reduction in zip(entries, reduced, strict=True)
+            if not isinstance(reduction, Exception)
+        ]
+        failed = iter(self.recorder.record_many(recorded))
+        outcomes: list[Written] = []
+        for reduction in reduced:
+            if isinstance(reduction, Exception):
+                outcomes.append(reduction)
+                continue
+            failure = next(failed)
+            if isinstance(failure, ResultsWriteError) or failure is None:
+                outcomes.append((reduction, failure))
+            else:
+                outcomes.append(failure)
         return outcomes
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """Result rows: one JSON line per graded answer, appended whole, rotated by size.
 
-Each batch of rows is serialised first and then appended with ``os.write`` on an ``O_APPEND``
-descriptor, so there is no buffer that could flush half a batch later. A write that fails part
+Each batch of rows (the writer thread's: every job handed over together) is serialised first
+and then appended with ``os.write`` on an ``O_APPEND`` descriptor, so there is no buffer that
+could flush half a batch later. A write that fails part
 way (a full disk) is cut back to where the batch began: the file holds whole rows or nothing,
 and :class:`ResultsWriteError` says how many rows were lost, so the loss is counted once.
 Shutdown drains the grading queue before the writer closes, so a graceful stop loses none.

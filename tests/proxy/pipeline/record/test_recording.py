@@ -269,3 +269,103 @@ async def test_jobs_recorded_in_one_turn_reach_the_writer_thread_together_and_fa
     ]
     lines = (tmp_path / "grades.jsonl").read_bytes().splitlines()
     assert [loads_exact(line.decode())["choice"] for line in lines] == [0, 1]  # in order
+
+
+def _metrics_text(jobs: list[list[dict[str, Any]]], batched: bool, path: Path) -> str:
+    metrics = ProxyMetrics()
+    writer = ResultWriter(path, 1 << 30, 0)
+    recorder = Recorder(metrics, writer, FailureRing(8, True))
+    done = [
+        ("t", variant, recording(TASK, [dict(r) for r in rows], 0.0, RecordOptions()))
+        for rows, variant in zip(jobs, ["primary", "shadow", "primary"], strict=False)
+    ]
+    if batched:
+        assert recorder.record_many(done) == [None] * len(done)
+    else:
+        for task_id, variant, one in done:
+            assert recorder.record(task_id, variant, one) is None
+    writer.close()
+    text = generate_latest(metrics.registry).decode()
+    # Counts only: the latency histogram's sum and creation times differ run to run.
+    return "\n".join(
+        line
+        for line in text.splitlines()
+        if line.startswith("gradeproxy_")
+        and "grade_latency_seconds_sum" not in line
+        and "_created" not in line
+    )
+
+
+@pytest.mark.parametrize(
+    "jobs",
+    [
+        pytest.param([MIXED], id="one_job"),
+        pytest.param([MIXED, MIXED[:2], MIXED[2:]], id="jobs_sharing_counters"),
+        pytest.param([[row(0, "pass", column("call", True))], []], id="a_job_without_rows"),
+    ],
+)
+def test_a_batch_counts_and_writes_what_its_jobs_one_by_one_would(
+    jobs: list[list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    one_by_one = _metrics_text(jobs, False, tmp_path / "single.jsonl")
+    batched = _metrics_text(jobs, True, tmp_path / "batch.jsonl")
+    assert batched == one_by_one
+
+    def rows_in(name: str) -> list[dict[str, Any]]:
+        rows = [loads_exact(line.decode()) for line in (tmp_path / name).read_bytes().splitlines()]
+        for one in rows:
+            del one["timings"]["grade_latency_s"]  # stamped when reduced: differs run to run
+        return rows
+
+    assert rows_in("batch.jsonl") == rows_in("single.jsonl")
+    assert len(rows_in("batch.jsonl")) == sum(len(rows) for rows in jobs)
+
+
+def test_a_batch_of_small_jobs_is_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    writer = ResultWriter(tmp_path / "grades.jsonl", 1 << 30, 0)
+    recorder = Recorder(ProxyMetrics(), writer, None)
+    done = [("t", "primary", recording(TASK, [dict(r) for r in MIXED], 0.0, RecordOptions()))] * 8
+    writes: list[int] = []
+    real_write = os.write
+
+    def counted(fd: int, data: Any) -> int:
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counted)
+    recorder.record_many(done)
+    assert len(writes) == 1
+    assert recorder.rows_written == 32
+
+
+def test_a_failed_batch_append_fails_each_job_with_its_own_rows_counted_once() -> None:
+    metrics = ProxyMetrics()
+    recorder = Recorder(metrics, ResultWriter(Path("/dev/full"), 1 << 40, 0), None)
+    jobs = [MIXED, MIXED[:1]]
+    done = [
+        ("t", "primary", recording(TASK, [dict(r) for r in rows], 0.0, RecordOptions()))
+        for rows in jobs
+    ]
+    failed = recorder.record_many(done)
+    assert [f.rows if isinstance(f, ResultsWriteError) else f for f in failed] == [4, 1]
+    text = generate_latest(metrics.registry).decode()
+    assert metric_value(text, "gradeproxy_grading_errors_total", kind="results_write") == 5
+    assert recorder.rows_written == 0
+
+
+def test_a_job_whose_counting_raises_fails_alone_and_its_rows_stay_out(tmp_path: Path) -> None:
+    writer = ResultWriter(tmp_path / "grades.jsonl", 1 << 30, 0)
+    recorder = Recorder(ProxyMetrics(), writer, None)
+    good = recording(TASK, [row(0, "pass", column("call", True))], 0.0, RecordOptions())
+    broken = recording(TASK, [row(1, "fail", column("call", False))], 0.0, RecordOptions())
+    broken.episodes.append({"result": "pass"})  # no `columns`: counting it raises
+    failed = recorder.record_many([("t", "primary", good), ("t", "primary", broken)])
+    writer.close()
+    assert failed[0] is None
+    assert isinstance(failed[1], KeyError)
+    lines = (tmp_path / "grades.jsonl").read_bytes().splitlines()
+    assert [loads_exact(line.decode())["choice"] for line in lines] == [0]
