@@ -188,8 +188,11 @@ class Recorder:
             except Exception as exc:
                 outcomes.append(exc)
                 continue
-            for key, count in mine.items():
-                counts[key] = counts.get(key, 0) + count
+            if not counts:  # the first job's are the batch's so far (a job alone: all of them)
+                counts = mine
+            else:
+                for key, count in mine.items():
+                    counts[key] = counts.get(key, 0) + count
             lines += done.lines
             rows += done.rows
             outcomes.append(None)
