@@ -27,12 +27,7 @@ from typing import TYPE_CHECKING, Any
 from grader.tasks import Task
 from proxy.pipeline.grade import Graded, GradeJob, grade_job
 from proxy.pipeline.record.failures import FailureRing, failure_entry
-from proxy.pipeline.record.results import (
-    PIECE_BYTES,
-    ResultsWriteError,
-    ResultWriter,
-    jsonl_pieces,
-)
+from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
 
 if TYPE_CHECKING:  # the grading process never needs prometheus_client
     from proxy.pipeline.record.metrics import ProxyMetrics
@@ -164,24 +159,23 @@ class Recorder:
     def record(self, task_id: str, variant: str, done: Recording) -> ResultsWriteError | None:
         """Count and append one job (:meth:`record_many` of one)."""
         (failed,) = self.record_many([(task_id, variant, done)])
-        if isinstance(failed, Exception) and not isinstance(failed, ResultsWriteError):
+        if failed is not None and not isinstance(failed, ResultsWriteError):
             raise failed
         return failed
 
-    def record_many(self, jobs: Sequence[Recorded]) -> list[ResultsWriteError | Exception | None]:
-        """Count and append jobs' recordings as one (blocking I/O: the writer thread's).
+    def record_many(self, jobs: Sequence[Recorded]) -> list[Exception | None]:
+        """Count and append jobs' recordings (blocking I/O: the writer thread's); for each job,
+        None, the :class:`ResultsWriteError` that kept its rows out of the file (counted here,
+        once, for the caller to log), or what its counting raised (a bug; it fails alone).
 
-        Each job's counts are summed first, and a job whose counting raises (a bug) fails alone,
-        its exception in its place. Then each counter the batch touched is incremented once,
-        by the batch's sum, and every row goes to the file in one append: a batch of 64 graded
-        answers costs one write, not 64. A failed append is every job's (none of the batch's
-        rows is in the file), counted once; each job gets it back, for the caller to log.
+        The batch costs what one job did: each counter it touched is incremented once, by the
+        batch's sum, and its rows go to the file in as few writes as rotation allows
+        (:meth:`ResultWriter.append_many`: one for a batch of 64 small jobs, where each job was
+        a write of its own).
         """
         metrics = self.metrics
-        counts: dict[tuple[Any, tuple[str, ...]], int] = {}
-        outcomes: list[ResultsWriteError | Exception | None] = []
-        lines: list[bytes] = []
-        rows = 0
+        counts: dict[Any, int] = {}  # labelled child -> the batch's increment
+        outcomes: list[Exception | None] = []
         for task_id, variant, done in jobs:
             try:
                 mine = self._counts(task_id, variant, done)
@@ -191,82 +185,65 @@ class Recorder:
             if not counts:  # the first job's are the batch's so far (a job alone: all of them)
                 counts = mine
             else:
-                for key, count in mine.items():
-                    counts[key] = counts.get(key, 0) + count
-            lines += done.lines
-            rows += done.rows
+                for child, count in mine.items():
+                    counts[child] = counts.get(child, 0) + count
             outcomes.append(None)
-        for (metric, labels), count in counts.items():
-            metrics.child(metric, *labels).inc(count)
-        if self.writer is not None and rows:
-            try:
-                self.writer.append(regrouped(lines), rows)
-            except ResultsWriteError as exc:  # none of the batch's rows is in the file
-                metrics.grading_errors.labels("results_write").inc(exc.rows)
-                return [
-                    outcome if outcome is not None else _lost(done, exc)
-                    for outcome, (_, _, done) in zip(outcomes, jobs, strict=True)
-                ]
-            except Exception as exc:  # a bug: every job of the append fails with it
-                return [outcome if outcome is not None else exc for outcome in outcomes]
-        self.rows_written += rows
+        for child, count in counts.items():
+            child.inc(count)
+        if self.writer is not None:
+            kept = [
+                done for failed, (_, _, done) in zip(outcomes, jobs, strict=True) if failed is None
+            ]
+            appended = self._append(kept)
+            lost = sum(f.rows for f in appended if isinstance(f, ResultsWriteError))
+            if lost:
+                metrics.grading_errors.labels("results_write").inc(lost)
+            written = iter(appended)
+            outcomes = [next(written) if failed is None else failed for failed in outcomes]
         observe = metrics.grade_latency.observe
-        for outcome, (_, _, done) in zip(outcomes, jobs, strict=True):
-            if outcome is None:
+        for failed, (_, _, done) in zip(outcomes, jobs, strict=True):
+            if failed is None:
+                self.rows_written += done.rows
                 observe(done.latency_s)
         return outcomes
 
-    def _counts(
-        self, task_id: str, variant: str, done: Recording
-    ) -> dict[tuple[Any, tuple[str, ...]], int]:
-        """One job's counter increments, keyed by (metric, labels); the ring and the episode
+    def _append(self, kept: list[Recording]) -> list[Exception | None]:
+        assert self.writer is not None
+        try:
+            return list(self.writer.append_many([(done.lines, done.rows) for done in kept]))
+        except Exception as exc:  # a bug in the writer: each job fails with an error of its own
+            return [_append_raised(exc) for _ in kept]
+
+    def _counts(self, task_id: str, variant: str, done: Recording) -> dict[Any, int]:
+        """One job's counter increments, keyed by the labelled child they go to (resolved
+        here, so a label that cannot be had fails this job alone); the ring and the episode
         metrics, which are not sums, are fed here."""
         metrics = self.metrics
         if self.failures is not None:
             self.failures.extend(done.failures, done.failures_seen)
         for row in done.episodes:
             metrics.episode_done(task_id, row)
-        counts: dict[tuple[Any, tuple[str, ...]], int] = {}
-        key: tuple[Any, tuple[str, ...]]
-        for name, result, count in done.checks:
-            counts[(metrics.check_results, (task_id, name, result, variant))] = count
+        child = metrics.child
+        counts: dict[Any, int] = {}
+        for name, result, count in done.checks:  # one entry per (name, result)
+            counts[child(metrics.check_results, task_id, name, result, variant)] = count
         if done.errors:
-            counts[(metrics.grading_errors, ("check",))] = done.errors
-            counts[(metrics.grade_errors, (task_id, variant))] = done.errors
+            counts[metrics.grading_errors.labels("check")] = done.errors
+            counts[child(metrics.grade_errors, task_id, variant)] = done.errors
         for model, result, count in done.grades:
             label = metrics.model_label(model)
-            key = (metrics.grades, (task_id, label, result, variant))
+            key = child(metrics.grades, task_id, label, result, variant)
             counts[key] = counts.get(key, 0) + count
             if result == "stale":
-                key = (metrics.stale, (task_id, label, variant))
+                key = child(metrics.stale, task_id, label, variant)
                 counts[key] = counts.get(key, 0) + count
         return counts
 
 
-def regrouped(pieces: list[bytes]) -> list[bytes]:
-    """Jobs' pieces joined into pieces of about ``PIECE_BYTES``: one write for a batch of
-    small jobs, and still no copy of megabytes at once."""
-    if len(pieces) < 2:
-        return pieces
-    out: list[bytes] = []
-    group: list[bytes] = []
-    size = 0
-    for piece in pieces:
-        group.append(piece)
-        size += len(piece)
-        if size >= PIECE_BYTES:
-            out.append(b"".join(group))
-            group, size = [], 0
-    if group:
-        out.append(b"".join(group))
-    return out
-
-
-def _lost(done: Recording, failure: ResultsWriteError) -> ResultsWriteError:
-    """A job's share of a failed batch append: its own row count, the same cause."""
-    lost = ResultsWriteError(done.rows, OSError(failure.errno, failure.strerror))
-    lost.__cause__ = failure.__cause__
-    return lost
+def _append_raised(exc: Exception) -> RuntimeError:
+    failed = RuntimeError(f"appending the rows raised {type(exc).__name__}: {exc}")
+    failed.__cause__ = exc
+    return failed
 
 
 Recorded = tuple[str, str, Recording]  # task id, variant, the job's rows reduced
@@ -348,7 +325,7 @@ class WriterThread:
                 outcomes.append(reduction)
                 continue
             failure = next(failed)
-            if isinstance(failure, ResultsWriteError) or failure is None:
+            if failure is None or isinstance(failure, ResultsWriteError):
                 outcomes.append((reduction, failure))
             else:
                 outcomes.append(failure)

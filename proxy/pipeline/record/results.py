@@ -55,6 +55,25 @@ def jsonl_pieces(rows: list[dict[str, Any]]) -> list[bytes]:
     return pieces
 
 
+def regrouped(pieces: list[bytes]) -> list[bytes]:
+    """Several jobs' pieces joined into pieces of about ``PIECE_BYTES``: one write for many
+    small jobs, and still no copy of megabytes at once."""
+    if len(pieces) < 2:
+        return pieces
+    out: list[bytes] = []
+    group: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        group.append(piece)
+        size += len(piece)
+        if size >= PIECE_BYTES:
+            out.append(b"".join(group))
+            group, size = [], 0
+    if group:
+        out.append(b"".join(group))
+    return out
+
+
 class ResultsWriteError(ProxyError, OSError):
     """A batch of rows could not be appended; none of it is in the file."""
 
@@ -106,6 +125,36 @@ class ResultWriter:
             raise ResultsWriteError(rows, exc) from exc
         self._size += size
         self.rows_written += rows
+
+    def append_many(self, jobs: list[tuple[list[bytes], int]]) -> list[ResultsWriteError | None]:
+        """Append several jobs' rows (each its pieces and row count), each whole or not at all,
+        with as few writes as rotation allows: consecutive jobs share one append while the file
+        stays within ``max_bytes``, so files rotate where appending the jobs one by one would
+        rotate them. For each job, None or the error that kept its rows out."""
+        outcomes: list[ResultsWriteError | None] = []
+        group: list[tuple[list[bytes], int]] = []
+        size = 0
+        for pieces, rows in jobs:
+            job_size = sum(len(piece) for piece in pieces)
+            if group and self._size + size + job_size > self.max_bytes:
+                outcomes += self._append_group(group)
+                group, size = [], 0
+            group.append((pieces, rows))
+            size += job_size
+        if group:
+            outcomes += self._append_group(group)
+        return outcomes
+
+    def _append_group(self, group: list[tuple[list[bytes], int]]) -> list[ResultsWriteError | None]:
+        try:
+            self.append(
+                regrouped([piece for pieces, _ in group for piece in pieces]),
+                sum(rows for _, rows in group),
+            )
+        except ResultsWriteError as failed:  # none of the group's rows is in the file
+            cause = failed.__cause__ if isinstance(failed.__cause__, OSError) else failed
+            return [ResultsWriteError(rows, cause) for _, rows in group]
+        return [None] * len(group)
 
     def _cut_back(self) -> None:
         """Drop a partly appended batch, so no torn row is ever followed by another row."""

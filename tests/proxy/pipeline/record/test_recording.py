@@ -9,6 +9,7 @@ tracker's verdicts) with what the rows say directly.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from grader._json import dumps, loads_exact
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.record import results
 from proxy.pipeline.record.failures import FailureRing
-from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
 from proxy.pipeline.record.recording import (
     Entry,
     Recorder,
@@ -369,3 +370,92 @@ def test_a_job_whose_counting_raises_fails_alone_and_its_rows_stay_out(tmp_path:
     assert isinstance(failed[1], KeyError)
     lines = (tmp_path / "grades.jsonl").read_bytes().splitlines()
     assert [loads_exact(line.decode())["choice"] for line in lines] == [0]
+
+
+def _reduced(rows: list[dict[str, Any]], variant: str = "primary") -> tuple[str, str, Any]:
+    return ("t", variant, recording(TASK, [dict(r) for r in rows], 0.0, RecordOptions(True, 3)))
+
+
+def test_a_failed_append_says_its_row_count_once() -> None:
+    recorder = Recorder(ProxyMetrics(), ResultWriter(Path("/dev/full"), 1 << 40, 0), None)
+    failed = recorder.record(*_reduced(MIXED))
+    assert str(failed) == "[Errno 28] 4 row(s) not written: No space left on device"
+
+
+def test_a_job_whose_label_cannot_be_had_fails_alone(tmp_path: Path) -> None:
+    writer = ResultWriter(tmp_path / "grades.jsonl", 1 << 30, 0)
+    recorder = Recorder(ProxyMetrics(), writer, None)
+    good = _reduced([row(0, "pass", column("call", True))])
+    bad = _reduced([row(1, "pass", column(None, True))])  # type: ignore[arg-type]  # a bug
+    failed = recorder.record_many([good, bad, good])
+    writer.close()
+    assert failed[0] is None
+    assert failed[2] is None
+    assert isinstance(failed[1], Exception)
+    lines = (tmp_path / "grades.jsonl").read_bytes().splitlines()
+    assert [loads_exact(line.decode())["choice"] for line in lines] == [0, 0]
+
+
+@pytest.mark.parametrize("jobs", [1, 3, 16])
+def test_files_rotate_where_jobs_appended_one_by_one_would_rotate_them(
+    jobs: int, tmp_path: Path
+) -> None:
+    one_job = sum(len(piece) for piece in _reduced(MIXED)[2].lines)
+
+    def files(batched: bool, folder: Path) -> list[tuple[str, int]]:
+        """Each file's rows (the latency stamped in them varies a row's bytes by a few)."""
+        writer = ResultWriter(folder / "grades.jsonl", 2 * one_job + 1, 100)
+        recorder = Recorder(ProxyMetrics(), writer, None)
+        assert recorder.record(*_reduced(MIXED)) is None
+        batch = [_reduced(MIXED) for _ in range(jobs)]
+        if batched:
+            assert recorder.record_many(batch) == [None] * jobs
+        else:
+            assert [recorder.record(*job) for job in batch] == [None] * jobs
+        writer.close()
+        assert max(path.stat().st_size for path in folder.iterdir()) <= 2 * one_job + 16
+        return sorted((p.name, len(p.read_bytes().splitlines())) for p in folder.iterdir())
+
+    (tmp_path / "batched").mkdir()
+    (tmp_path / "single").mkdir()
+    assert files(True, tmp_path / "batched") == files(False, tmp_path / "single")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_batches_count_and_keep_what_one_by_one_would(seed: int, tmp_path: Path) -> None:
+    """Model labels folded past their cap, stale, advisory, error and episode rows, the
+    inspector ring's order: a batch leaves every reader what its jobs one by one would."""
+    rnd = random.Random(seed)
+    jobs: list[tuple[list[dict[str, Any]], str]] = []
+    for _ in range(rnd.randint(1, 6)):
+        rows: list[dict[str, Any]] = []
+        for choice in range(rnd.randint(0, 5)):
+            if rnd.random() < 0.15:
+                rows.append(episode(rnd.choice(["pass", "fail"])))
+                continue
+            columns = [
+                column(rnd.choice("ab"), rnd.choice([True, False, None]), rnd.random() < 0.3)
+                for _ in range(rnd.randint(0, 3))
+            ]
+            result = rnd.choice(["pass", "fail", "stale", "error"])
+            rows.append(row(choice, result, *columns, model=rnd.choice(["m1", "m2", "m3"])))
+        jobs.append((rows, rnd.choice(["primary", "shadow"])))
+
+    def readers(batched: bool, name: str) -> tuple[str, Any]:
+        metrics = ProxyMetrics(ModelLabels(cap=1))
+        ring = FailureRing(3, True)
+        recorder = Recorder(metrics, ResultWriter(tmp_path / name, 1 << 30, 0), ring)
+        done = [_reduced(rows, variant) for rows, variant in jobs]
+        if batched:
+            assert recorder.record_many(done) == [None] * len(done)
+        else:
+            assert [recorder.record(*job) for job in done] == [None] * len(done)
+        text = "\n".join(
+            line
+            for line in generate_latest(metrics.registry).decode().splitlines()
+            if line.startswith("gradeproxy_") and "_sum" not in line and "_created" not in line
+        )
+        failures = [(e["choice"], e["result"]) for e in ring.snapshot()["failures"]]
+        return text, (failures, ring.seen, recorder.rows_written)
+
+    assert readers(True, "batched.jsonl") == readers(False, "single.jsonl")
