@@ -306,8 +306,10 @@ class WriterThread:
         reduced: list[Recording | Exception] = []
         for job, given, rows in entries:
             try:
-                done = given or recording(
-                    job.task, rows, job.finished_at, self.options, keeps_rows(job)
+                done = (
+                    given
+                    if given is not None
+                    else recording(job.task, rows, job.finished_at, self.options, keeps_rows(job))
                 )
             except Exception as exc:
                 reduced.append(exc)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,38 +41,29 @@ def jsonl_pieces(rows: list[dict[str, Any]]) -> list[bytes]:
     """Rows as the file holds them (one JSON object a line), in pieces of about
     ``PIECE_BYTES``: 10,000 rows are megabytes, and no single copy of them may hold a GIL or
     the event loop (the grading process sends them piece by piece)."""
+    return _joined(dumps(row) + b"\n" for row in rows)
+
+
+def regrouped(pieces: list[bytes]) -> list[bytes]:
+    """Several jobs' pieces joined into pieces of about ``PIECE_BYTES``: one write for many
+    small jobs, and still no copy of megabytes at once."""
+    return pieces if len(pieces) < 2 else _joined(pieces)
+
+
+def _joined(parts: Iterable[bytes]) -> list[bytes]:
+    """``parts`` joined, in order, into pieces of about ``PIECE_BYTES`` (never cut inside one)."""
     pieces: list[bytes] = []
     piece: list[bytes] = []
     size = 0
-    for row in rows:
-        line = dumps(row) + b"\n"
-        piece.append(line)
-        size += len(line)
+    for part in parts:
+        piece.append(part)
+        size += len(part)
         if size >= PIECE_BYTES:
             pieces.append(b"".join(piece))
             piece, size = [], 0
     if piece:
         pieces.append(b"".join(piece))
     return pieces
-
-
-def regrouped(pieces: list[bytes]) -> list[bytes]:
-    """Several jobs' pieces joined into pieces of about ``PIECE_BYTES``: one write for many
-    small jobs, and still no copy of megabytes at once."""
-    if len(pieces) < 2:
-        return pieces
-    out: list[bytes] = []
-    group: list[bytes] = []
-    size = 0
-    for piece in pieces:
-        group.append(piece)
-        size += len(piece)
-        if size >= PIECE_BYTES:
-            out.append(b"".join(group))
-            group, size = [], 0
-    if group:
-        out.append(b"".join(group))
-    return out
 
 
 class ResultsWriteError(ProxyError, OSError):
