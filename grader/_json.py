@@ -150,6 +150,18 @@ def dumps(value: Any) -> bytes:
         return text.encode("utf-8", "backslashreplace")
 
 
+_LINE = orjson.OPT_APPEND_NEWLINE
+
+
+def dumps_line(value: Any) -> bytes:
+    """:func:`dumps` and a newline: one JSONL line, written by orjson in one buffer (no copy
+    to append the newline: it is built for every result row)."""
+    try:
+        return orjson.dumps(value, option=_LINE)
+    except TypeError:
+        return dumps(value) + b"\n"
+
+
 def well_formed(text: str) -> str:
     """``text`` with each lone surrogate replaced by U+FFFD: for text handed to another
     system (a trace backend) that must parse it as UTF-8, where an escape would be read back

@@ -99,65 +99,76 @@ class Live:
     tools: list[dict[str, Any]] | None = None
 
     def fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"sample_id": self.sample_id}
-        if self.answer is not None:
-            cap = len(self.answer) if self.answer_cap is None else self.answer_cap
-            out["answer"] = self.answer[:cap]
-            out["truncated"] = len(self.answer) > cap
-        if self.tools is not None:
-            out["tools"] = self.tools
-        out |= {
-            "request_id": self.request_id,
-            "upstream_request_id": self.upstream_request_id,
-            "time": self.time,
-            "model": self.model,
-            "upstream": self.upstream,
-            "stream": self.stream,
-            "variant": self.variant,
-            "pair_id": self.pair_id,
-            "choice": self.choice,
-            "finish_reason": self.finish_reason,
-            "run": self.run,
-            "meta": dict(self.meta),
-            "timings": dict(self.timings),
-        }
+        """The live fields alone, in the row's order."""
+        out: dict[str, Any] = {}
+        self.write_into(out)
         return out
+
+    def write_into(self, row: dict[str, Any]) -> None:
+        """Add the live fields to ``row`` in place, in the row's order: a live row is one dict
+        written once, not three built and merged (it is built for every graded answer)."""
+        row["sample_id"] = self.sample_id
+        answer = self.answer
+        if answer is not None:
+            cap = self.answer_cap
+            if cap is None or len(answer) <= cap:
+                row["answer"] = answer
+                row["truncated"] = False
+            else:
+                row["answer"] = answer[:cap]
+                row["truncated"] = True
+        if self.tools is not None:
+            row["tools"] = self.tools
+        row["request_id"] = self.request_id
+        row["upstream_request_id"] = self.upstream_request_id
+        row["time"] = self.time
+        row["model"] = self.model
+        row["upstream"] = self.upstream
+        row["stream"] = self.stream
+        row["variant"] = self.variant
+        row["pair_id"] = self.pair_id
+        row["choice"] = self.choice
+        row["finish_reason"] = self.finish_reason
+        row["run"] = self.run
+        row["meta"] = dict(self.meta)
+        row["timings"] = dict(self.timings)
 
 
 def verdict_fields(outcome: Outcome) -> dict[str, Any]:
     """The verdict part of a row: ``result`` and what is derived from it, and the columns."""
-    fields: dict[str, Any] = {
-        "result": outcome.result,
-        "passed": outcome.passed,
-        "staleSchemaUsed": outcome.stale_schema_used,
-    }
-    if not outcome.has_checks and outcome.verdict is not None:
-        verdict = outcome.verdict
-        fields.update(
-            {
-                "score": verdict.score,
-                "reason": verdict.reason,
-                "reason_code": verdict.reason_code,
-                "path": verdict.path,
-                "call": verdict.call,
-            }
-        )
-    fields["checks"] = [column.to_dict() for column in outcome.checks]
-    fields["warnings"] = list(outcome.warnings)
+    fields: dict[str, Any] = {}
+    _write_verdict(fields, outcome)
     return fields
+
+
+def _write_verdict(row: dict[str, Any], outcome: Outcome) -> None:
+    result = outcome.result
+    row["result"] = result
+    row["passed"] = None if result == "error" else result == "pass"  # Outcome.passed
+    row["staleSchemaUsed"] = result == "stale"  # Outcome.stale_schema_used
+    verdict = outcome.verdict
+    if verdict is not None and not outcome.has_checks:
+        row["score"] = verdict.score
+        row["reason"] = verdict.reason
+        row["reason_code"] = verdict.reason_code
+        row["path"] = verdict.path
+        row["call"] = verdict.call
+    row["checks"] = [column.to_dict() for column in outcome.checks]
+    row["warnings"] = list(outcome.warnings)
 
 
 def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any]:
     """The row of one graded answer: every surface's row, the live one minus its fields."""
-    return {
+    row: dict[str, Any] = {
         "kind": ROW_KIND,
         "row_schema_version": ROW_SCHEMA_VERSION,
         "task_id": task.id,
         "mutationKind": task.mutation_kind,
-        **verdict_fields(outcome),
-        "tasks_digest": tasks_digest,
-        "grader_rules_version": GRADER_RULES_VERSION,
     }
+    _write_verdict(row, outcome)
+    row["tasks_digest"] = tasks_digest
+    row["grader_rules_version"] = GRADER_RULES_VERSION
+    return row
 
 
 def carried_conflicts(source: Mapping[str, Any]) -> list[str]:
@@ -189,4 +200,6 @@ def offline_row(
 
 def live_row(task: Task, outcome: Outcome, tasks_digest: str, live: Live) -> dict[str, Any]:
     """The proxy's row: :func:`answer_row` plus the live-traffic fields."""
-    return {**answer_row(task, outcome, tasks_digest), **live.fields()}
+    row = answer_row(task, outcome, tasks_digest)
+    live.write_into(row)
+    return row

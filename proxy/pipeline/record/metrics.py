@@ -8,7 +8,7 @@ come from closed sets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, get_args
 
 import prometheus_client
@@ -82,6 +82,8 @@ TTFB_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 OVERHEAD_BUCKETS = (
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1,
 )  # fmt: skip
+# Kinds of job tallies whose resolved counter increments are kept (ProxyMetrics.increments).
+_INCREMENTS_MAX = 4096
 GRADE_LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30)
 
 
@@ -315,6 +317,7 @@ class ProxyMetrics:
         # Known label combinations exist at 0 from the start, so rates and alerts see them.
         self._skipped_by: dict[str, Any] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._increments: dict[tuple[object, ...], dict[Any, int]] = {}
         for reason in SKIP_REASONS:
             self.skipped.labels(reason)
         for kind in GRADING_ERROR_KINDS:
@@ -361,6 +364,52 @@ class ProxyMetrics:
             found = self._children[key] = metric.labels(*(printable(v) for v in labels))
         return found
 
+    def increments(
+        self,
+        task: str,
+        variant: str,
+        checks: tuple[tuple[str, str, int], ...],
+        grades: tuple[tuple[str | None, str, int], ...],
+        errors: int,
+    ) -> Mapping[Any, int]:
+        """A graded job's counter increments (labelled child -> count), from its tallies.
+
+        Jobs of one task mostly tally alike (one row, one column, the same result), so the
+        increments are kept by the tallies themselves: the labels are resolved once, not per
+        job (:data:`_INCREMENTS_MAX` kinds, forgotten with the children on a task reload).
+        """
+        key = (task, variant, checks, grades, errors)
+        found = self._increments.get(key)
+        if found is None:
+            if len(self._increments) >= _INCREMENTS_MAX:
+                self._increments.clear()
+            found = self._increments[key] = self._resolve(task, variant, checks, grades, errors)
+        return found
+
+    def _resolve(
+        self,
+        task: str,
+        variant: str,
+        checks: tuple[tuple[str, str, int], ...],
+        grades: tuple[tuple[str | None, str, int], ...],
+        errors: int,
+    ) -> dict[Any, int]:
+        child = self.child
+        counts: dict[Any, int] = {}
+        for name, result, count in checks:  # one entry per (name, result)
+            counts[child(self.check_results, task, name, result, variant)] = count
+        if errors:
+            counts[self.grading_errors.labels("check")] = errors
+            counts[child(self.grade_errors, task, variant)] = errors
+        for model, result, count in grades:
+            label = self.model_label(model)
+            key = child(self.grades, task, label, result, variant)
+            counts[key] = counts.get(key, 0) + count
+            if result == "stale":
+                key = child(self.stale, task, label, variant)
+                counts[key] = counts.get(key, 0) + count
+        return counts
+
     def episode_done(self, task: str, row: Any) -> None:
         """Count one episode row: its result, and each configured column's verdict."""
         self.child(self.episodes, task, row["result"]).inc()
@@ -372,6 +421,7 @@ class ProxyMetrics:
     def set_task_set(self, tasks: TaskSet | None) -> None:
         """Point the task-scoped series at a newly loaded task set."""
         self._children.clear()  # task ids may have gone; cached children would outlive them
+        self._increments.clear()
         self.task_info.clear()
         self.grader_info.clear()
         self.build_info.clear()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,8 +48,9 @@ class Recording:
     lines: list[bytes]  # the rows as JSONL in pieces, ``timings.grade_latency_s`` stamped
     rows: int
     latency_s: float  # from the response's last byte to the rows being built
-    checks: list[tuple[str, str, int]]  # (column name, pass|fail|error, rows), advisory left out
-    grades: list[tuple[str | None, str, int]]  # (model, result, rows) of rows that graded
+    # Tuples, so that a job's counts are one hashable key (ProxyMetrics.increments):
+    checks: tuple[tuple[str, str, int], ...]  # (column name, pass|fail|error, rows), advisory out
+    grades: tuple[tuple[str | None, str, int], ...]  # (model, result, rows) of rows that graded
     errors: int  # rows whose result is ``error`` (out of every pass-rate denominator)
     episodes: list[dict[str, Any]]  # episode rows: the episode metrics read their columns
     failures: list[dict[str, Any]]  # the inspector's entries, the last ``failures_kept``
@@ -71,6 +72,7 @@ def recording(
     ``perf_counter`` is ``CLOCK_MONOTONIC``, one clock for every process on the machine.
     """
     latency = time.perf_counter() - finished_at
+    latency_s = round(latency, 6)
     checks: dict[tuple[str, str], int] = {}
     grades: dict[tuple[str | None, str], int] = {}
     errors = 0
@@ -82,7 +84,7 @@ def recording(
         timings = row["timings"]
         copy = stamped.get(id(timings))
         if copy is None:
-            copy = stamped[id(timings)] = {**timings, "grade_latency_s": round(latency, 6)}
+            copy = stamped[id(timings)] = {**timings, "grade_latency_s": latency_s}
         row["timings"] = copy
         result = row["result"]
         if result == "fail" or result == "stale":
@@ -109,8 +111,8 @@ def recording(
         lines=jsonl_pieces(rows),
         rows=len(rows),
         latency_s=latency,
-        checks=[(name, result, count) for (name, result), count in checks.items()],
-        grades=[(model, result, count) for (model, result), count in grades.items()],
+        checks=tuple([(name, result, count) for (name, result), count in checks.items()]),
+        grades=tuple([(model, result, count) for (model, result), count in grades.items()]),
         errors=errors,
         episodes=episodes,
         failures=failures,
@@ -183,7 +185,7 @@ class Recorder:
                 outcomes.append(exc)
                 continue
             if not counts:  # the first job's are the batch's so far (a job alone: all of them)
-                counts = mine
+                counts = dict(mine)
             else:
                 for child, count in mine.items():
                     counts[child] = counts.get(child, 0) + count
@@ -214,30 +216,16 @@ class Recorder:
         except Exception as exc:  # a bug in the writer: each job fails with an error of its own
             return [_append_raised(exc) for _ in kept]
 
-    def _counts(self, task_id: str, variant: str, done: Recording) -> dict[Any, int]:
+    def _counts(self, task_id: str, variant: str, done: Recording) -> Mapping[Any, int]:
         """One job's counter increments, keyed by the labelled child they go to (resolved
         here, so a label that cannot be had fails this job alone); the ring and the episode
-        metrics, which are not sums, are fed here."""
+        metrics, which are not sums, are fed here. The mapping is shared: never changed."""
         metrics = self.metrics
         if self.failures is not None:
             self.failures.extend(done.failures, done.failures_seen)
         for row in done.episodes:
             metrics.episode_done(task_id, row)
-        child = metrics.child
-        counts: dict[Any, int] = {}
-        for name, result, count in done.checks:  # one entry per (name, result)
-            counts[child(metrics.check_results, task_id, name, result, variant)] = count
-        if done.errors:
-            counts[metrics.grading_errors.labels("check")] = done.errors
-            counts[child(metrics.grade_errors, task_id, variant)] = done.errors
-        for model, result, count in done.grades:
-            label = metrics.model_label(model)
-            key = child(metrics.grades, task_id, label, result, variant)
-            counts[key] = counts.get(key, 0) + count
-            if result == "stale":
-                key = child(metrics.stale, task_id, label, variant)
-                counts[key] = counts.get(key, 0) + count
-        return counts
+        return metrics.increments(task_id, variant, done.checks, done.grades, done.errors)
 
 
 def _append_raised(exc: Exception) -> RuntimeError:

@@ -459,3 +459,53 @@ def test_random_batches_count_and_keep_what_one_by_one_would(seed: int, tmp_path
         return text, (failures, ring.seen, recorder.rows_written)
 
     assert readers(True, "batched.jsonl") == readers(False, "single.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "shared"),
+    [
+        pytest.param(
+            [row(0, "pass", column("call", True))],
+            [row(1, "pass", column("call", True))],
+            True,
+            id="jobs_that_tally_alike_share_one_resolution",
+        ),
+        pytest.param(
+            [row(0, "pass", column("call", True))],
+            [row(1, "fail", column("call", False))],
+            False,
+            id="another_result_is_another_resolution",
+        ),
+        pytest.param(
+            [row(0, "pass", column("call", True))],
+            [row(1, "pass", column("call", True), model="other-model")],
+            False,
+            id="another_model_is_another_resolution",
+        ),
+    ],
+)
+def test_a_jobs_increments_are_resolved_once_per_kind_of_tally(
+    first: list[dict[str, Any]], second: list[dict[str, Any]], shared: bool
+) -> None:
+    metrics = ProxyMetrics()
+    one, two = (_reduced(rows)[2] for rows in (first, second))
+    a = metrics.increments("t", "primary", one.checks, one.grades, one.errors)
+    b = metrics.increments("t", "primary", two.checks, two.grades, two.errors)
+    assert (a is b) is shared
+    recorder = Recorder(metrics, None, None)
+    for _ in range(3):
+        assert recorder.record_many([("t", "primary", one), ("t", "primary", two)]) == [None] * 2
+    text = generate_latest(metrics.registry).decode()
+    passed = 6 if shared else 3  # each job counted by its own rows, however it was resolved
+    assert metric_value(text, "gradeproxy_grades_total", model="m", result="pass") == passed
+    assert a == metrics.increments("t", "primary", one.checks, one.grades, one.errors)
+
+
+def test_a_task_reload_forgets_the_resolved_increments() -> None:
+    metrics = ProxyMetrics()
+    done = _reduced([row(0, "pass", column("call", True))])[2]
+    before = metrics.increments("t", "primary", done.checks, done.grades, done.errors)
+    metrics.set_task_set(None)
+    after = metrics.increments("t", "primary", done.checks, done.grades, done.errors)
+    assert after is not before
+    assert after == before  # the same children: prometheus_client keeps them by labels
