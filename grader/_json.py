@@ -117,6 +117,19 @@ def loads_exact(text: str) -> Any:
         raise JSONError(str(exc)) from None
 
 
+def loads_exact_bytes(data: bytes) -> Any:
+    """:func:`loads_exact` of ``data`` decoded as UTF-8 (invalid bytes replaced), read from the
+    bytes themselves when that gives the same value: valid UTF-8 with no long digit run is
+    what orjson reads exactly, with no decode and no re-encode to search it (a response body
+    captured for every graded request). Anything else takes the text path, unchanged."""
+    if len(data) <= SEARCH_WINDOW and _ZEROS not in data.translate(_DIGITS_TO_ZERO):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass  # invalid UTF-8, a lone surrogate, an overflow, or not JSON: the text decides
+    return loads_exact(data.decode("utf-8", "replace"))
+
+
 def value_depth(value: Any) -> int:
     """Nesting depth of a parsed JSON value (a scalar is 0), walked without recursion."""
     deepest = 0

@@ -15,7 +15,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader._json import SEARCH_WINDOW, dumps, has_long_digit_run, loads_exact, printable
+from grader._json import (
+    SEARCH_WINDOW,
+    JSONError,
+    dumps,
+    dumps_line,
+    has_long_digit_run,
+    loads_exact,
+    loads_exact_bytes,
+    printable,
+)
 
 # Any code point, lone surrogates included (what surrogateescape and \ud800 escapes produce).
 TEXT = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF))
@@ -103,3 +112,44 @@ def test_a_run_straddling_a_window_boundary_is_found() -> None:
     text = "x" * (SEARCH_WINDOW - 10) + "1" * 19 + "x" * SEARCH_WINDOW
     assert has_long_digit_run(text)
     assert loads_exact(f'["{text[:10]}", {"1" * 25}]') == [text[:10], int("1" * 25)]
+
+
+def _read(parse: Any, data: Any) -> tuple[str, Any]:
+    try:
+        return ("value", parse(data))
+    except JSONError as exc:
+        return ("error", type(exc).__name__)
+
+
+# Bytes as a body arrives: JSON values, then damaged (cut, a byte flipped, invalid UTF-8, a
+# BOM, a lone-surrogate escape, an overflowing literal, a long digit run).
+BODIES = st.one_of(
+    VALUES.map(dumps),
+    st.tuples(VALUES.map(dumps), st.integers(min_value=0, max_value=60)).map(
+        lambda t: t[0][: t[1]]
+    ),
+    st.tuples(VALUES.map(dumps), st.binary(min_size=1, max_size=3)).map(lambda t: t[1] + t[0]),
+    st.sampled_from(
+        [
+            b'{"a": "\\ud800"}',
+            b"[12, 1.5e-3, -0, true]",
+            b"[1e400]",
+            b"\xef\xbb\xbf{}",
+            b'{"a": "\xff"}',
+            b"[12345678901234567890123]",
+            b"NaN",
+            b"[" * 2000 + b"]" * 2000,
+        ]
+    ),
+    st.binary(max_size=40),
+)
+
+
+@given(BODIES)
+def test_reading_bytes_is_reading_their_replaced_text(data: bytes) -> None:
+    assert _read(loads_exact_bytes, data) == _read(loads_exact, data.decode("utf-8", "replace"))
+
+
+@given(VALUES)
+def test_a_line_is_the_value_and_one_newline(value: Any) -> None:
+    assert dumps_line(value) == dumps(value) + b"\n"

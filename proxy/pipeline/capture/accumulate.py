@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Final, TypeAlias, TypeGuard
 
 import orjson
 
-from grader._json import JSONError, loads_exact
+from grader._json import JSONError, loads_exact, loads_exact_bytes
 from proxy.errors import ProxyError
 
 __all__ = [
@@ -61,11 +61,10 @@ class UpstreamReportedError(CaptureError):
 
 
 def parse_json(text: str | bytes) -> Any:
-    """Parse with the grader's one exact-number reader (big integers exact, no NaN)."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
+    """Parse with the grader's one exact-number reader (big integers exact, no NaN); bytes
+    are read as UTF-8, invalid sequences replaced."""
     try:
-        return loads_exact(text)
+        return loads_exact_bytes(text) if isinstance(text, bytes) else loads_exact(text)
     except JSONError as exc:
         raise CaptureError(f"invalid JSON: {exc}") from None
 
