@@ -63,6 +63,7 @@ from grader.checks import (
 from grader.checks.judge import Judge, as_judge
 from grader.checks.tool_call import ToolCallCheck
 from grader.tasks import CheckDefinition, Task
+from grader.toolcall.extract import UNPARSED
 from grader.toolcall.match import match_call
 from grader.verdict import Verdict
 
@@ -152,9 +153,9 @@ _COLUMNS: dict[tuple[object, ...], CheckResult] = {}
 _COLUMNS_MAX = 4096
 
 
-def _fast(task: Task, answer: object) -> Outcome:
+def _fast(task: Task, answer: object, parsed: Any) -> Outcome:
     """A task without checks: one ``match_call``, its verdict the only column."""
-    verdict = match_call(task.expected, task.stale, answer)
+    verdict = match_call(task.expected, task.stale, answer, parsed)
     (check,) = task.checks or checks_of(task)  # a definition: no check is built here
     key = (check.digest, check.name, verdict.reason_code, verdict.reason, verdict.path)
     column = _COLUMNS.get(key)
@@ -253,15 +254,19 @@ def grade(
     answer: object,
     context: CheckContext | None = None,
     item: Mapping[str, Any] | None = None,
+    *,
+    parsed: Any = UNPARSED,
 ) -> Outcome:
     """Grade one answer with every check of ``task``; judge checks give ``error`` columns.
 
     ``answer`` is the answer string; anything else (an SDK caller's untyped JSON) fails every
     column with ``not_a_string``. ``item`` replaces the task's ``item`` namespace; ``context``
-    carries the request's tools (live) or :func:`offline_context`'s.
+    carries the request's tools (live) or :func:`offline_context`'s. ``parsed`` is the JSON
+    value ``answer`` was written from by ``grader._json.dumps``, when the caller has it (the
+    proxy): the tool-call path then reads it instead of the text again; the outcome is the same.
     """
     if not task.has_checks:
-        return _fast(task, answer)
+        return _fast(task, answer, parsed)
     checks = checks_of(task)
     if not isinstance(answer, str):
         verdict = None if task.expected_call is None else match_call(task.expected, None, answer)

@@ -24,6 +24,7 @@ from typing import Any, TypeAlias
 import orjson
 
 from grader._json import MAX_DEPTH
+from grader._value import value_type
 from grader.errors import GraderError
 
 
@@ -52,7 +53,7 @@ class Duration:
         return hash(("duration", self.seconds))
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class CObject:
     """A JSON object with its keys sorted."""
 
@@ -62,7 +63,7 @@ class CObject:
         return dict(self.items)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class CArray:
     """A JSON array; order is part of its meaning."""
 
@@ -106,10 +107,23 @@ def canon(value: Any, depth: int = 0) -> Canon:
     if depth >= MAX_DEPTH:
         raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
-        return CObject(tuple(sorted((k, canon(v, depth + 1)) for k, v in value.items())))
+        # Sorting the items compares keys only: a dict's keys are distinct.
+        return CObject(tuple([(k, _member(v, depth)) for k, v in sorted(value.items())]))
     if isinstance(value, list):
-        return CArray(tuple(canon(v, depth + 1) for v in value))
+        return CArray(tuple([_member(v, depth) for v in value]))
     raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def _member(value: Any, depth: int) -> Canon:
+    """:func:`canon` of a member of a container at ``depth``: the scalars a parsed call holds
+    are told apart by their exact type, without the call and the isinstance chain (every
+    argument of every graded call comes through here); anything else is :func:`canon`'s."""
+    kind = type(value)
+    if kind is str:
+        return normalise_string(value) if "," in value or value.startswith("P") else value
+    if kind is int or value is None:
+        return value  # type: ignore[no-any-return]
+    return canon(value, depth + 1)
 
 
 def kind_of(value: Canon) -> str:

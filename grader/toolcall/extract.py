@@ -273,18 +273,35 @@ def _may_hold_call(text: str, start: int = 0) -> bool:
     return text.find('"name"', start) >= 0 or text.find("\\u", start) >= 0
 
 
-def extract(answer: str) -> Extraction:
-    """Find the graded call in a raw answer string."""
+class _Unparsed:
+    """The type of :data:`UNPARSED`."""
+
+
+# ``parsed`` not given: the answer is read from its text.
+UNPARSED: Any = _Unparsed()
+
+
+def extract(answer: str, parsed: Any = UNPARSED) -> Extraction:
+    """Find the graded call in a raw answer string.
+
+    ``parsed`` is for a caller that wrote ``answer`` from a JSON value with
+    :func:`grader._json.dumps` (the proxy, from a response's tool calls): that value, which is
+    what reading the text would give (``loads_exact(dumps(v)) == v``), so the text is not read
+    again. Everything else about the answer is decided from its text, as without it.
+    """
     if not _may_hold_call(answer):
         return _NOTHING
     stripped = answer.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
         # Fast path: a whole-JSON answer is exactly one top-level span.
-        try:
-            value = loads_exact(stripped)
-        except JSONError:
-            pass
+        if parsed is UNPARSED:
+            try:
+                value = loads_exact(stripped)
+            except JSONError:
+                value = UNPARSED
         else:
+            value = parsed
+        if value is not UNPARSED:
             if stripped.count("{") + stripped.count("[") <= MAX_DEPTH or (
                 value_depth(value) <= MAX_DEPTH
             ):

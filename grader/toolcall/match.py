@@ -12,10 +12,12 @@ order.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from grader.toolcall.diff import first_difference
-from grader.toolcall.extract import Call, Extraction, extract
+from grader.toolcall.extract import UNPARSED, Call, Extraction, extract
 from grader.verdict import NO_CALL_REASON, Verdict
 
 _SHOWN = 60
@@ -35,15 +37,18 @@ def no_call_verdict(found: Extraction) -> Verdict:
     return _TOO_DEEP if found.too_deep else _NO_CALL
 
 
-def match_call(expected: Call, stale: Call | None, answer: object) -> Verdict:
-    """Score ``answer`` (normally the raw answer string) against ``expected`` and ``stale``.
+def match_call(
+    expected: Call, stale: Call | None, answer: object, parsed: Any = UNPARSED
+) -> Verdict:
+    """Score ``answer`` (normally the raw answer string) against ``expected`` and ``stale``
+    (``parsed``: the value ``answer`` was written from, if any; see :func:`extract`).
 
     Never raises for any answer: untyped input scores 0 with ``not_a_string`` (failure mode
     11), and anything that holds no usable call scores 0 with ``no_call`` or ``too_deep``.
     """
     if not isinstance(answer, str):
         return Verdict(0, False, f"answer is {type(answer).__name__}, not a string", "not_a_string")
-    found = extract(answer)
+    found = extract(answer, parsed)
     call = found.call
     if call is None:
         return no_call_verdict(found)

@@ -22,6 +22,7 @@ from grader.checks import CheckContext
 from grader.engine import LocalColumns, grade, local_columns, needs_judge, reads_request_tools
 from grader.rows import Live, live_row
 from grader.tasks import Task
+from grader.toolcall.extract import UNPARSED
 from proxy.pipeline.admit import Api, SkipReason
 from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
@@ -166,7 +167,8 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     pending: list[Pending] = []
     received = utc_iso(job.received_at)
     for index in sorted(captured.answers):
-        text = answer_text(captured.answers[index])
+        answer = captured.answers[index]
+        text = answer_text(answer)
         live = Live(
             request_id=job.request_id,
             time=received,
@@ -191,7 +193,10 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             pending.append((len(rows), text, context, live, local))
             rows.append({})
         else:
-            rows.append(live_row(job.task, grade(job.task, text, context), job.tasks_digest, live))
+            # The tool calls' envelope was just written to text: the grader reads the value.
+            parsed = UNPARSED if isinstance(answer, str) else answer
+            outcome = grade(job.task, text, context, parsed=parsed)
+            rows.append(live_row(job.task, outcome, job.tasks_digest, live))
     if episode is not None and episode.row is not None:
         rows.append(episode.row)
     skip = episode.skip if episode is not None and episode.skip != "episode_turn" else None

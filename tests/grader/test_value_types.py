@@ -34,6 +34,8 @@ RECORDS = [
     ("grader.rows", "Live", "request_id", '"x"'),
     ("proxy.pipeline.capture.chat", "CaptureResult", "model", '"x"'),
     ("proxy.pipeline.capture.sse", "SSEEvent", "data", '"x"'),
+    ("grader.toolcall.canon", "CObject", "items", "()"),
+    ("grader.toolcall.canon", "CArray", "items", "()"),
 ]
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from grader import parse_task, score
 from grader._json import SEARCH_WINDOW, dumps, loads_exact
+from grader.engine import grade
 from grader.toolcall.canon import canon, to_plain
 from grader.toolcall.extract import extract
 
@@ -128,3 +129,34 @@ def test_an_overflowing_literal_keeps_its_exact_value(exponent: int, mantissa: i
     value = loads_exact(f'{{"n": {mantissa}e{exponent}}}')["n"]
     assert value == mantissa * 10**exponent
     assert value != float("inf")
+
+
+# Tool-call envelopes as the proxy captures them: arguments as text (JSON or not, any code
+# point, lone surrogates included), odd names, odd ids, legacy and empty shapes, deep nesting.
+any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=12)
+argument_texts = st.one_of(
+    arguments.map(lambda a: dumps(a).decode()),
+    any_text,
+    st.sampled_from(["", "null", "[1]", '{"a": 1e400}', '{"a": 12345678901234567890123}']),
+    st.integers(min_value=120, max_value=140).map(lambda n: '{"a":' + "[" * n + "]" * n + "}"),
+)
+wire_calls = st.fixed_dictionaries(
+    {
+        "id": st.none() | any_text,
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {"name": tool_names | any_text, "arguments": argument_texts}
+        ),
+    }
+)
+envelopes = st.lists(wire_calls, max_size=3).map(lambda calls: {"tool_calls": calls})
+
+
+@given(envelopes, tool_names, arguments)
+def test_an_envelope_handed_over_parsed_grades_as_its_text(
+    envelope: dict[str, Any], name: str, expected_args: dict[str, Any]
+) -> None:
+    text = dumps(envelope).decode()
+    assert extract(text, parsed=envelope) == extract(text)
+    task = parse_task({"id": "t", "expected": {"name": name, "arguments": expected_args}})
+    assert grade(task, text, parsed=envelope) == grade(task, text)
