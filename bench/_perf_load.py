@@ -87,12 +87,14 @@ class StartError(RuntimeError):
 
 
 @contextlib.contextmanager
-def started(argv: list[str], port: int, log: Path, cpus: str) -> Iterator[subprocess.Popen[bytes]]:
+def started(
+    argv: list[str], port: int, log: Path, cpus: str, timeout_s: float = 30
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run ``argv`` pinned to ``cpus`` until it accepts on ``port``; stop it on exit."""
     with log.open("wb") as out:
         child = subprocess.Popen(pinned(cpus, argv), stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout_s
         while True:
             if child.poll() is not None:
                 tail = log.read_text(errors="replace")[-400:]
@@ -101,7 +103,9 @@ def started(argv: list[str], port: int, log: Path, cpus: str) -> Iterator[subpro
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 break
             if time.monotonic() > deadline:
-                raise StartError(f"{' '.join(argv[:4])} did not listen on {port} in 30 s")
+                raise StartError(
+                    f"{' '.join(argv[:4])} did not listen on {port} in {timeout_s:g} s"
+                )
             time.sleep(0.05)
         time.sleep(0.3)
         yield child
