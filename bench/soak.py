@@ -186,7 +186,13 @@ def main() -> None:
             proxy.terminate()
             proxy.wait(60)
         logged = proxy_log.read_text(errors="replace").splitlines()
-        rows = len(results.read_text().splitlines()) if results.exists() else 0
+        # The file and its rotated backups (grades.jsonl.1 ...): at 100 MiB it rotates (about
+        # 80,000 rows with the answers kept), and every row written counts.
+        rows = sum(
+            len(part.read_bytes().splitlines())
+            for part in results.parent.glob(f"{results.name}*")
+            if part.name == results.name or part.name[len(results.name) + 1 :].isdigit()
+        )
     sent = sum(tally.values())
     graded = counted.get("gradeproxy_grades_total", 0.0)
     print(
