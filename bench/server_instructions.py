@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import re
 import shutil
 import subprocess
 import sys
@@ -142,7 +143,8 @@ def measure(
     time.sleep(1)
     before = set(dump_dir.iterdir())
     _control(pid, "-d")
-    return _totals(dump_dir, before) / args.requests
+    requests: int = args.requests
+    return _totals(dump_dir, before) / requests
 
 
 def subject(
@@ -152,9 +154,12 @@ def subject(
     dump_dir = work / f"cg-{name}"
     dump_dir.mkdir()
     vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump_dir}/out.%p"]
-    # `env` execs the rest, so the pid started is the one callgrind_control names.
-    assignments = [arg for arg in argv if "=" in arg.split("/")[0]]
-    command = ["env", "PYTHONHASHSEED=0", *assignments, *vg, *argv[len(assignments) :]]
+    # `env` execs the rest (its NAME=value words first), so the pid started is the one
+    # callgrind_control names.
+    lead = 0
+    while lead < len(argv) and re.fullmatch(r"[A-Z_]+=.*", argv[lead]):
+        lead += 1
+    command = ["env", "PYTHONHASHSEED=0", *argv[:lead], *vg, *argv[lead:]]
     with started(command, port, work / f"{name}.log", str(SUBJECT_CPU), START_S) as child:
         got = {"forwarded": measure(child.pid, port, dump_dir, None, args)}
         if name != "floor":
@@ -206,7 +211,7 @@ def main() -> int:
                 results = dict(
                     zip(
                         [job[0] for job in jobs],
-                        pool.map(lambda job: subject(*job, work, args), jobs),
+                        pool.map(lambda job: subject(job[0], job[1], job[2], work, args), jobs),
                         strict=True,
                     )
                 )
