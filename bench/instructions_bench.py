@@ -15,7 +15,9 @@ path; bench/ab.py and bench/perf.py say what they are worth to a request.
 Parts: ``grade_job`` on the bench backend's tool-call body, and on its stream; ``record``: one
 job's rows reduced, counted and appended (``recording`` + ``Recorder.record``); ``record_batch``:
 the same per job when the writer thread takes 64 at once, as a busy grade queue hands them over
-(``WriterThread._write_all``).
+(``WriterThread._write_all``); ``record_batch_failing``: the same for a failing answer (the task
+bench/ab.py and bench/perf.py grade, which the fake backend's call fails), whose row also
+becomes an entry of the failure inspector's ring.
 
 Run: ``python bench/instructions_bench.py [--base HEAD] [--calls 2000]`` (needs valgrind:
 ``apt-get install valgrind``; about a minute per run, two at a time on two cores).
@@ -36,7 +38,7 @@ from _perf_load import export
 from _servers import CALL_BODY, STREAM_FIRST, STREAM_REST
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("grade_job_body", "grade_job_stream", "record", "record_batch")
+PARTS = ("grade_job_body", "grade_job_stream", "record", "record_batch", "record_batch_failing")
 BATCH = 64  # jobs per call of record_batch; its figure is per job
 
 # Run inside the tree under test (its modules first on sys.path); the bodies come from here so
@@ -56,12 +58,13 @@ folder = Path(tempfile.mkdtemp())
 (folder / "tasks.jsonl").write_text(
     '{{"id":"bench.weather","expected":{{"name":"get_weather","arguments":'
     '{{"city":"Zurich","unit":"celsius"}}}},"metadata":{{"mutationKind":"field_renamed"}}}}\\n'
+    '{{"id":"bench.city","expected":{{"name":"get_weather","arguments":{{"city":"Zurich"}}}}}}\\n'
 )
 tasks = load_tasks(folder / "tasks.jsonl")
 task = tasks.get("bench.weather")
-def job(stream):
+def job(stream, graded=task):
     return GradeJob(
-        request_id="8f14e45fceea167a5a36dedd4bea2543", task=task, tasks_digest=tasks.digest,
+        request_id="8f14e45fceea167a5a36dedd4bea2543", task=graded, tasks_digest=tasks.digest,
         upstream="http://127.0.0.1:1/v1", stream=stream,
         request_body=b'{{"model":"bench-model","messages":[{{"role":"user","content":"hi"}}]}}',
         response=list(STREAM) if stream else [BODY], finished_at=time.perf_counter(),
@@ -79,11 +82,18 @@ def record():
 writes = WriterThread(recorder, options)
 def record_batch():
     writes._write_all([(body_job, None, [dict(row) for row in rows]) for _ in range({batch})])
+failing_job = job(False, tasks.get("bench.city"))  # the task bench/ab.py and perf.py grade
+failing_rows = grade_job(failing_job, True).rows  # "arguments.unit unexpected": a fail
+def record_batch_failing():
+    writes._write_all(
+        [(failing_job, None, [dict(row) for row in failing_rows]) for _ in range({batch})]
+    )
 run = {{
     "grade_job_body": lambda: grade_job(body_job, True),
     "grade_job_stream": lambda: grade_job(stream_job, True),
     "record": record,
     "record_batch": record_batch,
+    "record_batch_failing": record_batch_failing,
 }}[part]
 for _ in range(200):  # warm: first-call caches (the column cache, the label children) filled
     run()
@@ -124,7 +134,7 @@ def per_call(tree: Path, driver: Path, calls: int) -> dict[str, float]:
         counts = dict(
             zip(jobs, pool.map(lambda j: instructions(tree, driver, j[0], j[1]), jobs), strict=True)
         )
-    jobs_per_call = {part: BATCH if part == "record_batch" else 1 for part in PARTS}
+    jobs_per_call = {part: BATCH if part.startswith("record_batch") else 1 for part in PARTS}
     return {
         part: (counts[(part, calls)] - counts[(part, 0)]) / calls / jobs_per_call[part]
         for part in PARTS
