@@ -134,18 +134,12 @@ class Live:
         row["timings"] = dict(self.timings)
 
 
-def verdict_fields(outcome: Outcome) -> dict[str, Any]:
-    """The verdict part of a row: ``result`` and what is derived from it, and the columns."""
-    fields: dict[str, Any] = {}
-    _write_verdict(fields, outcome)
-    return fields
-
-
 def _write_verdict(row: dict[str, Any], outcome: Outcome) -> None:
-    result = outcome.result
-    row["result"] = result
-    row["passed"] = None if result == "error" else result == "pass"  # Outcome.passed
-    row["staleSchemaUsed"] = result == "stale"  # Outcome.stale_schema_used
+    """The verdict part of a row, written into it: ``result`` and what is derived from it,
+    the tool-call column's own fields (tasks without checks), the columns."""
+    row["result"] = outcome.result
+    row["passed"] = outcome.passed
+    row["staleSchemaUsed"] = outcome.stale_schema_used
     verdict = outcome.verdict
     if verdict is not None and not outcome.has_checks:
         row["score"] = verdict.score

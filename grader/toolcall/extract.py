@@ -18,6 +18,7 @@ an unusable later object never hides an earlier usable one (GRADING-DECISIONS.md
 
 from __future__ import annotations
 
+import contextlib
 import re
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -294,14 +295,11 @@ def extract(answer: str, parsed: Any = UNPARSED) -> Extraction:
     stripped = answer.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
         # Fast path: a whole-JSON answer is exactly one top-level span.
-        if parsed is UNPARSED:
-            try:
+        value = parsed
+        if value is UNPARSED:
+            with contextlib.suppress(JSONError):
                 value = loads_exact(stripped)
-            except JSONError:
-                value = UNPARSED
-        else:
-            value = parsed
-        if value is not UNPARSED:
+        if value is not UNPARSED:  # else not JSON after all: scanned for spans below
             if stripped.count("{") + stripped.count("[") <= MAX_DEPTH or (
                 value_depth(value) <= MAX_DEPTH
             ):

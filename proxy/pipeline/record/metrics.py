@@ -84,6 +84,11 @@ OVERHEAD_BUCKETS = (
 )  # fmt: skip
 # Kinds of job tallies whose resolved counter increments are kept (ProxyMetrics.increments).
 _INCREMENTS_MAX = 4096
+# A job's tallies (proxy.pipeline.record.recording.Recording): column (name, result, rows),
+# grade (model, result, rows); with the task, the variant and the error rows, one hashable key.
+CheckTallies = tuple[tuple[str, str, int], ...]
+GradeTallies = tuple[tuple[str | None, str, int], ...]
+Tallies = tuple[str, str, CheckTallies, GradeTallies, int]
 GRADE_LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30)
 
 
@@ -317,7 +322,7 @@ class ProxyMetrics:
         # Known label combinations exist at 0 from the start, so rates and alerts see them.
         self._skipped_by: dict[str, Any] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._increments: dict[tuple[object, ...], dict[Any, int]] = {}
+        self._increments: dict[Tallies, dict[Any, int]] = {}
         for reason in SKIP_REASONS:
             self.skipped.labels(reason)
         for kind in GRADING_ERROR_KINDS:
@@ -364,36 +369,23 @@ class ProxyMetrics:
             found = self._children[key] = metric.labels(*(printable(v) for v in labels))
         return found
 
-    def increments(
-        self,
-        task: str,
-        variant: str,
-        checks: tuple[tuple[str, str, int], ...],
-        grades: tuple[tuple[str | None, str, int], ...],
-        errors: int,
-    ) -> Mapping[Any, int]:
-        """A graded job's counter increments (labelled child -> count), from its tallies.
+    def increments(self, tallies: Tallies) -> Mapping[Any, int]:
+        """A graded job's counter increments (labelled child -> count), from its tallies:
+        (task, variant, column tallies, grade tallies, error rows).
 
         Jobs of one task mostly tally alike (one row, one column, the same result), so the
         increments are kept by the tallies themselves: the labels are resolved once, not per
         job (:data:`_INCREMENTS_MAX` kinds, forgotten with the children on a task reload).
         """
-        key = (task, variant, checks, grades, errors)
-        found = self._increments.get(key)
+        found = self._increments.get(tallies)
         if found is None:
             if len(self._increments) >= _INCREMENTS_MAX:
                 self._increments.clear()
-            found = self._increments[key] = self._resolve(task, variant, checks, grades, errors)
+            found = self._increments[tallies] = self._resolve(tallies)
         return found
 
-    def _resolve(
-        self,
-        task: str,
-        variant: str,
-        checks: tuple[tuple[str, str, int], ...],
-        grades: tuple[tuple[str | None, str, int], ...],
-        errors: int,
-    ) -> dict[Any, int]:
+    def _resolve(self, tallies: Tallies) -> dict[Any, int]:
+        task, variant, checks, grades, errors = tallies
         child = self.child
         counts: dict[Any, int] = {}
         for name, result, count in checks:  # one entry per (name, result)

@@ -30,7 +30,7 @@ from proxy.pipeline.record.failures import FailureRing, failure_entry
 from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
 
 if TYPE_CHECKING:  # the grading process never needs prometheus_client
-    from proxy.pipeline.record.metrics import ProxyMetrics
+    from proxy.pipeline.record.metrics import CheckTallies, GradeTallies, ProxyMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,8 @@ class Recording:
     rows: int
     latency_s: float  # from the response's last byte to the rows being built
     # Tuples, so that a job's counts are one hashable key (ProxyMetrics.increments):
-    checks: tuple[tuple[str, str, int], ...]  # (column name, pass|fail|error, rows), advisory out
-    grades: tuple[tuple[str | None, str, int], ...]  # (model, result, rows) of rows that graded
+    checks: CheckTallies  # (column name, pass|fail|error, rows), advisory left out
+    grades: GradeTallies  # (model, result, rows) of rows that graded
     errors: int  # rows whose result is ``error`` (out of every pass-rate denominator)
     episodes: list[dict[str, Any]]  # episode rows: the episode metrics read their columns
     failures: list[dict[str, Any]]  # the inspector's entries, the last ``failures_kept``
@@ -225,7 +225,7 @@ class Recorder:
             self.failures.extend(done.failures, done.failures_seen)
         for row in done.episodes:
             metrics.episode_done(task_id, row)
-        return metrics.increments(task_id, variant, done.checks, done.grades, done.errors)
+        return metrics.increments((task_id, variant, done.checks, done.grades, done.errors))
 
 
 def _append_raised(exc: Exception) -> RuntimeError:

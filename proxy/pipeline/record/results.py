@@ -41,8 +41,6 @@ def jsonl_pieces(rows: list[dict[str, Any]]) -> list[bytes]:
     """Rows as the file holds them (one JSON object a line), in pieces of about
     ``PIECE_BYTES``: 10,000 rows are megabytes, and no single copy of them may hold a GIL or
     the event loop (the grading process sends them piece by piece)."""
-    if len(rows) == 1:  # most jobs: one answer, one row, one piece
-        return [dumps_line(rows[0])]
     return _joined(map(dumps_line, rows))
 
 
@@ -61,11 +59,16 @@ def _joined(parts: Iterable[bytes]) -> list[bytes]:
         piece.append(part)
         size += len(part)
         if size >= PIECE_BYTES:
-            pieces.append(b"".join(piece))
+            pieces.append(_one(piece))
             piece, size = [], 0
     if piece:
-        pieces.append(b"".join(piece))
+        pieces.append(_one(piece))
     return pieces
+
+
+def _one(parts: list[bytes]) -> bytes:
+    """``parts`` as one piece; a lone part as it is (most jobs are one row: no copy)."""
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 class ResultsWriteError(ProxyError, OSError):

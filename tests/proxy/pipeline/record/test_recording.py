@@ -489,8 +489,8 @@ def test_a_jobs_increments_are_resolved_once_per_kind_of_tally(
 ) -> None:
     metrics = ProxyMetrics()
     one, two = (_reduced(rows)[2] for rows in (first, second))
-    a = metrics.increments("t", "primary", one.checks, one.grades, one.errors)
-    b = metrics.increments("t", "primary", two.checks, two.grades, two.errors)
+    a = metrics.increments(("t", "primary", one.checks, one.grades, one.errors))
+    b = metrics.increments(("t", "primary", two.checks, two.grades, two.errors))
     assert (a is b) is shared
     recorder = Recorder(metrics, None, None)
     for _ in range(3):
@@ -498,14 +498,14 @@ def test_a_jobs_increments_are_resolved_once_per_kind_of_tally(
     text = generate_latest(metrics.registry).decode()
     passed = 6 if shared else 3  # each job counted by its own rows, however it was resolved
     assert metric_value(text, "gradeproxy_grades_total", model="m", result="pass") == passed
-    assert a == metrics.increments("t", "primary", one.checks, one.grades, one.errors)
+    assert a == metrics.increments(("t", "primary", one.checks, one.grades, one.errors))
 
 
 def test_a_task_reload_forgets_the_resolved_increments() -> None:
     metrics = ProxyMetrics()
     done = _reduced([row(0, "pass", column("call", True))])[2]
-    before = metrics.increments("t", "primary", done.checks, done.grades, done.errors)
+    before = metrics.increments(("t", "primary", done.checks, done.grades, done.errors))
     metrics.set_task_set(None)
-    after = metrics.increments("t", "primary", done.checks, done.grades, done.errors)
+    after = metrics.increments(("t", "primary", done.checks, done.grades, done.errors))
     assert after is not before
     assert after == before  # the same children: prometheus_client keeps them by labels
