@@ -1,10 +1,12 @@
-"""What the live page costs the event loop: building /ui/scoreboard.json from the registry, and
-adding a failing answer to the inspector's ring (both run on the loop).
+"""What the live page costs: building /ui/scoreboard.json from the registry, adding a failing
+answer to the inspector's ring (for every failing answer, where its row is recorded), and
+reading the ring as /ui/failures.json (in a thread; each entry finished when first read).
 
 Figures, never assertions. The scoreboard is timed for task sets of growing size (every task
 with two models, three results, two variants and one check column); the ring for answers of
-the inspector's shown size (proxy/pipeline/record/failures.py SHOWN_CHARS) from the typical (a JSON tool call)
-to the worst (every character invisible). Run: ``python bench/ui_bench.py``.
+the inspector's shown size (proxy/pipeline/record/failures.py SHOWN_CHARS) from the typical (a
+JSON tool call) to the worst (every character invisible): one answer added, and a snapshot of
+a full ring of 100 entries never read before. Run: ``python bench/ui_bench.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import statistics
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from grader import parse_task
 from proxy.pipeline.record.failures import SHOWN_CHARS, FailureRing
@@ -59,12 +62,23 @@ def main() -> None:
         "prose with a newline every 40 chars": ("x" * 39 + "\n") * (SHOWN_CHARS // 40),
         "every character invisible (zero-width)": "\u200b" * SHOWN_CHARS,
     }
-    print(f"ring.add of one failing answer ({SHOWN_CHARS} chars shown):")
+    print(
+        f"one failing answer ({SHOWN_CHARS} chars shown): ring.add, then a full ring's first read"
+    )
     for label, answer in answers.items():
         ring = FailureRing(100, capture_answer=True)
         row = {"request_id": "r", "result": "fail", "answer": answer, "call": None}
         best, median = best_ms(partial(ring.add, TASK, row))
-        print(f"  {label:<42} best {best:6.2f} ms, median {median:6.2f} ms")
+        print(f"  {label:<42} add: best {best:6.3f} ms, median {median:6.3f} ms")
+        best, median = best_ms(partial(first_read, row))
+        print(f"  {'':<42} snapshot of 100 unread: best {best:6.2f} ms, median {median:6.2f} ms")
+
+
+def first_read(row: dict[str, Any]) -> None:
+    ring = FailureRing(100, capture_answer=True)
+    for _ in range(100):
+        ring.add(TASK, row)
+    ring.snapshot()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ see why an answer failed without opening a JSONL file: the task's expected call,
 grader read, the first path where they differ, and the raw answer split into runs of visible and
 invisible characters (seed 003: "repr(output) will show \\n, \\t, and leading spaces").
 
+An entry is kept as a draft and finished when the page reads it (:func:`rendered`): the ring
+holds the last ``size`` of what may be thousands of failing answers a minute, and most fall out
+unread. Splitting the answer into runs and finding the first differing path were 70% of what a
+failing answer cost to record (bench/instructions_bench.py's ``record_batch_failing``); now only
+the entries a person looks at pay for them, once each.
+
 Raw answers are customer content: the ring stays empty when ``results.capture_answer`` is off,
 it lives only in memory (never logged, gone at restart), and ui.py serves it only on the admin
 port or to loopback clients. It never blocks grading: :meth:`FailureRing.add` is O(answer).
@@ -114,18 +120,18 @@ def _call(call: Any) -> dict[str, Any] | None:
     return {"name": call.name, "arguments": call.arguments}
 
 
+_ANSWER = "_answer"  # a draft entry's shown answer, which rendered() splits into runs
+
+
 def failure_entry(task: Task, row: dict[str, Any], capture_answer: bool) -> dict[str, Any] | None:
-    """The inspector's entry for a failing or stale row (None when no answer is captured).
+    """The inspector's entry for a failing or stale row, as a draft (None when no answer is
+    captured): what it copies from the row and the task, and the answer's shown part as text
+    (``_answer``). :func:`rendered` finishes it when the page reads it.
 
     Pure, so the grading process builds it beside the row and the proxy only keeps it.
     """
     if not capture_answer or "answer" not in row:
         return None
-    expected = _call(task.expected_call)
-    got = row.get("call")
-    path = row.get("path")
-    if path is None and expected is not None and isinstance(got, dict):
-        path = first_difference(expected, got)
     answer = str(row["answer"])
     return {
         "request_id": row.get("request_id"),
@@ -138,15 +144,30 @@ def failure_entry(task: Task, row: dict[str, Any], capture_answer: bool) -> dict
         "result": row["result"],
         "reason_code": row.get("reason_code"),
         "reason": row.get("reason"),
-        "path": path,
-        "expected": expected,
+        "path": row.get("path"),  # the grader's; rendered() finds it where the grader left none
+        "expected": _call(task.expected_call),
         "stale": _call(task.stale),
-        "got": got,
+        "got": row.get("call"),
         # The inspector shows the first SHOWN_CHARS (the row holds the whole answer): a wall
-        # of invisible characters is the slow case (bench/ui_bench.py). Built off the loop.
-        "answer_runs": visible_runs(answer[:SHOWN_CHARS]),
+        # of invisible characters is the slow case (bench/ui_bench.py). Split when read.
+        "answer_runs": None,
         "truncated": bool(row.get("truncated")) or len(answer) > SHOWN_CHARS,
+        _ANSWER: answer[:SHOWN_CHARS],
     }
+
+
+def rendered(entry: dict[str, Any]) -> dict[str, Any]:
+    """A draft entry finished as ``/ui/failures.json`` shows it: the answer as runs of visible
+    and invisible characters, and the first path where the call differs from the expected one
+    when the grader named none. The work is kept in the draft, so an entry is finished once
+    however often the page is read; two readers finishing one entry at once write the same
+    values, one key at a time, so neither sees a half-finished entry."""
+    if entry["answer_runs"] is None:
+        expected, got = entry["expected"], entry["got"]
+        if entry["path"] is None and expected is not None and isinstance(got, dict):
+            entry["path"] = first_difference(expected, got)
+        entry["answer_runs"] = visible_runs(entry[_ANSWER])
+    return {name: value for name, value in entry.items() if name != _ANSWER}
 
 
 class FailureRing:
@@ -174,12 +195,15 @@ class FailureRing:
             self._entries.extend(entries)
 
     def snapshot(self) -> dict[str, Any]:
-        """What ``/ui/failures.json`` returns: newest first, with the process it comes from."""
+        """What ``/ui/failures.json`` returns: newest first, with the process it comes from.
+
+        Entries not read before are finished here (:func:`rendered`): up to ``size`` answers
+        of ``SHOWN_CHARS`` each, which is why the page calls this in a thread."""
+        entries = self._entries.copy()  # one C call: the writer thread may append meanwhile
         return {
             "process": self.process,
             "capacity": self.size,
             "capture_answer": self.capture_answer,
             "seen": self.seen,
-            # copy() is one C call: the writer thread may append while the page reads.
-            "failures": list(reversed(self._entries.copy())) if self.size else [],
+            "failures": [rendered(e) for e in reversed(entries)] if self.size else [],
         }

@@ -22,7 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from grader.loader import parse_task
 from proxy.app import make_admin_app
 from proxy.pipeline.guard import KEY_HEADER, Guard
-from proxy.pipeline.record.failures import FailureRing, first_difference, visible_runs
+from proxy.pipeline.record.failures import (
+    SHOWN_CHARS,
+    FailureRing,
+    failure_entry,
+    first_difference,
+    visible_runs,
+)
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.surfaces.ui import inspector_allowed, scoreboard
 from tests.support.backend import Reply, ScriptedBackend
@@ -126,6 +132,52 @@ def test_a_ring_entry_computes_the_path_the_grader_left_out() -> None:
     (entry,) = ring.snapshot()["failures"]
     assert entry["path"] == "arguments.a"
     assert entry["expected"] == {"name": "f", "arguments": {"a": 1}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "path", "answer", "truncated"),
+    [
+        pytest.param({}, None, "answer 1", False, id="no_call_no_path"),
+        pytest.param(
+            {"call": {"name": "f", "arguments": {"b": 1}}},
+            "arguments.a",
+            "answer 1",
+            False,
+            id="path_found_when_read",
+        ),
+        pytest.param(
+            {"call": {"name": "f", "arguments": {"b": 1}}, "path": "arguments"},
+            "arguments",
+            "answer 1",
+            False,
+            id="the_graders_path_kept",
+        ),
+        pytest.param(
+            {"answer": " \t" + "x" * SHOWN_CHARS},
+            None,
+            " \t" + "x" * (SHOWN_CHARS - 2),
+            True,
+            id="long_answer_cut_to_the_shown_size",
+        ),
+    ],
+)
+def test_an_entry_is_finished_when_first_read_and_only_then(
+    extra: dict[str, Any], path: str | None, answer: str, truncated: bool
+) -> None:
+    draft = failure_entry(TASK, {**row(1), **extra}, capture_answer=True)
+    assert draft is not None
+    assert draft["answer_runs"] is None  # nothing split while recording
+    ring = FailureRing(5, True)
+    ring.extend([draft], 1)
+    first, again = (ring.snapshot()["failures"][0] for _ in range(2))
+    assert first == again
+    assert (first["path"], first["answer_runs"], first["truncated"]) == (
+        path,
+        visible_runs(answer),
+        truncated,
+    )
+    assert "_answer" not in first  # the draft's text is not shown twice
+    assert draft["answer_runs"] == first["answer_runs"]  # kept: the next read does no work
 
 
 KEYED = Guard(("k-one", "k-two"), protect_metrics=False, max_body_bytes=1024, watchdog=None)
