@@ -19,10 +19,12 @@ port or to loopback clients. It never blocks grading: :meth:`FailureRing.add` is
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
 from collections import deque
+from itertools import groupby
 from typing import Any
 
 from grader.tasks import Task
@@ -31,6 +33,11 @@ from grader.tasks import Task
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}
 
 
+def _invisible(char: str) -> bool:
+    return not char.isprintable()
+
+
+@functools.lru_cache(maxsize=1024)  # an invisible answer is mostly a few characters repeated
 def _escape(char: str) -> str:
     if char in _NAMED:
         return _NAMED[char]
@@ -63,6 +70,8 @@ def visible_runs(text: str) -> list[tuple[str, bool]]:
     runs: list[tuple[str, bool]] = []
 
     def push(shown: str, hidden: bool) -> None:
+        if not shown:
+            return
         if runs and runs[-1][1] == hidden:
             runs[-1] = (runs[-1][0] + shown, hidden)
         else:
@@ -74,16 +83,24 @@ def visible_runs(text: str) -> list[tuple[str, bool]]:
         if start > position:
             push(text[position:start], False)
         position = end
-        chunk = match.group()
-        if chunk.isprintable() and start >= lead and end <= tail_start:
+        # The edge spaces in this run, marked whole (an answer padded with 4,000 spaces is
+        # one run, not 4,000 steps); between them, what is left is judged as it stands.
+        inner_start = min(end, max(start, lead))
+        inner_end = max(inner_start, min(end, tail_start))
+        if inner_start > start:
+            push("·" * (inner_start - start), True)
+        chunk = text[inner_start:inner_end]  # empty when the run is edge spaces only
+        if chunk.isprintable():
             push(chunk, False)  # inner spaces, accented letters, CJK: shown as they are
-            continue
-        for index, char in enumerate(chunk, start):
-            edge = char == " " and (index < lead or index >= tail_start)
-            hidden = edge or not char.isprintable()
-            push(_escape(char) if hidden else char, hidden)
-            if char == "\n":  # keep the line break itself after showing it
-                runs.append(("\n", False))
+        else:
+            for number, line in enumerate(chunk.split("\n")):
+                if number:  # a newline, shown, then the line break itself, kept
+                    push("\\n", True)
+                    runs.append(("\n", False))
+                for hidden, chars in groupby(line, key=_invisible) if line else ():
+                    push("".join(map(_escape, chars) if hidden else chars), hidden)
+        if end > inner_end:
+            push("·" * (end - inner_end), True)
     if position < len(text):
         push(text[position:], False)
     return runs

@@ -370,6 +370,36 @@ def reconstruct(runs: list[tuple[str, bool]]) -> str:
     return "".join(out)
 
 
+def runs_char_by_char(text: str) -> list[tuple[str, bool]]:
+    """The runs as their definition reads, one character at a time: hidden is an edge space
+    or what ``str.isprintable`` refuses; a shown newline is followed by the line break."""
+    lead = len(text) - len(text.lstrip(" "))
+    tail_start = len(text.rstrip(" ")) if lead < len(text) else 0
+    runs: list[tuple[str, bool]] = []
+    for index, char in enumerate(text):
+        hidden = (char == " " and (index < lead or index >= tail_start)) or not char.isprintable()
+        shown = (
+            (NAMED_ESCAPES.get(char) or ("·" if char == " " else ascii(char)[1:-1]))
+            if hidden
+            else char
+        )
+        if runs and runs[-1][1] == hidden:
+            runs[-1] = (runs[-1][0] + shown, hidden)
+        else:
+            runs.append((shown, hidden))
+        if char == "\n":
+            runs.append(("\n", False))
+    return runs
+
+
+NAMED_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}
+
+
+@given(st.text(alphabet=st.sampled_from(' \n\t\u200b\u00a0aZ\u00e9{}"')) | st.text())
+def test_runs_are_what_a_character_by_character_reading_gives(text: str) -> None:
+    assert visible_runs(text) == runs_char_by_char(text)
+
+
 @given(st.text())
 def test_shown_runs_hide_nothing_and_lose_nothing(text: str) -> None:
     """The runs give the answer back exactly, and outside the marked runs only visible
