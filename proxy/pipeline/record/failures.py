@@ -8,13 +8,13 @@ invisible characters (seed 003: "repr(output) will show \\n, \\t, and leading sp
 
 An entry is kept as a draft and finished when the page reads it (:func:`rendered`): the ring
 holds the last ``size`` of what may be thousands of failing answers a minute, and most fall out
-unread. Splitting the answer into runs and finding the first differing path were 70% of what a
-failing answer cost to record (bench/instructions_bench.py's ``record_batch_failing``); now only
-the entries a person looks at pay for them, once each.
+unread. Splitting the answer into runs and finding the first differing path were about 70% of
+what recording a failing answer cost beyond a passing one (bench/instructions_bench.py's
+``record_batch_failing``); now only the entries a person looks at pay for them, once each.
 
 Raw answers are customer content: the ring stays empty when ``results.capture_answer`` is off,
 it lives only in memory (never logged, gone at restart), and ui.py serves it only on the admin
-port or to loopback clients. It never blocks grading: :meth:`FailureRing.add` is O(answer).
+port or to loopback clients. It never blocks grading: a draft copies at most ``SHOWN_CHARS``.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _escape(char: str) -> str:
 SHOWN_CHARS = 4096  # of each answer, in the inspector
 
 # Runs of anything but visible ASCII (spaces included): only these need a closer look, so a
-# 64 KB JSON answer costs one regex scan on the event loop, not a Python step per character.
+# 64 KB JSON answer costs one regex scan, not a Python step per character.
 _SUSPECT = re.compile(r"[^\x21-\x7e]+")
 
 

@@ -370,6 +370,10 @@ def reconstruct(runs: list[tuple[str, bool]]) -> str:
     return "".join(out)
 
 
+# The escapes reconstruct() reads, turned around (the edge space is handled on its own).
+NAMED_ESCAPES = {char: escape for escape, char in NAMED.items() if char != " "}
+
+
 def runs_char_by_char(text: str) -> list[tuple[str, bool]]:
     """The runs as their definition reads, one character at a time: hidden is an edge space
     or what ``str.isprintable`` refuses; a shown newline is followed by the line break."""
@@ -390,9 +394,6 @@ def runs_char_by_char(text: str) -> list[tuple[str, bool]]:
         if char == "\n":
             runs.append(("\n", False))
     return runs
-
-
-NAMED_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}
 
 
 @given(st.text(alphabet=st.sampled_from(' \n\t\u200b\u00a0aZ\u00e9{}"')) | st.text())
