@@ -210,13 +210,23 @@ async def _buffered(
     out.body_bytes = len(data)
     if capture:
         copy.add(data)
-    out.finished_at = time.perf_counter()
+    response = web.Response(status=upstream.status, body=data, headers=headers)
     if client_gone(request):
         # Nobody will read this answer: not delivered, so neither logged 200 nor graded.
         out.client_disconnected = True
-    else:
-        out.headers_sent = True  # aiohttp writes it whole right after the handler returns
-    return web.Response(status=upstream.status, body=data, headers=headers)
+        out.finished_at = time.perf_counter()
+        return response
+    # Written here rather than by aiohttp once the handler returns: what follows the relay
+    # (the grade job, the metrics, the request's log line) then runs after the client has its
+    # last byte instead of before it, and a client gone meanwhile is noticed, as on a stream.
+    out.headers_sent = True
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except ConnectionResetError:
+        out.client_disconnected = True
+    out.finished_at = time.perf_counter()
+    return response
 
 
 async def _streamed(

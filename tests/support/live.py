@@ -78,7 +78,7 @@ async def raw_exchange(port: int, request: bytes, read_s: float = 5.0) -> bytes:
             async with asyncio.timeout(read_s):
                 while chunk := await reader.read(65536):
                     chunks.append(chunk)
-                    if _complete(b"".join(chunks)):
+                    if whole_response(b"".join(chunks)):
                         break
         return b"".join(chunks)
     finally:
@@ -87,7 +87,7 @@ async def raw_exchange(port: int, request: bytes, read_s: float = 5.0) -> bytes:
             await writer.wait_closed()
 
 
-def _complete(data: bytes) -> bool:
+def whole_response(data: bytes) -> bool:
     """Whether ``data`` holds a whole response with a Content-Length body."""
     head, sep, body = data.partition(b"\r\n\r\n")
     if not sep:

@@ -13,6 +13,8 @@ from aiohttp.test_utils import TestServer
 
 from proxy.cli import shutdown
 from proxy.logs import configure_logging
+from proxy.pipeline import forward
+from proxy.state import Lifecycle
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.support.live import live_proxy, raw_exchange, status_of
 from tests.support.proxy import read_rows
@@ -255,3 +257,40 @@ async def test_shutdown_cut_while_a_slow_client_reads_is_not_a_499(
         assert live.metric("gradeproxy_grading_skipped_total", reason="shutdown") == 1
         assert live.metric(CHAT, route="chat_completions", code="499") == 0
         assert live.metric(CHAT, route="chat_completions", code="200") == 1
+
+
+async def test_a_sized_answer_whose_client_left_before_it_was_written_is_not_graded(
+    monkeypatch: pytest.MonkeyPatch,
+    backend: ScriptedBackend,
+    backend_server: TestServer,
+    tasks_file: Path,
+    results_path: Path,
+) -> None:
+    """The relay writes a sized answer itself: a client gone by then is noticed at the write
+    (the gap between the last check and the write forced open here), counted as gone, not
+    graded, as on a stream."""
+    released = asyncio.Event()
+
+    async def slow(request: web.Request) -> None:
+        await asyncio.sleep(0.3)  # the client leaves meanwhile
+        released.set()
+
+    monkeypatch.setattr(forward, "client_gone", lambda request: False)
+    monkeypatch.setattr(Lifecycle, "abandon", lambda self, task: None)  # the relay runs on
+    backend.hook = slow
+    backend.replies.append(Reply(body=wire("openai_single_tool.json"), chunked=False))
+    async with live_proxy(str(backend_server.make_url("/v1")), tasks_file, results_path) as live:
+        _, writer = await asyncio.open_connection("127.0.0.1", live.port)
+        writer.write(_chat())
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.close()
+        await released.wait()
+        for _ in range(100):
+            if live.metric("gradeproxy_grading_skipped_total", reason="client_disconnected"):
+                break
+            await asyncio.sleep(0.02)
+        await live.drained()
+        skipped = live.metric("gradeproxy_grading_skipped_total", reason="client_disconnected")
+        assert skipped == 1
+    assert read_rows(results_path) == []

@@ -6,10 +6,16 @@ from __future__ import annotations
 import asyncio
 import gzip
 import io
+import socket
+import time
+from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestServer
 
+from proxy import handler
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
+from tests.support.live import live_proxy, whole_response
 from tests.support.proxy import ProxyFactory
 
 # Bytes a re-serialiser would change: a >64-bit integer, an exponent, escapes, key order.
@@ -345,3 +351,86 @@ async def test_slow_but_steady_upstream_is_not_cut(
     response = await client.post("/v1/chat/completions", data=b"{}")
     assert response.status == 200
     assert await response.read() == body
+
+
+HOLD_S = 0.5  # how long the step after the relay blocks the event loop in the test below
+
+
+def _exchange_blocking(port: int, request: bytes) -> float:
+    """Send ``request`` from a thread of its own (the event loop is held meanwhile); the
+    ``perf_counter`` at which the whole response (sized or chunked) had arrived."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while not (whole_response(data) or data.endswith(b"\r\n0\r\n\r\n")):
+            chunk = sock.recv(65536)
+            assert chunk, f"the proxy closed the connection after {data!r}"
+            data += chunk
+        return time.perf_counter()
+
+
+@pytest.mark.parametrize(
+    ("reply", "graded", "held"),
+    [
+        pytest.param(
+            Reply(body=wire("openai_single_tool.json"), chunked=False),
+            True,
+            "submit",
+            id="sized_answer_before_its_grade_job",
+        ),
+        pytest.param(
+            Reply(body=wire("openai_single_tool.json"), chunked=False),
+            False,
+            "record_request",
+            id="sized_answer_before_its_log_line_and_metrics",
+        ),
+        pytest.param(
+            Reply(body=wire("openai_single_tool.sse"), content_type=SSE),
+            True,
+            "submit",
+            id="stream_before_its_grade_job",
+        ),
+    ],
+)
+async def test_the_client_has_its_last_byte_before_the_proxy_records_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+    backend: ScriptedBackend,
+    backend_server: TestServer,
+    tasks_file: Path,
+    results_path: Path,
+    reply: Reply,
+    graded: bool,
+    held: str,
+) -> None:
+    """What follows the relay (the grade job, the request's metrics and log line) never delays
+    the answer: with that step holding the event loop for HOLD_S, a client in a thread of its
+    own already has the whole response before the hold ends."""
+    holds: list[tuple[float, float]] = []
+    owner = handler._Exchange if held == "submit" else handler
+    original = getattr(owner, held)
+
+    def holding(*args: object, **kwargs: object) -> object:
+        began = time.perf_counter()
+        time.sleep(HOLD_S)  # blocks the event loop: nothing more is written meanwhile
+        holds.append((began, time.perf_counter()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, held, holding)
+    backend.replies.append(reply)
+    task = b"X-Grade-Task: weather.single\r\n" if graded else b""
+    body = b'{"model":"m","messages":[]}'
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        + task
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    async with live_proxy(str(backend_server.make_url("/v1")), tasks_file, results_path) as live:
+        arrived = await asyncio.to_thread(_exchange_blocking, live.port, request)
+        await live.drained()
+    assert len(holds) == 1, f"{held} ran {len(holds)} times"
+    began, ended = holds[0]
+    assert arrived < ended, (
+        f"the whole answer arrived {arrived - began:.3f} s after {held} began holding the "
+        f"loop for {HOLD_S} s: it waited for {held}"
+    )
