@@ -16,7 +16,7 @@ from proxy.logs import configure_logging
 from proxy.pipeline import forward
 from proxy.state import Lifecycle
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
-from tests.support.live import live_proxy, raw_exchange, status_of
+from tests.support.live import Live, live_proxy, raw_exchange, status_of
 from tests.support.proxy import read_rows
 
 CHAT = "gradeproxy_requests_total"
@@ -29,6 +29,24 @@ def _chat(extra: bytes = b"", body: bytes = b"{}") -> bytes:
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
+
+
+async def _leave_before_the_answer(
+    live: Live, released: asyncio.Event, metric: str, **labels: str
+) -> None:
+    """Send a graded request and close the connection 0.1 s later; once the backend's hook
+    has ``released``, wait (bounded) for ``metric`` to count it, then for the grade queue."""
+    _, writer = await asyncio.open_connection("127.0.0.1", live.port)
+    writer.write(_chat())
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    writer.close()
+    await released.wait()
+    for _ in range(100):
+        if live.metric(metric, **labels):
+            break
+        await asyncio.sleep(0.02)
+    await live.drained()
 
 
 @pytest.mark.parametrize("content_type", [JSON, SSE])
@@ -57,17 +75,7 @@ async def test_client_gone_before_headers_is_499_ungraded_and_aborts_upstream(
     name = "openai_single_tool.sse" if content_type == SSE else "openai_single_tool.json"
     backend.replies.append(Reply(body=wire(name), content_type=content_type, chunked=False))
     async with live_proxy(str(backend_server.make_url("/v1")), tasks_file, results_path) as live:
-        _, writer = await asyncio.open_connection("127.0.0.1", live.port)
-        writer.write(_chat())
-        await writer.drain()
-        await asyncio.sleep(0.1)
-        writer.close()
-        await released.wait()
-        for _ in range(100):
-            if live.metric(CHAT, route="chat_completions", code="499"):
-                break
-            await asyncio.sleep(0.02)
-        await live.drained()
+        await _leave_before_the_answer(live, released, CHAT, route="chat_completions", code="499")
         assert live.metric(CHAT, route="chat_completions", code="499") == 1
         assert live.metric(CHAT, route="chat_completions", code="200") == 0
         assert live.metric(CHAT, route="chat_completions", code="500") == 0
@@ -280,17 +288,9 @@ async def test_a_sized_answer_whose_client_left_before_it_was_written_is_not_gra
     backend.hook = slow
     backend.replies.append(Reply(body=wire("openai_single_tool.json"), chunked=False))
     async with live_proxy(str(backend_server.make_url("/v1")), tasks_file, results_path) as live:
-        _, writer = await asyncio.open_connection("127.0.0.1", live.port)
-        writer.write(_chat())
-        await writer.drain()
-        await asyncio.sleep(0.1)
-        writer.close()
-        await released.wait()
-        for _ in range(100):
-            if live.metric("gradeproxy_grading_skipped_total", reason="client_disconnected"):
-                break
-            await asyncio.sleep(0.02)
-        await live.drained()
+        await _leave_before_the_answer(
+            live, released, "gradeproxy_grading_skipped_total", reason="client_disconnected"
+        )
         skipped = live.metric("gradeproxy_grading_skipped_total", reason="client_disconnected")
         assert skipped == 1
     assert read_rows(results_path) == []
