@@ -37,6 +37,21 @@ def export(revision: str, into: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
+def litellm_argv(litellm: str, folder: Path, upstream: str, port: int) -> list[str]:
+    """LiteLLM's proxy in front of ``upstream`` as its docs start it (one worker), written
+    into ``folder``. Its releases from 1.7x refuse to start without a master key unless told
+    this is local use; its model-cost map is read from its own package (no network here, and
+    the fetch it would try first costs seconds of start-up)."""
+    config = folder / "litellm.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: bench-model\n    litellm_params:\n"
+        f"      model: openai/bench-model\n      api_base: {upstream}\n      api_key: none\n"
+        "general_settings:\n  dangerously_permit_weak_or_unset_master_key: true\n"
+    )
+    options = ["--config", str(config), "--port", str(port), "--num_workers", "1"]
+    return ["env", "LITELLM_LOCAL_MODEL_COST_MAP=True", litellm, *options]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

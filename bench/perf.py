@@ -37,7 +37,17 @@ import time
 from pathlib import Path
 
 from _perf_figures import FigureError, Row, loop_lag, render, soak, ttfb_rows, verdict
-from _perf_load import CPUS, LOAD_CPUS, SUBJECT_CPU, Load, free_port, metric_sum, started, tree
+from _perf_load import (
+    CPUS,
+    LOAD_CPUS,
+    SUBJECT_CPU,
+    Load,
+    free_port,
+    litellm_argv,
+    metric_sum,
+    started,
+    tree,
+)
 from _perf_run import Run, has_uvloop, serve_flags
 
 CONNS = (1, 16, 64)
@@ -212,23 +222,22 @@ def own_core(run: Run, loop_flags: list[str]) -> list[Row]:
     return [Row(name, f"{share:.3f}x the floor", detail, ">= 0.95x", verdict(share >= 0.95))]
 
 
-def litellm(run: Run, path: str, graded_port: int) -> list[Row]:
+def litellm(run: Run, path: str) -> list[Row]:
+    """LiteLLM's proxy (it grades nothing) against gradeproxy graded and forwarded only, on
+    the same core and backend; one load each, after the rounds: the gap is a multiple."""
     port = free_port()
-    config = run.work / "litellm.yaml"
-    config.write_text(
-        "model_list:\n  - model_name: bench-model\n    litellm_params:\n"
-        f"      model: openai/bench-model\n      api_base: {run.upstream}\n      api_key: none\n"
+    argv = litellm_argv(path, run.work, run.upstream, port)
+    run.stack.enter_context(
+        started(argv, port, run.work / "litellm.log", str(SUBJECT_CPU), timeout_s=180)
     )
-    argv = [path, "--config", str(config), "--port", str(port), "--num_workers", "1"]
-    run.stack.enter_context(started(argv, port, run.work / "litellm.log", str(SUBJECT_CPU)))
     rows = []
     for conns in (1, 16):
         theirs = run.load("litellm", port, conns, run.plain, False).rps
-        ours = rps(run.loads[("graded", conns)])
+        graded, forwarded = (rps(run.loads[(key, conns)]) for key in ("graded", "forwarded"))
         rows.append(
             Row(
-                f"LiteLLM, c={conns}",
-                f"gradeproxy graded {ours / theirs:.1f}x LiteLLM's req/s",
+                f"LiteLLM proxy, c={conns}: gradeproxy's req/s / LiteLLM's",
+                f"graded {graded / theirs:.1f}x, forwarded {forwarded / theirs:.1f}x",
                 f"LiteLLM {theirs:,.0f} req/s",
             )
         )
@@ -285,7 +294,7 @@ def main() -> int:
         run.figure("streamed TTFB", lambda: ttfb_rows(run.backend_port, ports, args.ttfb_samples))
         path = args.litellm or shutil.which("litellm")
         if path:
-            run.figure("LiteLLM", lambda: litellm(run, path, ports["graded"]))
+            run.figure("LiteLLM", lambda: litellm(run, path))
         else:
             run.rows.append(Row("LiteLLM", "not installed (compared when `litellm` is found)"))
         if "--workers" in flags:

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import aiohttp
+from _perf_load import litellm_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = '{"model":"bench-model","messages":[{"role":"user","content":"Weather in Zurich?"}]}'
@@ -165,21 +166,7 @@ def main() -> None:
     ports = {"direct": backend_port, "pass-through": pass_port, "gradeproxy": proxy_port}
     if args.litellm:
         litellm_port = free_port()
-        litellm_config = work / "litellm.yaml"
-        litellm_config.write_text(
-            "model_list:\n  - model_name: bench-model\n    litellm_params:\n"
-            f"      model: openai/bench-model\n      api_base: {upstream}\n      api_key: none\n"
-        )
-        os.environ["LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY"] = "true"
-        subjects["litellm"] = [
-            args.litellm,
-            "--config",
-            str(litellm_config),
-            "--port",
-            str(litellm_port),
-            "--num_workers",
-            "1",
-        ]
+        subjects["litellm"] = litellm_argv(args.litellm, work, upstream, litellm_port)
         ports["litellm"] = litellm_port
     results: dict[str, dict[int, dict[str, float]]] = {}
     stream_ttfb: dict[str, list[float]] = {}
