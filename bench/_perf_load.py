@@ -79,10 +79,28 @@ def tree(pid: int) -> list[int]:
     while todo:
         current = todo.pop()
         found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            with contextlib.suppress(OSError):
-                todo.extend(int(child) for child in (task / "children").read_text().split())
+        todo.extend(_children(current))
     return found
+
+
+def _children(pid: int) -> list[int]:
+    """From /proc/PID/task/*/children where the kernel has it; some (gVisor's, on the lent
+    machines) do not, and then each process's parent is read from /proc/*/stat instead."""
+    tasks = list(Path(f"/proc/{pid}/task").glob("*"))
+    children: list[int] = []
+    listed = False
+    for task in tasks:
+        with contextlib.suppress(OSError):
+            children.extend(int(child) for child in (task / "children").read_text().split())
+            listed = True
+    if listed or not tasks:
+        return children
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The name field may hold spaces and parentheses: the parent follows the last ")".
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+    return children
 
 
 def cpu_s(pids: list[int]) -> float:

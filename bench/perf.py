@@ -19,9 +19,12 @@ the CPU above the subject's. LiteLLM is compared when its ``litellm`` command is
 
 Exit status 1 when any figure cannot be produced (the table marks it MISSING), so the README is
 never filled from an old run. ``--quick`` is for local use: shorter runs, one round, a 15 s
-soak whose RSS verdict is not judged, and it says so in its header.
+soak whose RSS verdict is not judged, and it says so in its header. ``--many-core`` measures
+only what needs 4+ cores (1/2/4/8 workers against the floor at each count, grading on a core of
+its own), in about three minutes: the command bench/device/run.sh runs on a lent machine.
 
-Run: ``python bench/perf.py [--quick] [--litellm PATH]`` (needs wrk: ``apt-get install wrk``).
+Run: ``python bench/perf.py [--quick] [--many-core] [--litellm PATH]`` (needs wrk: ``apt-get
+install wrk``).
 """
 
 from __future__ import annotations
@@ -244,10 +247,68 @@ def litellm(run: Run, path: str) -> list[Row]:
     return rows
 
 
+def one_core(run: Run, flags: str, loop_flags: list[str]) -> None:
+    """The one-core table: throughput, latency, streams and LiteLLM, graded and forwarded, on
+    asyncio and uvloop; ``--workers 1/2`` at the end."""
+    args = run.args
+    uvloop = has_uvloop() and "--loop" in flags
+    ports = {"floor": run.floor_port, "graded": run.gradeproxy("asyncio", loop_flags)}
+    subjects = {"floor": (ports["floor"], run.plain), "graded": (ports["graded"], run.graded)}
+    subjects["forwarded"] = (ports["graded"], run.plain)
+    tags = [""]
+    if uvloop:
+        ports["graded+uvloop"] = run.gradeproxy("uvloop", ["--loop", "uvloop"])
+        subjects["graded+uvloop"] = (ports["graded+uvloop"], run.graded)
+        subjects["forwarded+uvloop"] = (ports["graded+uvloop"], run.plain)
+        tags.append("+uvloop")
+    else:
+        why = "uvloop is not installed" if "--loop" in flags else "serve has no --loop flag"
+        run.missing.append(f"uvloop on/off: {why} (pip install 'gradeproxy[uvloop]')")
+    run.figure("throughput", lambda: throughput(run, subjects, tags))
+    run.figure("added latency", lambda: added_latency(run, tags))
+    skipped = metric_sum(ports["graded"], "gradeproxy_grading_skipped_total", "queue_full")
+    graded = metric_sum(ports["graded"], "gradeproxy_grades_total")
+    run.rows.append(
+        Row(
+            "graded run: responses graded / dropped as queue_full",
+            f"{graded:.0f} / {skipped:.0f}",
+            "",
+            "0 dropped",
+            verdict(skipped == 0),
+        )
+    )
+    run.figure("streamed TTFB", lambda: ttfb_rows(run.backend_port, ports, args.ttfb_samples))
+    path = args.litellm or shutil.which("litellm")
+    if path:
+        run.figure("LiteLLM", lambda: litellm(run, path))
+    else:
+        run.rows.append(Row("LiteLLM", "not installed (compared when `litellm` is found)"))
+    if "--workers" in flags:
+        run.figure("--workers", lambda: workers(run, loop_flags))
+    else:
+        run.missing.append("--workers 1/2: gradeproxy serve has no --workers flag")
+
+
+def cores(run: Run, flags: str, loop_flags: list[str]) -> None:
+    """``--many-core``: only the figures a many-core machine is needed for (bench/device/);
+    with fewer cores, what fits (``--workers 1/2``, no own-core figure), for a dry run."""
+    if "--workers" in flags:
+        run.figure("--workers", lambda: workers(run, loop_flags))
+    else:
+        run.missing.append("--workers 1/2/4/8: gradeproxy serve has no --workers flag")
+    run.figure("grading on its own core", lambda: own_core(run, loop_flags))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs for local use")
     parser.add_argument("--litellm", metavar="PATH", help="LiteLLM's `litellm` (default: PATH)")
+    parser.add_argument(
+        "--many-core",
+        action="store_true",
+        help="only the figures that need 4+ cores: --workers 1/2/4/8 against the floor at each"
+        " count, and grading on a core of its own (bench/device/run.sh runs it on a lent machine)",
+    )
     args = parser.parse_args()
     args.seconds, args.rounds = (2, 1) if args.quick else (5, 3)
     args.ttfb_samples = 50 if args.quick else 200
@@ -255,9 +316,9 @@ def main() -> int:
         print("bench/perf.py: wrk not found (apt-get install wrk): no figure can be produced")
         return 1
     flags = serve_flags()
-    uvloop = has_uvloop() and "--loop" in flags
     loop_flags = ["--loop", "asyncio"] if "--loop" in flags else []
     mode = "QUICK (local use, not for the README)" if args.quick else "full"
+    mode += ", many-core figures only" if args.many_core else ""
     print(
         f"bench/perf.py, {mode}: {CPUS} CPUs; subjects pinned to CPU {SUBJECT_CPU}, backend and"
         f" wrk on {LOAD_CPUS}; wrk {args.seconds}s per point, {args.rounds} interleaved rounds;"
@@ -265,46 +326,17 @@ def main() -> int:
     )
     with contextlib.ExitStack() as stack:
         run = Run(args, stack)
-        ports = {"floor": run.floor(), "graded": run.gradeproxy("asyncio", loop_flags)}
-        run.floor_port = ports["floor"]
-        subjects = {"floor": (ports["floor"], run.plain), "graded": (ports["graded"], run.graded)}
-        subjects["forwarded"] = (ports["graded"], run.plain)
-        tags = [""]
-        if uvloop:
-            ports["graded+uvloop"] = run.gradeproxy("uvloop", ["--loop", "uvloop"])
-            subjects["graded+uvloop"] = (ports["graded+uvloop"], run.graded)
-            subjects["forwarded+uvloop"] = (ports["graded+uvloop"], run.plain)
-            tags.append("+uvloop")
+        run.floor_port = run.floor()
+        if args.many_core:
+            cores(run, flags, loop_flags)
         else:
-            why = "uvloop is not installed" if "--loop" in flags else "serve has no --loop flag"
-            run.missing.append(f"uvloop on/off: {why} (pip install 'gradeproxy[uvloop]')")
-        run.figure("throughput", lambda: throughput(run, subjects, tags))
-        run.figure("added latency", lambda: added_latency(run, tags))
-        skipped = metric_sum(ports["graded"], "gradeproxy_grading_skipped_total", "queue_full")
-        graded = metric_sum(ports["graded"], "gradeproxy_grades_total")
-        run.rows.append(
-            Row(
-                "graded run: responses graded / dropped as queue_full",
-                f"{graded:.0f} / {skipped:.0f}",
-                "",
-                "0 dropped",
-                verdict(skipped == 0),
-            )
-        )
-        run.figure("streamed TTFB", lambda: ttfb_rows(run.backend_port, ports, args.ttfb_samples))
-        path = args.litellm or shutil.which("litellm")
-        if path:
-            run.figure("LiteLLM", lambda: litellm(run, path))
-        else:
-            run.rows.append(Row("LiteLLM", "not installed (compared when `litellm` is found)"))
-        if "--workers" in flags:
-            run.figure("--workers", lambda: workers(run, loop_flags))
-        else:
-            run.missing.append("--workers 1/2: gradeproxy serve has no --workers flag")
-    run.figure("loop lag", lambda: loop_lag(100 if args.quick else 200))
-    soak_s, warmup = (15.0, 3.0) if args.quick else (60.0, 10.0)
-    run.figure("RSS over a soak", lambda: soak(soak_s, warmup, args.quick))
-    run.figure("grading on its own core", lambda: own_core(run, loop_flags))
+            one_core(run, flags, loop_flags)
+            # Before the subjects stop: it loads the floor beside its own gradeproxy.
+            run.figure("grading on its own core", lambda: own_core(run, loop_flags))
+    if not args.many_core:  # each starts its own proxy: the subjects above are stopped
+        run.figure("loop lag", lambda: loop_lag(100 if args.quick else 200))
+        soak_s, warmup = (15.0, 3.0) if args.quick else (60.0, 10.0)
+        run.figure("RSS over a soak", lambda: soak(soak_s, warmup, args.quick))
     if CPUS < 16:
         run.rows.append(
             Row(
