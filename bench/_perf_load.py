@@ -39,9 +39,9 @@ def export(revision: str, into: Path) -> None:
 
 def litellm_argv(litellm: str, folder: Path, upstream: str, port: int) -> list[str]:
     """LiteLLM's proxy in front of ``upstream`` as its docs start it (one worker), written
-    into ``folder``. Its releases from 1.7x refuse to start without a master key unless told
-    this is local use; its model-cost map is read from its own package (no network here, and
-    the fetch it would try first costs seconds of start-up)."""
+    into ``folder``. Current releases (1.108.7 here) refuse to start without a master key
+    unless told this is local use; its model-cost map is read from its own package (no network
+    here, and the fetch it would try first costs seconds of start-up)."""
     config = folder / "litellm.yaml"
     config.write_text(
         "model_list:\n  - model_name: bench-model\n    litellm_params:\n"

@@ -249,7 +249,7 @@ def litellm(run: Run, path: str) -> list[Row]:
 
 def one_core(run: Run, flags: str, loop_flags: list[str]) -> None:
     """The one-core table: throughput, latency, streams and LiteLLM, graded and forwarded, on
-    asyncio and uvloop; ``--workers 1/2`` at the end."""
+    asyncio and uvloop."""
     args = run.args
     uvloop = has_uvloop() and "--loop" in flags
     ports = {"floor": run.floor_port, "graded": run.gradeproxy("asyncio", loop_flags)}
@@ -283,20 +283,6 @@ def one_core(run: Run, flags: str, loop_flags: list[str]) -> None:
         run.figure("LiteLLM", lambda: litellm(run, path))
     else:
         run.rows.append(Row("LiteLLM", "not installed (compared when `litellm` is found)"))
-    if "--workers" in flags:
-        run.figure("--workers", lambda: workers(run, loop_flags))
-    else:
-        run.missing.append("--workers 1/2: gradeproxy serve has no --workers flag")
-
-
-def cores(run: Run, flags: str, loop_flags: list[str]) -> None:
-    """``--many-core``: only the figures a many-core machine is needed for (bench/device/);
-    with fewer cores, what fits (``--workers 1/2``, no own-core figure), for a dry run."""
-    if "--workers" in flags:
-        run.figure("--workers", lambda: workers(run, loop_flags))
-    else:
-        run.missing.append("--workers 1/2/4/8: gradeproxy serve has no --workers flag")
-    run.figure("grading on its own core", lambda: own_core(run, loop_flags))
 
 
 def main() -> int:
@@ -327,12 +313,15 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         run = Run(args, stack)
         run.floor_port = run.floor()
-        if args.many_core:
-            cores(run, flags, loop_flags)
-        else:
+        if not args.many_core:
             one_core(run, flags, loop_flags)
-            # Before the subjects stop: it loads the floor beside its own gradeproxy.
-            run.figure("grading on its own core", lambda: own_core(run, loop_flags))
+        # The figures that need cores (``--many-core`` alone measures only these; with fewer
+        # cores, what fits). Before the subjects stop: own_core loads the floor beside its own.
+        if "--workers" in flags:
+            run.figure("--workers", lambda: workers(run, loop_flags))
+        else:
+            run.missing.append("--workers: gradeproxy serve has no --workers flag")
+        run.figure("grading on its own core", lambda: own_core(run, loop_flags))
     if not args.many_core:  # each starts its own proxy: the subjects above are stopped
         run.figure("loop lag", lambda: loop_lag(100 if args.quick else 200))
         soak_s, warmup = (15.0, 3.0) if args.quick else (60.0, 10.0)

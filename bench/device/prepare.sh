@@ -3,7 +3,7 @@
 # registry and has no wrk: gradeproxy's runtime dependencies as wheels for that machine's
 # Python (3.12, manylinux x86-64) at the versions this checkout's venv runs (bench/device/pins.py),
 # and wrk with the one library it links beyond glibc and OpenSSL (LuaJIT). Everything lands in
-# .device/ (ignored by git, about 20 MB); the device call carries it:
+# .device/ (ignored by git, 14 MB); the device call carries it:
 #   run(command="bash bench/device/run.sh", carry=[".device"], timeout_s=480)
 # Run from anywhere: bash bench/device/prepare.sh   (PYVER=3.12 and PY=.venv/bin/python by default)
 set -euo pipefail
