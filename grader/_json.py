@@ -14,7 +14,6 @@ kept as a Python ``int``: ``1e400`` equals ``10**400`` exactly and differs from 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from decimal import Decimal, InvalidOperation
@@ -125,9 +124,12 @@ def loads_exact_bytes(data: bytes) -> Any:
     captured for every graded request). Anything else takes the text path, unchanged."""
     if len(data) <= SEARCH_WINDOW and _ZEROS not in data.translate(_DIGITS_TO_ZERO):
         # What orjson refuses here (invalid UTF-8, a lone surrogate, an overflow, not JSON) is
-        # decided by the text path below, exactly as before this shortcut.
-        with contextlib.suppress(orjson.JSONDecodeError):
+        # decided by the text path below, exactly as before this shortcut. (A try, not
+        # contextlib.suppress: its two Python-level calls cost a third of the parse.)
+        try:
             return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
     return loads_exact(data.decode("utf-8", "replace"))
 
 

@@ -204,9 +204,11 @@ class Choice:
         self.finish_reason: str | None = None
 
     def add_delta(self, delta: Mapping[str, Any]) -> None:
-        text = _content_text(delta.get("content"))
-        if text:
-            self.content.append(text)
+        content = delta.get("content")
+        if content:  # None, "" and [] add nothing; skipping them skips a call per event
+            text = _content_text(content)
+            if text:
+                self.content.append(text)
         tool_calls = delta.get("tool_calls")
         if isinstance(tool_calls, list):
             for position, fragment in enumerate(tool_calls):
@@ -226,13 +228,27 @@ class Choice:
         raw_index = fragment.get("index")
         # A server that omits the index is taken to list calls in index order.
         index = raw_index if is_index(raw_index) else position
-        call_id = nonempty_str(fragment.get("id"))
+        call_id = fragment.get("id") or None
+        if call_id is not None and not isinstance(call_id, str):
+            call_id = None  # nonempty_str(), without a call per fragment
         function = fragment.get("function")
-        if not isinstance(function, dict):
-            function = {}
-        name = nonempty_str(function.get("name"))
-        text, whole = _fragment_arguments(function.get("arguments"))
+        if isinstance(function, dict):
+            name = function.get("name") or None
+            if name is not None and not isinstance(name, str):
+                name = None
+            arguments = function.get("arguments")
+        else:
+            name = arguments = None
         call = self.slots.get(index)
+        if call_id is None and name is None and call is not None:
+            # A continuation (every fragment after a call's first): nothing but arguments.
+            if isinstance(arguments, str):
+                if arguments:
+                    call.args.append(arguments)
+                return
+            if arguments is None:
+                return
+        text, whole = _fragment_arguments(arguments)
         if call is None or self._starts_new_call(call, call_id, name):
             call = _Call(index, len(self.calls))
             self.calls.append(call)

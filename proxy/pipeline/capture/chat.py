@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import field
 from typing import Any, Final
 
+from grader._json import JSONError, loads_exact_bytes
 from grader._value import value_type
 from proxy.pipeline.capture.accumulate import (
     MAX_MESSAGE,
@@ -152,8 +153,8 @@ class StreamCapture:
         if self._error is not None or self._done or self._finished or not chunk:
             return
         try:
-            for event in self._decoder.feed(chunk):
-                self._event(event.data)
+            for event in self._decoder.feed_raw(chunk):
+                self._event(event[1])
         except CaptureError as exc:
             self._error, self._upstream = str(exc), exc.upstream
         except Exception as exc:  # see internal_error
@@ -167,8 +168,8 @@ class StreamCapture:
             try:
                 # An unterminated final event is salvaged: if the stream was cut inside a
                 # chunk its JSON is incomplete and reports as an error.
-                for event in self._decoder.close(flush=True):
-                    self._event(event.data)
+                for event in self._decoder.close_raw(flush=True):
+                    self._event(event[1])
             except CaptureError as exc:
                 self._error, self._upstream = str(exc), exc.upstream
             except Exception as exc:  # see internal_error
@@ -207,42 +208,46 @@ class StreamCapture:
             return f"stream ended before choice {min(unfinished)} finished, without [DONE]"
         return None
 
-    def _event(self, data: str) -> None:
+    def _event(self, data: bytes) -> None:
+        """One event's data, as the bytes it came in (the text is their UTF-8, decoded with
+        replacement: what the client's SSE decoder reads)."""
         if self._done:
             return
         self._events += 1
-        if data.startswith("[DONE]"):
+        if data.startswith(b"[DONE]"):
             # The openai SDK stops at any data starting so; so does the capture.
             self._done = True
             return
-        if not data.strip():
-            return
         try:
-            payload = parse_json(data)
-        except CaptureError as exc:
-            raise CaptureError(f"event {self._events}: {exc}") from None
+            payload = loads_exact_bytes(data)
+        except JSONError as exc:
+            if not data.decode("utf-8", "replace").strip():
+                return  # blank (Unicode whitespace too): no event, as before any parse
+            raise CaptureError(f"event {self._events}: invalid JSON: {exc}") from None
         if not isinstance(payload, dict):
             raise CaptureError(f"event {self._events}: not a JSON object")
-        if payload.get("error"):
+        get = payload.get
+        if get("error"):
             raise UpstreamReportedError(error_message(payload["error"]))
         if self._model is None:
-            self._model = nonempty_str(payload.get("model"))
+            self._model = nonempty_str(get("model"))
         if self._id is None:
-            self._id = nonempty_str(payload.get("id"))
-        usage = payload.get("usage")
+            self._id = nonempty_str(get("id"))
+        usage = get("usage")
         if isinstance(usage, dict):
             # Servers that report usage on every chunk count cumulatively: the last one wins.
             self._usage = dict(usage)
+        choices = self._choices
         for position, choice in enumerate(choices_of(payload)):
             index = choice_index(choice, position)
-            state = self._choices.get(index)
+            state = choices.get(index)
             if state is None:
-                state = self._choices[index] = Choice()
+                state = choices[index] = Choice()
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 state.add_delta(delta)
-            reason = finish_reason(choice.get("finish_reason"))
-            if reason is not None:
+            reason = choice.get("finish_reason")
+            if reason and isinstance(reason, str):  # finish_reason(): "" is no reason
                 state.finish_reason = reason
 
 

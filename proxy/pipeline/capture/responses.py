@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from grader._json import JSONError, loads_exact_bytes
 from proxy.pipeline.capture.accumulate import (
     Answer,
     CaptureError,
@@ -209,8 +210,8 @@ class ResponsesStreamCapture:
         if self._error is not None or self._result is not None or self._finished or not chunk:
             return
         try:
-            for event in self._decoder.feed(chunk):
-                self._event(event.event, event.data)
+            for event in self._decoder.feed_raw(chunk):
+                self._event(event[0], event[1])
         except CaptureError as exc:
             self._error, self._upstream = str(exc), exc.upstream
         except Exception as exc:  # see proxy.pipeline.capture.chat.internal_error
@@ -220,8 +221,8 @@ class ResponsesStreamCapture:
         """End the stream and return what it said; safe to call more than once."""
         if not self._finished and self._error is None and self._result is None:
             try:
-                for event in self._decoder.close(flush=True):
-                    self._event(event.event, event.data)
+                for event in self._decoder.close_raw(flush=True):
+                    self._event(event[0], event[1])
             except CaptureError as exc:
                 self._error, self._upstream = str(exc), exc.upstream
             except Exception as exc:  # see proxy.pipeline.capture.chat.internal_error
@@ -265,16 +266,20 @@ class ResponsesStreamCapture:
             item = self._items[index] = _Item(None)
         return item
 
-    def _event(self, name: str, data: str) -> None:
+    def _event(self, name: str, data: bytes) -> None:
+        """One event: its type, and its data as the bytes it came in (see
+        ``proxy.pipeline.capture.chat.StreamCapture._event``)."""
         if self._result is not None:
             return
         self._events += 1
-        if data.startswith("[DONE]") or not data.strip():
+        if data.startswith(b"[DONE]"):
             return  # not part of the protocol; the terminal event decides completeness
         try:
-            payload = parse_json(data)
-        except CaptureError as exc:
-            raise CaptureError(f"event {self._events}: {exc}") from None
+            payload = loads_exact_bytes(data)
+        except JSONError as exc:
+            if not data.decode("utf-8", "replace").strip():
+                return  # blank (Unicode whitespace too), as [DONE]: not an event
+            raise CaptureError(f"event {self._events}: invalid JSON: {exc}") from None
         if not isinstance(payload, dict):
             raise CaptureError(f"event {self._events}: not a JSON object")
         typed = payload.get("type")

@@ -861,6 +861,28 @@ def test_stream_metadata(payloads: list[dict[str, Any]], attribute: str, expecte
             id="empty-data-event-skipped",
         ),
         pytest.param(
+            b"data: \xe3\x80\x80\x1c\n\n" + _sse(_chunk({"content": "a"})),
+            {0: "a"},
+            True,
+            None,
+            id="unicode-whitespace-data-event-skipped-as-blank",
+        ),
+        pytest.param(
+            b'data: {"choices": [{"index": 0, "delta": {"content": "caf\xff"}}]}\n\n'
+            + _sse(_chunk({"content": "\u00e9"}, finish="stop")),
+            {0: "caf\ufffd\u00e9"},
+            True,
+            None,
+            id="invalid-utf8-read-as-the-client-reads-it-replaced",
+        ),
+        pytest.param(
+            _sse(_chunk({"content": "a"}), done=False) + b"data: [DONE] trailing\n\n",
+            {0: "a"},
+            True,
+            None,
+            id="data-starting-with-done-ends-the-stream",
+        ),
+        pytest.param(
             b": keep-alive\n\nevent: chunk\n" + _sse(_chunk({"content": "a"})),
             {0: "a"},
             True,

@@ -230,6 +230,16 @@ QUIRKS = [
         id="comments",
     ),
     pytest.param(_raw(_events()).replace(b"\n", b"\r\n"), Expect(_SINGLE, "tool_calls"), id="crlf"),
+    pytest.param(
+        _raw(_events()).replace(b"\n\n", b"\n\ndata: \xe3\x80\x80\n\n", 1),
+        Expect(_SINGLE, "tool_calls"),
+        id="unicode_whitespace_data_is_no_event",
+    ),
+    pytest.param(
+        _raw(_events()[:2]) + b"data: \xff{}\n\n",
+        Expect(None, error="event 3: invalid JSON"),
+        id="invalid_utf8_outside_a_string_is_invalid_json",
+    ),
     pytest.param(_untyped(_events()), Expect(_SINGLE, "tool_calls"), id="type_only_on_event_line"),
     pytest.param(
         _raw(_incomplete("content_filter")),

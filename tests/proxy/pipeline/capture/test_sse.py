@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -87,6 +88,9 @@ WHATWG_CASES = [
     pytest.param(b"\xef\xbb\xbf\xef\xbb\xbfdata: a\n\n", [], id="bom-stripped-only-once"),
     pytest.param(
         b"data: a\n\n\xef\xbb\xbfdata: b\n\n", [_ev("a")], id="bom-mid-stream-not-stripped"
+    ),
+    pytest.param(
+        b"data: a\n\xef\xbb\xbfdata: b\n\n", [_ev("a")], id="bom-on-the-second-line-not-stripped"
     ),
     pytest.param(b"data: a\n\ndata: b\n", [_ev("a")], id="unterminated-event-discarded"),
     pytest.param(b"data: a\n\ndata: b", [_ev("a")], id="unterminated-line-discarded"),
@@ -272,3 +276,57 @@ def test_encoded_events_round_trip(datas: list[str], ends: list[str], cuts: list
         lines.append(f"data: {data}{end}{end}")
     stream = "".join(lines).encode()
     assert [event.data for event in _decode(_split(stream, cuts))] == datas
+
+
+def _reference(stream: bytes) -> list[SSEEvent]:
+    """The WHATWG interpretation written the plain way, as the oracle for the decoder's byte-level
+    shortcuts: the text decoded line by line, fields split on text, data joined as text."""
+    if stream.startswith(b"\xef\xbb\xbf"):
+        stream = stream[3:]
+    *lines, _unterminated = re.split(rb"\r\n|\r|\n", stream)  # discarded at close (no flush)
+    events: list[SSEEvent] = []
+    data: list[str] = []
+    event, last_id, retry = "", None, None
+    for raw in lines:
+        line = raw.decode("utf-8", "replace")
+        if not line:
+            if data:
+                events.append(SSEEvent(event or "message", "\n".join(data), last_id, retry))
+            data, event, retry = [], "", None
+            continue
+        if line.startswith(":"):
+            continue
+        name, colon, value = line.partition(":")
+        value = value[1:] if colon and value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id" and "\0" not in value:
+            last_id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            retry = int(value)
+    return events
+
+
+_FIELDS = st.sampled_from(
+    [b"data: ", b"data:", b"data", b"event: ", b"id: ", b"id", b"retry: ", b":", b"", b"x: ",
+     b"\xef\xbb\xbfdata: ", b"dat\xffa: "]
+)  # fmt: skip
+_VALUES = st.sampled_from(
+    [b"12", b"x", b" ", b":", b"{}", b"\x00", b"\xef\xbb\xbf", b"\xe2\x82", b"\xac", b"\xff",
+     b"\xf0\x9f\x98", b"\xc3\xa9", b"\xe3\x80\x80", b"\xd9\xa3"]
+)  # fmt: skip
+# Mostly LF, as servers send: the decoder takes a shortcut for chunks without a CR.
+_ENDS = st.sampled_from([b"\n"] * 12 + [b"\r", b"\r\n"])
+_LINE = st.tuples(_FIELDS, st.lists(_VALUES, max_size=4), _ENDS)
+_LINES = st.lists(st.one_of(_LINE, st.just((b"", [], b"\n"))), max_size=16)  # blank: dispatch
+
+
+@settings(max_examples=500, deadline=None)
+@given(lines=_LINES, cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=8))
+def test_byte_level_decoding_matches_the_text_reference(
+    lines: list[tuple[bytes, list[bytes], bytes]], cuts: list[int]
+) -> None:
+    stream = b"".join(field + b"".join(value) + end for field, value, end in lines)
+    assert _decode(_split(stream, cuts)) == _reference(stream)
