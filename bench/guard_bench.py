@@ -2,7 +2,7 @@
 
 The hardening added work to every request: the target check, the inbound-key comparison, the
 trace-header validation, the watchdog's bookkeeping per received chunk and the capture copy.
-End-to-end figures (bench/proxy_bench.py) on a shared two-core machine swing by more than these
+End-to-end figures (bench/perf.py) on a shared two-core machine swing by more than these
 costs, so this measures each piece alone, in microseconds per call.
 
 Run: ``python bench/guard_bench.py``.

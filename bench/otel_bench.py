@@ -59,11 +59,11 @@ from _perf_load import (  # noqa: E402
     wait_queue_empty,
     wrk,
 )
+from _perf_run import TASK  # noqa: E402
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import (  # noqa: E402
     encode_spans as sdk_encode_spans,
 )
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult  # noqa: E402
-from proxy_bench import TASK  # noqa: E402
 
 from proxy.telemetry import Tracing, begin  # noqa: E402
 from proxy.telemetry.export import Telemetry  # noqa: E402
