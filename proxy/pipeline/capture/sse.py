@@ -7,9 +7,12 @@ The rules are the WHATWG "event stream interpretation" ones, because that is wha
 of the proxy (browsers, openai-python's ``SSEDecoder``) applies to the same bytes; decoding the
 copy any other way would grade an answer the client never saw.
 
-Lines are split on bytes (CR and LF never occur inside a UTF-8 sequence) and each line is
-decoded once, with replacement, when it is complete. A partial line is kept as a list of byte
-pieces and joined once, so feeding a long line one byte at a time stays linear.
+Lines are split on bytes (CR and LF never occur inside a UTF-8 sequence), and so are their
+fields (the colon and the field names are ASCII): a text field is decoded once, with
+replacement, when it is complete, which gives what decoding each line first would give. An
+event's data stays bytes until it is dispatched (``feed``), or for good (``feed_raw``: the
+captures hand them to orjson). A partial line is kept as a list of byte pieces and joined once,
+so feeding a long line one byte at a time stays linear.
 """
 
 from __future__ import annotations
