@@ -19,10 +19,11 @@ from typing import Any, ClassVar, Final, TypeAlias, TypeGuard
 
 import orjson
 
-from grader._json import JSONError, loads_exact, loads_exact_bytes
+from grader._json import JSONError, loads_exact_bytes
 from proxy.errors import ProxyError
 
 __all__ = [
+    "BLANK",
     "MAX_MESSAGE",
     "Answer",
     "CaptureError",
@@ -32,6 +33,7 @@ __all__ = [
     "choice_index",
     "choices_of",
     "error_message",
+    "event_json",
     "finish_reason",
     "is_index",
     "message_answer",
@@ -60,13 +62,30 @@ class UpstreamReportedError(CaptureError):
     upstream = True
 
 
-def parse_json(text: str | bytes) -> Any:
-    """Parse with the grader's one exact-number reader (big integers exact, no NaN); bytes
-    are read as UTF-8, invalid sequences replaced."""
+def parse_json(body: bytes) -> Any:
+    """A body parsed with the grader's one exact-number reader (big integers exact, no NaN),
+    read as UTF-8 with invalid sequences replaced."""
     try:
-        return loads_exact_bytes(text) if isinstance(text, bytes) else loads_exact(text)
+        return loads_exact_bytes(body)
     except JSONError as exc:
         raise CaptureError(f"invalid JSON: {exc}") from None
+
+
+# What :func:`event_json` returns for data of whitespace alone: no event, and not an error.
+BLANK: Final = object()
+
+
+def event_json(data: bytes, number: int) -> Any:
+    """Event ``number``'s data, as the bytes it came in, parsed as JSON (the text is their UTF-8
+    decoded with replacement: what the client's SSE decoder reads); :data:`BLANK` for data of
+    whitespace alone, Unicode whitespace too. Blankness is decided only when the parse fails,
+    so a normal event pays nothing for it."""
+    try:
+        return loads_exact_bytes(data)
+    except JSONError as exc:
+        if not data.decode("utf-8", "replace").strip():
+            return BLANK
+        raise CaptureError(f"event {number}: invalid JSON: {exc}") from None
 
 
 def wire_call(call_id: object, name: object, arguments: object) -> dict[str, Any]:
@@ -228,14 +247,10 @@ class Choice:
         raw_index = fragment.get("index")
         # A server that omits the index is taken to list calls in index order.
         index = raw_index if is_index(raw_index) else position
-        call_id = fragment.get("id") or None
-        if call_id is not None and not isinstance(call_id, str):
-            call_id = None  # nonempty_str(), without a call per fragment
+        call_id = nonempty_str(fragment.get("id"))
         function = fragment.get("function")
         if isinstance(function, dict):
-            name = function.get("name") or None
-            if name is not None and not isinstance(name, str):
-                name = None
+            name = nonempty_str(function.get("name"))
             arguments = function.get("arguments")
         else:
             name = arguments = None

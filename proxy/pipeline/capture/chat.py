@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import field
 from typing import Any, Final
 
-from grader._json import JSONError, loads_exact_bytes
 from grader._value import value_type
 from proxy.pipeline.capture.accumulate import (
+    BLANK,
     MAX_MESSAGE,
     Answer,
     CaptureError,
@@ -36,6 +36,7 @@ from proxy.pipeline.capture.accumulate import (
     choice_index,
     choices_of,
     error_message,
+    event_json,
     finish_reason,
     message_answer,
     nonempty_str,
@@ -209,8 +210,7 @@ class StreamCapture:
         return None
 
     def _event(self, data: bytes) -> None:
-        """One event's data, as the bytes it came in (the text is their UTF-8, decoded with
-        replacement: what the client's SSE decoder reads)."""
+        """One event's data, as the bytes it came in (:func:`event_json`)."""
         if self._done:
             return
         self._events += 1
@@ -218,12 +218,9 @@ class StreamCapture:
             # The openai SDK stops at any data starting so; so does the capture.
             self._done = True
             return
-        try:
-            payload = loads_exact_bytes(data)
-        except JSONError as exc:
-            if not data.decode("utf-8", "replace").strip():
-                return  # blank (Unicode whitespace too): no event, as before any parse
-            raise CaptureError(f"event {self._events}: invalid JSON: {exc}") from None
+        payload = event_json(data, self._events)
+        if payload is BLANK:
+            return
         if not isinstance(payload, dict):
             raise CaptureError(f"event {self._events}: not a JSON object")
         get = payload.get
@@ -246,8 +243,8 @@ class StreamCapture:
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 state.add_delta(delta)
-            reason = choice.get("finish_reason")
-            if reason and isinstance(reason, str):  # finish_reason(): "" is no reason
+            reason = finish_reason(choice.get("finish_reason"))
+            if reason is not None:
                 state.finish_reason = reason
 
 

@@ -26,13 +26,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from grader._json import JSONError, loads_exact_bytes
 from proxy.pipeline.capture.accumulate import (
+    BLANK,
     Answer,
     CaptureError,
     UpstreamReportedError,
     arguments_text,
     error_message,
+    event_json,
     is_index,
     nonempty_str,
     parse_json,
@@ -267,19 +268,15 @@ class ResponsesStreamCapture:
         return item
 
     def _event(self, name: str, data: bytes) -> None:
-        """One event: its type, and its data as the bytes it came in (see
-        ``proxy.pipeline.capture.chat.StreamCapture._event``)."""
+        """One event: its type, and its data as the bytes it came in (:func:`event_json`)."""
         if self._result is not None:
             return
         self._events += 1
         if data.startswith(b"[DONE]"):
             return  # not part of the protocol; the terminal event decides completeness
-        try:
-            payload = loads_exact_bytes(data)
-        except JSONError as exc:
-            if not data.decode("utf-8", "replace").strip():
-                return  # blank (Unicode whitespace too), as [DONE]: not an event
-            raise CaptureError(f"event {self._events}: invalid JSON: {exc}") from None
+        payload = event_json(data, self._events)
+        if payload is BLANK:
+            return  # as [DONE]: not an event
         if not isinstance(payload, dict):
             raise CaptureError(f"event {self._events}: not a JSON object")
         typed = payload.get("type")
