@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from _perf_load import BODY
+from _perf_load import BODY, GRADED
 
 HERE = Path(__file__).resolve().parent
 
@@ -158,7 +158,7 @@ def ttfb_rows(backend_port: int, ports: dict[str, int], samples: int) -> list[Ro
     for key in ports:
         if key == "floor":
             continue
-        ours = streamed(ports[key], samples, {"X-Grade-Task": "bench.weather"})
+        ours = streamed(ports[key], samples, GRADED)
         added, base = ours.ttfb_ms - direct.ttfb_ms, floor.ttfb_ms - direct.ttfb_ms
         rows.append(
             Row(

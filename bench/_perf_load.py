@@ -26,6 +26,15 @@ SUBJECT_CPU = 1 if CPUS < 4 else CPUS // 2
 LOAD_THREADS = max(1, CPUS // 4)
 ROOT = Path(__file__).resolve().parents[1]
 BODY = '{"model":"bench-model","messages":[{"role":"user","content":"Weather in Zurich?"}]}'
+# The task every proxy bench grades, and the header that names it: the fake backend's answer
+# (bench/_servers.py's CALL_BODY) passes it, as most live traffic should. Defined once, so that
+# the figures of bench/perf.py, bench/ab.py, bench/server_instructions.py and bench/soak.py grade
+# the same outcome (a failing answer also builds a failure-inspector entry, which costs more).
+TASK = (
+    '{"id":"bench.weather","expected":{"name":"get_weather","arguments":{"city":"Zurich",'
+    '"unit":"celsius"}},"metadata":{"mutationKind":"field_renamed"}}\n'
+)
+GRADED = {"X-Grade-Task": "bench.weather"}
 
 
 def export(revision: str, into: Path) -> None:

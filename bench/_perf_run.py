@@ -20,9 +20,11 @@ from pathlib import Path
 from _perf_figures import FigureError, Row
 from _perf_load import (
     CPUS,
+    GRADED,
     LOAD_CPUS,
     LOAD_THREADS,
     SUBJECT_CPU,
+    TASK,
     Load,
     StartError,
     cpu_s,
@@ -34,11 +36,6 @@ from _perf_load import (
 )
 
 HERE = Path(__file__).resolve().parent
-TASK = (
-    '{"id":"bench.weather","expected":{"name":"get_weather","arguments":{"city":"Zurich",'
-    '"unit":"celsius"}},"metadata":{"mutationKind":"field_renamed"}}\n'
-)
-GRADED = {"X-Grade-Task": "bench.weather"}
 SERVE = [sys.executable, "-m", "grader.cli", "serve"]
 
 

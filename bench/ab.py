@@ -27,8 +27,10 @@ import tempfile
 from pathlib import Path
 
 from _perf_load import (
+    GRADED,
     LOAD_CPUS,
     SUBJECT_CPU,
+    TASK,
     cpu_s,
     export,
     free_port,
@@ -39,7 +41,6 @@ from _perf_load import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-TASK = '{"id":"bench.weather","expected":{"name":"get_weather","arguments":{"city":"Zurich"}}}\n'
 
 
 def measure(
@@ -89,7 +90,7 @@ def main() -> int:
         (work / "tasks.jsonl").write_text(TASK)
         scripts = {
             "forwarded": lua_script(work, "plain", {}),
-            "graded": lua_script(work, "graded", {"X-Grade-Task": "bench.weather"}),
+            "graded": lua_script(work, "graded", GRADED),
         }
         backend_port = free_port()
         backend = [sys.executable, str(ROOT / "bench" / "_servers.py"), "backend"]

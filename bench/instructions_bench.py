@@ -15,9 +15,10 @@ path; bench/ab.py and bench/perf.py say what they are worth to a request.
 Parts: ``grade_job`` on the bench backend's tool-call body, and on its stream; ``record``: one
 job's rows reduced, counted and appended (``recording`` + ``Recorder.record``); ``record_batch``:
 the same per job when the writer thread takes 64 at once, as a busy grade queue hands them over
-(``WriterThread._write_all``); ``record_batch_failing``: the same for a failing answer (the task
-bench/ab.py and bench/perf.py grade, which the fake backend's call fails), whose row also
-becomes an entry of the failure inspector's ring.
+(``WriterThread._write_all``); ``record_batch_failing``: the same for a failing answer (the fake
+backend's call against a task that does not expect its ``unit``), whose row also becomes an
+entry of the failure inspector's ring. The proxy benches grade the passing one
+(bench/_perf_load.py's ``TASK``).
 
 Run: ``python bench/instructions_bench.py [--base HEAD] [--calls 2000]`` (needs valgrind:
 ``apt-get install valgrind``; about a minute per run, two at a time on two cores).
@@ -82,7 +83,7 @@ def record():
 writes = WriterThread(recorder, options)
 def record_batch():
     writes._write_all([(body_job, None, [dict(row) for row in rows]) for _ in range({batch})])
-failing_job = job(False, tasks.get("bench.city"))  # the task bench/ab.py and perf.py grade
+failing_job = job(False, tasks.get("bench.city"))  # the task expects no unit
 failing_rows = grade_job(failing_job, True).rows  # "arguments.unit unexpected": a fail
 def record_batch_failing():
     writes._write_all(

@@ -47,8 +47,10 @@ sys.path.insert(0, str(REPO / "bench"))
 from _perf_load import (  # noqa: E402
     BODY,
     CPUS,
+    GRADED,
     LOAD_CPUS,
     SUBJECT_CPU,
+    TASK,
     Load,
     StartError,
     cpu_s,
@@ -59,7 +61,6 @@ from _perf_load import (  # noqa: E402
     wait_queue_empty,
     wrk,
 )
-from _perf_run import TASK  # noqa: E402
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import (  # noqa: E402
     encode_spans as sdk_encode_spans,
 )
@@ -265,7 +266,7 @@ def proxy_runs(args: argparse.Namespace) -> tuple[Runs, Runs]:
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gp-otel-")))
         (work / "tasks.jsonl").write_text(TASK)
-        script = lua_script(work, "graded", {"X-Grade-Task": "bench.weather"})
+        script = lua_script(work, "graded", GRADED)
         backend_port, sink_port = free_port(), free_port()
         backend = [sys.executable, str(REPO / "bench" / "_servers.py"), "backend"]
         sink = [sys.executable, __file__, "--serve-sink", str(sink_port)]

@@ -39,6 +39,7 @@ from _perf_load import (
     BODY,
     LOAD_CPUS,
     SUBJECT_CPU,
+    TASK,
     StartError,
     export,
     free_port,
@@ -46,7 +47,6 @@ from _perf_load import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-TASK = '{"id":"bench.weather","expected":{"name":"get_weather","arguments":{"city":"Zurich"}}}\n'
 START_S = 180  # a server importing everything under valgrind takes 15-60 s to listen
 
 

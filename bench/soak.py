@@ -31,17 +31,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+from _perf_load import GRADED, TASK
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 ROOT = Path(__file__).resolve().parents[1]
-TASK = (
-    '{"id":"bench.weather","expected":{"name":"get_weather","arguments":{"city":"Zurich",'
-    '"unit":"celsius"}},"metadata":{"mutationKind":"field_renamed"}}\n'
-)
 PLAIN = b'{"model":"bench-model","messages":[{"role":"user","content":"Weather?"}]}'
 STREAM = b'{"model":"bench-model","stream":true,"messages":[{"role":"user","content":"W?"}]}'
-GRADED = {"X-Grade-Task": "bench.weather"}
 
 
 def free_port() -> int:
