@@ -36,7 +36,7 @@ _SERVER_COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], 
     "config-schema": (
         "proxy.config.schema",
         "print the config file's JSON Schema (generated from the code) for editors and CI",
-        lambda parser: None,
+        server_args.add_config_schema_arguments,
     ),
     "demo": (
         "proxy.demo.cli",

@@ -28,6 +28,14 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML config file (see README)")
 
 
+def add_config_schema_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the configuration reference (docs/configuration.md) instead of the schema",
+    )
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument(
