@@ -50,5 +50,5 @@ stage "mypy --strict"
 mypy
 stage "lint-imports (the layout's rules: grader's core is pure)"
 lint-imports
-stage "pytest"
-pytest "$@"
+stage "pytest (on every core: pytest-xdist)"
+pytest -n "${PYTEST_WORKERS:-auto}" "$@"

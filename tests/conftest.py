@@ -7,7 +7,9 @@ once; no other conftest.py exists (tests/test_architecture.py keeps it so).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["tests.support.fixtures"]
@@ -26,3 +28,19 @@ settings.register_profile(
     derandomize=True,
 )
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Captured output as text that survives pytest-xdist's transport.
+
+    Tests feed lone surrogates on purpose (a body with a 19-digit number parsed by the stdlib),
+    and libraries log them; execnet refuses to send a report whose captured log holds one, which
+    turns a passing test into a crashed worker. Escaped, the text reads the same to a person.
+    """
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        for title, text in report.sections
+    ]
