@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
+
+from _timing import timings
 
 from grader._json import dumps
 from proxy.pipeline.capture.chat import StreamCapture
@@ -79,11 +81,7 @@ def responses(parts: list[bytes]) -> None:
 
 
 def best_of(run: Callable[[list[bytes]], None], parts: list[bytes], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run(parts)
-        times.append(time.perf_counter() - started)
+    times = timings(partial(run, parts), repeats)
     return min(times) if repeats < 5 else statistics.median(times)
 
 

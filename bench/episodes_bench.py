@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from _timing import per_call
 
 from grader.episodes.grade import episode_row
 from grader.episodes.log import from_chat
@@ -59,14 +60,7 @@ def grade(task_id: str, record: EpisodeRecord, history: list[dict[str, Any]]) ->
 
 def best(run: Callable[[], object], seconds: float) -> float:
     """Best-of-5 seconds per run (each timing loops for ``seconds``/5)."""
-    timings = []
-    for _ in range(5):
-        count, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds / 5:
-            run()
-            count += 1
-        timings.append((time.perf_counter() - start) / count)
-    return min(timings)
+    return min(per_call(run, seconds, rounds=5))
 
 
 def main() -> None:

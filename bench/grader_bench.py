@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+from _timing import per_call, timings
 
 from grader import answer_row, grade, load_tasks, offline_context, parse_task, score
 from grader._json import dumps
@@ -81,23 +81,11 @@ def adversarial(size: int) -> dict[str, str]:
 
 def rate(fn: Callable[[], object], seconds: float) -> float:
     """Calls per second, best of three rounds."""
-    best = 0.0
-    for _ in range(3):
-        count, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < seconds / 3:
-            fn()
-            count += 1
-        best = max(best, count / elapsed)
-    return best
+    return 1 / min(per_call(fn, seconds, rounds=3))
 
 
 def millis(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    return 1000 * statistics.median(timings(fn, repeats))
 
 
 def main() -> None:

@@ -11,11 +11,13 @@ a full ring of 100 entries never read before. Run: ``python bench/ui_bench.py``.
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
+
+from _timing import timings
 
 from grader import parse_task
 from proxy.pipeline.record.failures import SHOWN_CHARS, FailureRing
@@ -27,12 +29,8 @@ TASK = parse_task({"id": "t", "expected": {"name": "f", "arguments": {"a": 1}}})
 
 def best_ms(work: Callable[[], object], repeats: int = 7) -> tuple[float, float]:
     """(best, median) wall time of ``work`` in milliseconds."""
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        work()
-        times.append((time.perf_counter() - started) * 1000)
-    return min(times), statistics.median(times)
+    times = timings(work, repeats)
+    return 1000 * min(times), 1000 * statistics.median(times)
 
 
 def registry_with(tasks: int) -> ProxyMetrics:
@@ -49,6 +47,7 @@ def registry_with(tasks: int) -> ProxyMetrics:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__).parse_args()
     print("scoreboard.json from the registry (per request of the page):")
     for tasks in (72, 1000, 5000):
         metrics = registry_with(tasks)

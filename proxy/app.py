@@ -187,7 +187,7 @@ def serving_collector() -> Iterator[None]:
     request to trip it. Here the heap built at start is frozen (``gc.freeze``: never traversed
     again, the full collections stay small) and the young threshold is
     :data:`GC_YOUNG_THRESHOLD`, above what the requests in flight swing by; the rare cyclic
-    garbage is still collected (bench/gc_bench.py measures both).
+    garbage is still collected (docs/performance.md has both measured).
     """
     threshold = gc.get_threshold()
     gc.collect()

@@ -8,7 +8,7 @@ connection's addresses, so a kept-alive connection stays with its worker).
 Each worker is the single-process server (``proxy.cli.serve``) with an admin port and a result
 file of its own (``admin.port + i``, ``grades.w<i>.jsonl``): nothing is shared but the listening
 port, so a worker's hot path costs what a single process's does. (Shared metrics would cost an
-mmap write per update: bench/metrics_mp_bench.py, docs/operations.md#workers.)
+mmap write per update: docs/performance.md, Workers.)
 
 The supervisor serves nothing. It starts the workers with ``spawn`` (a fresh interpreter each,
 never a fork of a process that may already run a loop or threads); start-up fails in one line

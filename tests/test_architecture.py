@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -263,3 +264,40 @@ def test_the_tree_rule_flags_unmirrored_folders(
 
 def test_the_test_tree_mirrors_the_code_tree() -> None:
     assert misplaced(TESTS, REPO) == [], f"declared cross-cutting folders: {sorted(CROSS_CUTTING)}"
+
+
+def _bench_scripts() -> set[str]:
+    return {p.name for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_")}
+
+
+def _scenarios() -> dict[str, str]:
+    """Scenario name -> script, as ``python -m bench`` lists them (run, not imported: bench/
+    is a folder of scripts, not a package)."""
+    listing = subprocess.run(
+        [sys.executable, "-m", "bench"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    return dict(re.findall(r"^  (\S+) +(\S+\.py) ", listing, re.M))
+
+
+SCENARIOS = _scenarios()
+
+
+def test_every_benchmark_is_a_scenario_of_the_one_entry() -> None:
+    """``python -m bench`` is the one way in: a script it does not name is one nobody finds."""
+    assert set(SCENARIOS.values()) == _bench_scripts()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_benchmark_scenario_starts(scenario: str) -> None:
+    """Each scenario imports and parses its arguments (a rename elsewhere breaks it here)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", scenario, "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
