@@ -157,7 +157,8 @@ class Intake:
     def summary(self, used: str = "") -> str:
         """The header line: rows read, what became of the used ones (``used``, e.g. the model
         failures by reason), and the problem rows by reason, counted apart."""
-        head = f"input: {self.rows} rows" + (f", {used}" if used else "")
+        head = f"input: {self.rows} row{'' if self.rows == 1 else 's'}"
+        head += f", {used}" if used else ""
         if not self.problems:
             return f"{head}; every row read"
         reasons = ", ".join(f"{code} {count}" for code, count in self.by_reason().items())
