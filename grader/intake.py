@@ -133,8 +133,7 @@ class Intake:
             raise UnusableInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
         if seen and not readable and first is not None:
             raise UnusableInputError(
-                f"{path}: not JSONL: none of its {seen} line(s) is a JSON value "
-                f"(line {first.line}: {first.message})"
+                f"{path}: not JSONL: none of its {seen} line(s) is a JSON value ({first.text()})"
             )
 
     def by_reason(self) -> dict[str, int]:

@@ -180,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         if args.observed_pass_rate is not None:
             corrected = bias_corrected_pass_rate(args.observed_pass_rate, counts.tpr, counts.tnr)
     except (InputError, CalibrationError, UnusableInputError) as exc:
+        intake.warn()  # the rows skipped on the way, when they left nothing usable
         print(f"gradeproxy calibrate: error: {exc}", file=sys.stderr)
         return 2
     advisory, sentence = _verdict(args.bar, name, counts)
