@@ -109,7 +109,7 @@ def _label_problem(row: Any) -> tuple[InputReason, str] | None:
         return "not_an_object", 'expected an object {"judge", "human"}'
     for key in ("judge", "human"):
         if key not in row:
-            return "missing_field", f'no {key!r} label: expected an object {{"judge", "human"}}'
+            return "missing_field", f'expected an object {{"judge", "human"}}: no {key!r} label'
         try:
             label_value(row[key], f"{key!r}")
         except CalibrationError as exc:
