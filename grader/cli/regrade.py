@@ -171,7 +171,7 @@ def regrade(
 
 def run(args: argparse.Namespace) -> int:
     judge = None
-    intake = Intake("regrade", strict=args.strict)
+    intake = Intake("regrade", strict=args.strict, what="error row")
     try:
         if args.judge is not None:
             from grader.cli.validate import load_judge
