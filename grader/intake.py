@@ -115,20 +115,29 @@ class Intake:
         try:
             with path.open("rb") as handle:
                 for lineno, raw in enumerate(handle, start=1):
-                    data = raw.rstrip(b"\r\n")
-                    if not data.strip():
-                        continue
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        why = _not_utf8(raw, exc)
+                    else:
+                        if not text or text.isspace():
+                            continue
+                        try:  # the text with its newline, as a text-mode read gives it
+                            value = loads_exact(text)
+                        except JSONError as exc:
+                            why = describe_json_error(text.rstrip("\r\n"), str(exc))
+                        else:
+                            seen += 1
+                            readable += 1
+                            self.rows += 1
+                            yield lineno, value
+                            continue
                     seen += 1
                     self.rows += 1
-                    value, why = _parse_line(data)
-                    if why is not None:
-                        problem = self.problem(path, lineno, "line_unreadable", why)
-                        first = first or problem
-                        if unreadable:
-                            yield lineno, problem
-                        continue
-                    readable += 1
-                    yield lineno, value
+                    problem = self.problem(path, lineno, "line_unreadable", why)
+                    first = first or problem
+                    if unreadable:
+                        yield lineno, problem
         except OSError as exc:
             raise UnusableInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
         if seen and not readable and first is not None:
@@ -175,19 +184,11 @@ class Intake:
             print(f"gradeproxy {self.command}: … and {more} more (all in the report)", file=out)
 
 
-def _parse_line(data: bytes) -> tuple[Any, str | None]:
-    """The line's JSON value, or None and why it is not one, in words."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, (
-            f"the line is not UTF-8 text (byte 0x{data[exc.start]:02x} at byte {exc.start + 1}): "
-            "save the file as UTF-8"
-        )
-    try:
-        return loads_exact(text), None
-    except JSONError as exc:
-        return None, describe_json_error(text, str(exc))
+def _not_utf8(raw: bytes, exc: UnicodeDecodeError) -> str:
+    return (
+        f"the line is not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1}): "
+        "save the file as UTF-8"
+    )
 
 
 # ---- the JSON-line error describer -------------------------------------------------------------
