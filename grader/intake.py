@@ -373,6 +373,8 @@ def _scalar(text: str, pos: int, expect: int) -> int:
             raise _BadCharError(pos, f"{word} is not JSON (write null, or the value as a string)")
     if char == "'":
         raise _BadCharError(pos, "a string in single quotes: JSON strings take double quotes")
+    if char == "\ufeff":
+        raise _BadCharError(pos, "a byte-order mark (U+FEFF): save the file as UTF-8 without one")
     hint = " (a trailing comma?)" if char == "]" else ""
     raise _BadCharError(pos, f"expected {_WANTED[expect]}{hint}, {_found(text, pos)}")
 

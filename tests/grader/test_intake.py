@@ -124,6 +124,11 @@ def test_a_valid_line_refused_by_the_grader_gets_the_parsers_reason(value: Any) 
             id="two_values_on_one_line",
         ),
         pytest.param("   ", "the line holds no JSON value", id="only_whitespace"),
+        pytest.param(
+            '\ufeff{"a": 1}',
+            "not JSON at column 1: a byte-order mark (U+FEFF): save the file as UTF-8",
+            id="byte_order_mark",
+        ),
     ],
 )
 def test_messages_name_the_place_and_the_cause(text: str, message: str) -> None:
