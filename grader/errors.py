@@ -27,7 +27,9 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── FormulaError(ValueError)           grader.checks     a multi formula is not safe arithmetic
     ├── UnresolvableRefError(ValueError)   grader.checks     a $ref leaving the schema
     ├── JudgeParseError(ValueError)        grader.checks     a judge reply outside the contract
+    ├── UnusableInputError(ValueError)     grader.intake     a batch input with nothing usable
     └── InputError(ValueError)             grader.cli        an answers file line the CLI refuses
+        └── IncompleteHistoryError         grader.cli        replay: a tool result without its call
 
 The judge's transport and its ``JudgeHTTPError`` are the proxy's (``proxy/judge_client.py``,
 which the offline commands import lazily). ``tests/grader/test_errors.py`` keeps this drawing

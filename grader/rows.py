@@ -197,3 +197,48 @@ def live_row(task: Task, outcome: Outcome, tasks_digest: str, live: Live) -> dic
     row = answer_row(task, outcome, tasks_digest)
     live.write_into(row)
     return row
+
+
+def input_error_row(
+    task_id: object,
+    task: Task | None,
+    reason_code: str,
+    reason: str,
+    tasks_digest: str,
+    source: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The row of an answers row that could not be graded (grader/intake.py): ``result:
+    "error"``, no verdict, the input reason code and its ``file:line`` message.
+
+    Written where the graded row would be, so an output has one row per input row; like a
+    judge that did not answer, it is out of every pass rate. ``source`` is the answers row as
+    far as it was readable (None for a line that is not JSON): its fields ride along as in
+    :func:`offline_row`, so the row still joins to run metadata by ``sample_id``.
+    """
+    row: dict[str, Any] = {
+        "kind": ROW_KIND,
+        "row_schema_version": ROW_SCHEMA_VERSION,
+        "task_id": task_id if isinstance(task_id, str) else None,
+        "mutationKind": None if task is None else task.mutation_kind,
+        "result": "error",
+        "passed": None,
+        "staleSchemaUsed": False,
+        "score": None,
+        "reason": reason,
+        "reason_code": reason_code,
+        "path": None,
+        "call": None,
+        "checks": [],
+        "warnings": [],
+        "tasks_digest": tasks_digest,
+        "grader_rules_version": GRADER_RULES_VERSION,
+    }
+    source = source or {}
+    row["sample_id"] = source.get("sample_id")
+    answer = source.get("answer")
+    if isinstance(answer, str):
+        row |= {"answer": answer, "truncated": False}
+    for key, value in source.items():
+        if key not in ("task_id", "answer", "sample_id") and key not in RESERVED_FIELDS:
+            row[key] = value
+    return row

@@ -11,9 +11,16 @@ bar (seed 002 §7), says so in words, and records ``advisory_only: true``. With
 ``--observed-pass-rate`` it prints the Rogan-Gladen corrected pass rate from the headline figures,
 refused for a judge at or below chance.
 
-Exit 0 when the figures were computed (and meet ``--bar`` when given); 1 when the judge is
-advisory-only under ``--bar``; 2 with a message on unusable input (unreadable file, bad rows, an
-unpinned judge model, a headline split without both classes, a judge at or below chance).
+A label row that cannot be used (not JSON or cut off, not an object, a missing or unreadable
+``judge``/``human`` label, an unknown ``split``) is skipped and counted by reason
+(grader/intake.py; ``input`` in ``--json`` and the record); a file that mixes rows with and
+without a split is still refused, since its figures would pool what seed 002 keeps apart.
+
+Exit 0 when the figures were computed from every row (and meet ``--bar`` when given); 1 when
+the judge is advisory-only under ``--bar``, or some rows were skipped (the first few named on
+stderr); 2 with a message on unusable input (no such file, not JSONL, an unpinned judge model,
+a headline split without both classes, a judge at or below chance). ``--strict`` refuses the
+run at the first bad row (exit 2, nothing written).
 """
 
 from __future__ import annotations
@@ -27,15 +34,18 @@ from typing import Any
 from grader._json import dumps
 from grader.advisory import CALIBRATION_KIND
 from grader.analysis.calibration import (
+    SPLITS,
     UNSPLIT,
     Calibration,
     CalibrationError,
     bias_corrected_pass_rate,
     calibrate,
+    label_value,
     labels_by_split,
 )
 from grader.checks.judge import pinned_problem
-from grader.cli._io import InputError, read_jsonl, write_atomically
+from grader.cli._io import InputError, write_atomically
+from grader.intake import InputReason, Intake, UnusableInputError
 
 MIN_LABELS = 100  # seed 002 §1: collect human labels for >= 100 items
 
@@ -74,7 +84,40 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--out", type=Path, help="write the calibration record (JSON)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse the whole run at the first bad row (exit 2, nothing written)",
+    )
     parser.set_defaults(handler=run)
+
+
+def read_labels(path: Path, intake: Intake) -> list[tuple[str, Any]]:
+    """The usable label rows as ``(file:line, row)``; the others skipped and counted."""
+    rows: list[tuple[str, Any]] = []
+    for lineno, row in intake.lines(path):
+        problem = _label_problem(row)
+        if problem is not None:
+            intake.problem(path, lineno, *problem)
+            continue
+        rows.append((f"{path}:{lineno}", row))
+    return rows
+
+
+def _label_problem(row: Any) -> tuple[InputReason, str] | None:
+    if not isinstance(row, dict):
+        return "not_an_object", 'expected an object {"judge", "human"}'
+    for key in ("judge", "human"):
+        if key not in row:
+            return "missing_field", f'expected an object {{"judge", "human"}}: no {key!r} label'
+        try:
+            label_value(row[key], f"{key!r}")
+        except CalibrationError as exc:
+            return "bad_field", str(exc)
+    split = row.get("split", UNSPLIT)
+    if split != UNSPLIT and split not in SPLITS:
+        return "bad_field", f"'split' must be train, dev or test, got {split!r}"
+    return None
 
 
 def _figures(groups: dict[str, tuple[list[bool], list[bool]]]) -> dict[str, Any]:
@@ -122,12 +165,13 @@ def _verdict(bar: float | None, name: str, counts: Calibration) -> tuple[bool, s
 
 
 def run(args: argparse.Namespace) -> int:
+    intake = Intake("calibrate", strict=args.strict)
     try:
         problem = pinned_problem(args.judge_model)
         if problem is not None:
             raise CalibrationError(f"--judge-model {problem}")
         raw = args.labels.read_bytes() if args.labels.exists() else b""
-        rows = [(f"{args.labels}:{lineno}", row) for lineno, row in read_jsonl(args.labels)]
+        rows = read_labels(args.labels, intake)
         if not rows:
             raise CalibrationError("judge verdicts and human labels must be non-empty")
         figures = _figures(labels_by_split(rows))
@@ -135,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
         corrected = None
         if args.observed_pass_rate is not None:
             corrected = bias_corrected_pass_rate(args.observed_pass_rate, counts.tpr, counts.tnr)
-    except (InputError, CalibrationError) as exc:
+    except (InputError, CalibrationError, UnusableInputError) as exc:
+        intake.warn()  # the rows skipped on the way, when they left nothing usable
         print(f"gradeproxy calibrate: error: {exc}", file=sys.stderr)
         return 2
     advisory, sentence = _verdict(args.bar, name, counts)
@@ -152,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         "advisory_only": advisory,
         "labels": str(args.labels),
         "labels_sha256": hashlib.sha256(raw).hexdigest(),
+        "input": intake.to_dict(),
     }
     if sentence is not None:
         report["verdict"] = sentence
@@ -174,8 +220,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(report).decode())
     else:
+        if intake.problems:
+            print(intake.summary())
         _print(report, figures, counts, corrected, args.observed_pass_rate)
-    return 1 if advisory else 0
+    intake.warn()
+    return 1 if advisory else intake.exit_code()
 
 
 def _print(

@@ -3,8 +3,11 @@
 Reads one or more result files (JSONL, as ``results.path`` writes them; rotated files too),
 pairs the rows by ``pair_id`` and ``choice`` (grader/analysis/paired.py), and prints per task and
 per mutation kind the two pass and stale rates, wins/losses/ties and the exact McNemar p-value;
-``--json`` prints the same as one JSON object. Exit 0 when the comparison ran (whatever it
-says), 2 on unreadable input, naming file and line, with nothing printed on stdout.
+``--json`` prints the same as one JSON object. A row that cannot be read (not JSON, cut off,
+fields of the wrong type) is skipped and counted by reason (grader/intake.py, ``input`` in
+``--json``). Exit 0 every row read (whatever the comparison says), 1 some rows were skipped
+(the first few named on stderr with ``file:line``), 2 nothing usable (no such file, not JSONL),
+with nothing printed on stdout; ``--strict`` refuses the run at the first bad row (exit 2).
 ``--gate GATE.yaml`` turns it into a promotion decision (grader/cli/gate.py,
 grader/analysis/gate.py).
 """
@@ -18,7 +21,8 @@ from typing import Any
 
 from grader._json import dumps
 from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
-from grader.cli._io import ExpandGlobs, InputError, read_jsonl
+from grader.cli._io import ExpandGlobs, InputError
+from grader.intake import InputReason, Intake, UnusableInputError
 
 
 def register(sub: Any) -> None:
@@ -44,6 +48,12 @@ def register(sub: Any) -> None:
         help="decide per frozen suite: exit 1 on a hard fail, 3 when a suite cannot be decided",
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse the whole run at the first bad row (exit 2, nothing printed); "
+        "with --gate, a run with bad rows is otherwise undecidable (exit 3)",
+    )
+    parser.add_argument(
         "--baseline",
         nargs="+",
         type=Path,
@@ -62,38 +72,59 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _optional_str(row: dict[str, Any], key: str, where: str) -> str | None:
+def _optional_str(row: dict[str, Any], key: str) -> str | None:
     value = row.get(key)
     if value is not None and not isinstance(value, str):
-        raise InputError(f"{where}: '{key}' must be a string or null")
+        raise _BadRowError(f"'{key}' must be a string or null")
     return value
 
 
-def read_legs(paths: list[Path]) -> tuple[list[Leg], int, int]:
-    """The paired legs of every file, the number of rows, and the rows that pair with nothing."""
+class _BadRowError(ValueError):
+    """A readable row that is not a usable result row: skipped and counted."""
+
+    def __init__(self, message: str, code: InputReason = "bad_field") -> None:
+        super().__init__(message)
+        self.code: InputReason = code
+
+
+def _leg(row: Any) -> Leg | None:
+    """The row's paired leg, None for a row that pairs with nothing; raises for a bad row."""
+    if not isinstance(row, dict):
+        raise _BadRowError("expected a result row (a JSON object)", "not_an_object")
+    task_id, result = row.get("task_id"), row.get("result")
+    if not isinstance(task_id, str) or not isinstance(result, str):
+        raise _BadRowError("a result row needs string 'task_id' and 'result'")
+    variant = row.get("variant")
+    if variant not in (None, "primary", "shadow"):
+        raise _BadRowError("'variant' must be primary, shadow or null")
+    pair_id = _optional_str(row, "pair_id")
+    kind = _optional_str(row, "mutationKind")
+    choice = row.get("choice", 0)
+    if isinstance(choice, bool) or not isinstance(choice, int):
+        raise _BadRowError("'choice' must be an integer")
+    if pair_id is None or variant is None or result not in RESULTS:
+        return None
+    return Leg(pair_id, choice, variant, task_id, kind, result)
+
+
+def read_legs(paths: list[Path], intake: Intake) -> tuple[list[Leg], int, int]:
+    """The paired legs of every file, the number of rows, and the rows that pair with nothing.
+
+    A row that cannot be used is skipped, counted in ``intake`` and in neither number."""
     legs: list[Leg] = []
     rows = unpaired = 0
     for path in paths:
-        for lineno, row in read_jsonl(path):
-            where = f"{path}:{lineno}"
-            if not isinstance(row, dict):
-                raise InputError(f"{where}: expected a result row (a JSON object)")
-            task_id, result = row.get("task_id"), row.get("result")
-            if not isinstance(task_id, str) or not isinstance(result, str):
-                raise InputError(f"{where}: a result row needs string 'task_id' and 'result'")
-            variant = row.get("variant")
-            if variant not in (None, "primary", "shadow"):
-                raise InputError(f"{where}: 'variant' must be primary, shadow or null")
-            pair_id = _optional_str(row, "pair_id", where)
-            kind = _optional_str(row, "mutationKind", where)
-            choice = row.get("choice", 0)
-            if isinstance(choice, bool) or not isinstance(choice, int):
-                raise InputError(f"{where}: 'choice' must be an integer")
+        for lineno, row in intake.lines(path):
+            try:
+                leg = _leg(row)
+            except _BadRowError as exc:
+                intake.problem(path, lineno, exc.code, str(exc))
+                continue
             rows += 1
-            if pair_id is None or variant is None or result not in RESULTS:
+            if leg is None:
                 unpaired += 1
                 continue
-            legs.append(Leg(pair_id, choice, variant, task_id, kind, result))
+            legs.append(leg)
     return legs, rows, unpaired
 
 
@@ -167,21 +198,24 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    intake = Intake("compare", strict=args.strict)
     try:
-        legs, rows, unpaired = read_legs(args.results)
-    except InputError as exc:
+        legs, rows, unpaired = read_legs(args.results, intake)
+    except (InputError, UnusableInputError) as exc:
         print(f"gradeproxy compare: error: {exc}", file=sys.stderr)
         return 2
     summary = summarise(legs, rows, unpaired)
     if args.json:
         data = {"files": [str(p) for p in args.results], **summary.to_dict()}
+        data["input"] = intake.to_dict()
         sys.stdout.buffer.write(dumps(data) + b"\n")
         sys.stdout.flush()
-    elif summary.overall.pairs == 0:
-        print(no_pairs_hint(summary))
     else:
-        print(render_table(summary))
-    return 0
+        if intake.problems:
+            print(intake.summary())
+        print(no_pairs_hint(summary) if summary.overall.pairs == 0 else render_table(summary))
+    intake.warn()
+    return intake.exit_code()
 
 
 def no_pairs_hint(summary: Summary) -> str:

@@ -3,8 +3,13 @@
 Live rows stay JSONL (a Parquet file is readable only once its footer is written, so a crash
 would lose a whole open file); export them when a run is over. Given ``results/grades.jsonl``,
 its rotations (``grades.jsonl.5`` … ``.1``) are read first, oldest first, so the Parquet rows
-are in the order they were written. Exit 0 on success; 2 on unreadable input (``file:line``),
-a row that is not an object, or a missing pyarrow (naming the ``gradeproxy[parquet]`` extra).
+are in the order they were written. A line that is not JSON (cut off by a crash, say) or not
+an object is skipped and counted by reason (grader/intake.py), never a refused file.
+
+Exit 0 every row exported; 1 some rows were skipped (the first few named on stderr with
+``file:line``); 2 nothing usable (no such file, not JSONL, a missing pyarrow naming the
+``gradeproxy[parquet]`` extra, an unwritable output). ``--strict`` refuses the run at the first
+bad row (exit 2, nothing written).
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader.cli._io import ExpandGlobs, InputError, read_jsonl
+from grader.cli._io import ExpandGlobs, InputError
 from grader.cli.parquet import require_pyarrow, with_rotations, write_parquet
+from grader.intake import Intake, UnusableInputError
 
 
 def register(sub: Any) -> None:
@@ -40,6 +46,11 @@ def register(sub: Any) -> None:
         help="add check.<name>.passed/.score/.reason_code columns (names escaped)",
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse the whole run at the first bad row (exit 2, nothing written)",
+    )
+    parser.add_argument(
         "--no-rotations",
         action="store_true",
         help="read only the files named, not their .1 .2 … rotations",
@@ -47,27 +58,34 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
+def read_rows(paths: list[Path], intake: Intake) -> list[dict[str, Any]]:
+    """The result rows of every file; a row that is not one is skipped and counted."""
     rows: list[dict[str, Any]] = []
     for path in paths:
-        for lineno, row in read_jsonl(path):
+        for lineno, row in intake.lines(path):
             if not isinstance(row, dict):
-                raise InputError(f"{path}:{lineno}: expected a result row (a JSON object)")
+                message = "expected a result row (a JSON object)"
+                intake.problem(path, lineno, "not_an_object", message)
+                continue
             rows.append(row)
     return rows
 
 
 def run(args: argparse.Namespace) -> int:
+    intake = Intake("export", strict=args.strict)
     try:
         require_pyarrow()
         paths = args.results if args.no_rotations else with_rotations(args.results)
-        rows = read_rows(paths)
+        rows = read_rows(paths, intake)
         write_parquet(args.parquet, rows, wide=args.wide)
-    except InputError as exc:
+    except (InputError, UnusableInputError) as exc:
         print(f"gradeproxy export: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"gradeproxy export: error: cannot write output: {exc}", file=sys.stderr)
         return 2
     print(f"{len(rows)} rows from {len(paths)} file(s) -> {args.parquet}")
-    return 0
+    if intake.problems:
+        print(intake.summary(f"{len(rows)} exported"))
+    intake.warn()
+    return intake.exit_code()

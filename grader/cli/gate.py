@@ -4,7 +4,10 @@ Two inputs, one decision: ``--results FILE...`` (live rows: the ``primary`` vari
 baseline, the ``shadow`` the candidate, paired by ``pair_id`` and ``choice``) or ``--baseline
 FILE... --candidate FILE...`` (two offline runs, paired by ``task_id`` and ``sample_id``).
 Exit 0: every suite passes or warns; 1: a suite's drop passed its hard-fail threshold; 3: no
-hard fail, but a suite cannot be decided at its item count; 2: unusable input.
+hard fail, but a suite cannot be decided at its item count; 2: unusable input. A row that cannot
+be read is skipped and counted (grader/intake.py), and makes the run undecidable: exit 3
+whatever the suites say (rows the gate could not see might have moved any of them), unless
+``--strict``, which refuses the run at the first bad row (exit 2).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import yaml
 
 from grader._json import dumps
 from grader.analysis.gate import (
+    EXIT_CANNOT_DECIDE,
     GateError,
     Item,
     SuiteResult,
@@ -26,9 +30,11 @@ from grader.analysis.gate import (
     exit_code,
     parse_gate,
 )
-from grader.cli._io import InputError, read_jsonl
+from grader.cli._io import InputError
+from grader.intake import InputReason, Intake, UnusableInputError
 
 GRADED = ("pass", "fail", "stale")
+UNDECIDABLE = EXIT_CANNOT_DECIDE
 
 
 def load_gate(path: Path) -> Any:
@@ -38,15 +44,21 @@ def load_gate(path: Path) -> Any:
         raise InputError(f"{path}: cannot read the gate file: {exc}") from None
 
 
-def _rows(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+def _rows(paths: list[Path], intake: Intake) -> list[tuple[str, dict[str, Any]]]:
     rows: list[tuple[str, dict[str, Any]]] = []
     for path in paths:
-        for lineno, row in read_jsonl(path):
-            where = f"{path}:{lineno}"
-            if not isinstance(row, dict) or not isinstance(row.get("task_id"), str):
-                raise InputError(f"{where}: expected a result row with a string 'task_id'")
-            rows.append((where, row))
+        for lineno, row in intake.lines(path):
+            if not isinstance(row, dict):
+                intake.problem(path, lineno, "not_an_object", _ROW)
+            elif not isinstance(row.get("task_id"), str):
+                code: InputReason = "missing_field" if "task_id" not in row else "bad_field"
+                intake.problem(path, lineno, code, _ROW)
+            else:
+                rows.append((f"{path}:{lineno}", row))
     return rows
+
+
+_ROW = "expected a result row with a string 'task_id'"
 
 
 def _item(row: dict[str, Any], live: bool) -> Item | None:
@@ -61,18 +73,18 @@ def _item(row: dict[str, Any], live: bool) -> Item | None:
     return Item(task_id, key, row["result"] == "pass")
 
 
-def read_runs(args: argparse.Namespace) -> tuple[list[Item], list[Item]]:
+def read_runs(args: argparse.Namespace, intake: Intake) -> tuple[list[Item], list[Item]]:
     if args.baseline or args.candidate:
         if not (args.baseline and args.candidate) or args.results:
             raise InputError("give --baseline and --candidate together, or --results alone")
-        first = [_item(r, False) for _, r in _rows(args.baseline)]
-        second = [_item(r, False) for _, r in _rows(args.candidate)]
+        first = [_item(r, False) for _, r in _rows(args.baseline, intake)]
+        second = [_item(r, False) for _, r in _rows(args.candidate, intake)]
         return [i for i in first if i is not None], [i for i in second if i is not None]
     if not args.results:
         raise InputError("--gate needs --results (shadow rows) or --baseline and --candidate")
     base: list[Item] = []
     cand: list[Item] = []
-    for _, row in _rows(args.results):
+    for _, row in _rows(args.results, intake):
         item = _item(row, True)
         if item is not None and row.get("variant") in ("primary", "shadow"):
             (base if row["variant"] == "primary" else cand).append(item)
@@ -112,21 +124,31 @@ def render(results: list[SuiteResult]) -> str:
 
 
 def run_gate(args: argparse.Namespace) -> int:
+    intake = Intake("compare", strict=args.strict)
     try:
         suites = parse_gate(load_gate(args.gate))
-        baseline, candidate = read_runs(args)
+        baseline, candidate = read_runs(args, intake)
         for suite in suites:
             check_frozen(suite, "baseline", {i.task_id for i in baseline})
             check_frozen(suite, "candidate", {i.task_id for i in candidate})
         results = [evaluate(suite, baseline, candidate) for suite in suites]
-    except (InputError, GateError) as exc:
+    except (InputError, GateError, UnusableInputError) as exc:
         print(f"gradeproxy compare: error: {exc}", file=sys.stderr)
         return 2
     code = exit_code(results)
+    if intake.problems:  # rows the gate could not read might have moved any suite
+        code = UNDECIDABLE
     if args.json:
-        data = {"suites": [r.to_dict() for r in results], "exit_code": code}
+        data = {
+            "suites": [r.to_dict() for r in results],
+            "exit_code": code,
+            "input": intake.to_dict(),
+        }
         sys.stdout.buffer.write(dumps(data) + b"\n")
         sys.stdout.flush()
     else:
+        if intake.problems:
+            print(f"{intake.summary()}: the gate cannot decide (exit {UNDECIDABLE})")
         print(render(results))
+    intake.warn()
     return code

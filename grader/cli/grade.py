@@ -9,10 +9,17 @@ answers row is ``{"task_id", "answer", "sample_id"?, "tools"?, "request"?, ...}`
 own ``tools``. A field that would overwrite a result field (``result``, ``checks`` …) is
 refused with ``file:line``. ``--out x.parquet`` writes Parquet (``gradeproxy[parquet]``).
 
-Exit 0 when grading ran, whatever the scores; exit 2 on unreadable input, an unknown task id,
-an answer that is not a string (the typed wires refuse it too; only the Python API scores it
-``not_a_string``) or an answer that cannot be graded, always with ``file:line`` and with
-nothing written: every input row is validated before the first byte of output.
+A row that cannot be graded (a line that is not JSON or is cut off, no ``task_id``, an unknown
+task id, a field of the wrong type, a field that would overwrite a result field) becomes an
+``error`` row with an input reason code (grader/intake.py) and its ``file:line`` message, in
+its place: rows out = rows in. Those rows are out of every pass rate and counted apart, by
+reason, in the report's ``input`` section. An answer that is not a string is no input error:
+grading.md's rule 11 scores it 0 with ``not_a_string``, as ``score()`` does.
+
+Exit 0 every row graded, whatever the scores; 1 some rows were error rows (the first few named
+on stderr); 2 nothing usable (no answers file, not JSONL, a task file or judge config that does
+not load, an unwritable output), with nothing written. ``--strict`` refuses the run at the
+first bad row instead (exit 2, nothing written).
 """
 
 from __future__ import annotations
@@ -20,29 +27,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from grader._json import dumps
 from grader.checks.judge import Judge
-from grader.cli._io import InputError, Progress, read_jsonl, write_atomically
+from grader.cli._io import InputError, Progress, write_atomically
 from grader.cli.parquet import is_parquet, require_pyarrow, write_rows
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
+from grader.intake import InputReason, Intake, Problem, UnusableInputError
 from grader.loader import load_tasks
 from grader.report import Report
-from grader.rows import carried_conflicts, offline_row
+from grader.rows import carried_conflicts, input_error_row, offline_row
 from grader.tasks import Task, TaskLoadError, TaskSet
 
 PROGRESS_MIN_ROWS = 1000
-_JSON_TYPES = {
-    dict: "an object",
-    list: "an array",
-    type(None): "null",
-    bool: "a boolean",
-    int: "a number",
-    float: "a number",
-}
-Answer = tuple[str, Task, str, dict[str, Any]]  # where, task, answer, the answers row
+Answer = tuple[str, Task, object, dict[str, Any]]  # where, task, answer, the answers row
+# An answers row that cannot be graded: the problem, and the row as far as it was readable.
+Refused = tuple[Problem, Task | None, dict[str, Any] | None]
 
 
 def register(sub: Any) -> None:
@@ -71,6 +74,11 @@ def register(sub: Any) -> None:
         "--judge", type=Path, help="judge config (YAML/JSON) for label_model/score_model checks"
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse the whole run at the first bad row (exit 2, nothing written)",
+    )
+    parser.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -79,82 +87,106 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def read_answers(path: Path, tasks: TaskSet) -> list[Answer]:
-    rows: list[Answer] = []
-    for lineno, row in read_jsonl(path):
-        where = f"{path}:{lineno}"
+def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Refused]:
+    """Every answers row in order: ready to grade, or refused with its problem (an error row)."""
+    rows: list[Answer | Refused] = []
+    for lineno, row in intake.lines(path, unreadable=True):
+        if isinstance(row, Problem):
+            rows.append((row, None, None))
+            continue
         if not isinstance(row, dict):
-            raise InputError(f'{where}: expected an object {{"task_id", "answer"}}')
+            problem = intake.problem(path, lineno, "not_an_object", _OBJECT)
+            rows.append((problem, None, None))
+            continue
         task_id = row.get("task_id")
-        if not isinstance(task_id, str):
-            raise InputError(f"{where}: 'task_id' must be a string")
-        if "answer" not in row:
-            raise InputError(f"{where}: no 'answer' field")
-        answer = row["answer"]
-        if not isinstance(answer, str):
-            kind = _JSON_TYPES.get(type(answer), type(answer).__name__)
-            raise InputError(
-                f"{where}: 'answer' must be a string (the raw model output), not {kind}: "
-                "write a tool call as its JSON text, the way the model sent it"
-            )
-        task = tasks.get(task_id)
-        if task is None:
-            raise InputError(f"{where}: unknown task id {task_id!r}")
-        for key, shape in (("tools", list), ("request", dict)):
-            if key in row and not isinstance(row[key], shape):
-                raise InputError(f"{where}: '{key}' must be a JSON {shape.__name__}")
-        clash = carried_conflicts(row)
-        if clash:
-            raise InputError(
-                f"{where}: field {clash[0]!r} would overwrite the result row's own field of "
-                "that name: rename it (answers-file fields ride into the row unchanged)"
-            )
-        sample_id = row.get("sample_id")
-        if sample_id is not None and not isinstance(sample_id, str | int):
-            raise InputError(f"{where}: 'sample_id' must be a string or an integer")
-        rows.append((where, task, answer, row))
+        task = tasks.get(task_id) if isinstance(task_id, str) else None
+        refusal = _refusal(row, task)
+        if refusal is None and task is not None:
+            rows.append((f"{path}:{lineno}", task, row["answer"], row))
+            continue
+        code, message, drop = refusal or ("unknown_task", f"unknown task id {task_id!r}", "")
+        source = {key: value for key, value in row.items() if key != drop}
+        rows.append((intake.problem(path, lineno, code, message), task, source))
     return rows
 
 
-def _grade_one(where: str, task: Task, answer: str, row: dict[str, Any]) -> Outcome:
+_OBJECT = 'expected an object {"task_id", "answer"}'
+
+
+def _refusal(row: dict[str, Any], task: Task | None) -> tuple[InputReason, str, str] | None:
+    """Why an answers row cannot be graded (code, message, the bad field), or None."""
+    task_id = row.get("task_id")
+    if not isinstance(task_id, str):
+        code: InputReason = "missing_field" if task_id is None else "bad_field"
+        return code, "'task_id' must be a string", "task_id"
+    if task is None:
+        return "unknown_task", f"unknown task id {task_id!r}", ""
+    if "answer" not in row:
+        return "missing_field", "no 'answer' field", ""
+    for key, shape in (("tools", list), ("request", dict)):
+        if key in row and not isinstance(row[key], shape):
+            return "bad_field", f"'{key}' must be a JSON {shape.__name__}", key
+    clash = carried_conflicts(row)
+    if clash:
+        return (
+            "reserved_field",
+            f"field {clash[0]!r} would overwrite the result row's own field of that name: "
+            "rename it (answers-file fields ride into the row unchanged)",
+            "",
+        )
+    sample_id = row.get("sample_id")
+    if sample_id is not None and not isinstance(sample_id, str | int):
+        return "bad_field", "'sample_id' must be a string or an integer", "sample_id"
+    return None
+
+
+def _grade_one(
+    where: str, task: Task, answer: object, row: dict[str, Any], intake: Intake
+) -> Outcome | Problem:
     try:
         return grade(task, answer, offline_context(task, row))
-    except Exception as exc:  # a grader bug: name the row, never a traceback
-        raise InputError(_cannot(where, task, exc)) from None
+    except Exception as exc:  # a grader bug: an error row that names it, never a traceback
+        return _cannot(where, task, exc, intake)
 
 
 async def _grade_judged(
-    where: str, task: Task, answer: str, row: dict[str, Any], judge: Judge
-) -> Outcome:
+    where: str, task: Task, answer: object, row: dict[str, Any], judge: Judge, intake: Intake
+) -> Outcome | Problem:
     try:
         return await grade_async(task, answer, offline_context(task, row), judge=judge)
     except Exception as exc:
-        raise InputError(_cannot(where, task, exc)) from None
+        return _cannot(where, task, exc, intake)
 
 
-def _cannot(where: str, task: Task, exc: Exception) -> str:
-    return (
-        f"{where}: cannot grade this answer against task {task.id!r} ({task.source}): "
-        f"{type(exc).__name__}: {exc}"
+def _cannot(where: str, task: Task, exc: Exception, intake: Intake) -> Problem:
+    file, _, line = where.rpartition(":")
+    return intake.problem(
+        file,
+        int(line),
+        "cannot_grade",
+        f"cannot grade this answer against task {task.id!r} ({task.source}): "
+        f"{type(exc).__name__}: {exc}",
     )
 
 
-def _grade_all(answers: list[Answer], judge: Judge | None, progress: Progress) -> list[Outcome]:
+def _grade_all(
+    answers: list[Answer], judge: Judge | None, progress: Progress, intake: Intake
+) -> list[Outcome | Problem]:
     """Grade in input order; judge checks (only with ``--judge``) on one event loop."""
     if judge is None or not any(needs_judge(task) for _, task, _, _ in answers):
         outcomes = []
         for done, answer in enumerate(answers, start=1):
-            outcomes.append(_grade_one(*answer))
+            outcomes.append(_grade_one(*answer, intake))
             progress.update(done)
         return outcomes
 
-    async def judged() -> list[Outcome]:
-        graded: list[Outcome] = []
+    async def judged() -> list[Outcome | Problem]:
+        graded: list[Outcome | Problem] = []
         for done, (where, task, answer, row) in enumerate(answers, start=1):
             if needs_judge(task):
-                graded.append(await _grade_judged(where, task, answer, row, judge))
+                graded.append(await _grade_judged(where, task, answer, row, judge, intake))
             else:
-                graded.append(_grade_one(where, task, answer, row))
+                graded.append(_grade_one(where, task, answer, row, intake))
             progress.update(done)
         return graded
 
@@ -163,6 +195,7 @@ def _grade_all(answers: list[Answer], judge: Judge | None, progress: Progress) -
 
 def run(args: argparse.Namespace) -> int:
     judge = None
+    intake = Intake("grade", strict=args.strict, what="error row")
     try:
         if args.out is not None and is_parquet(args.out):
             require_pyarrow()
@@ -174,27 +207,67 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise InputError(str(exc)) from None
         tasks = load_tasks(args.tasks)
-        answers = read_answers(args.answers, tasks)
+        entries = read_answers(args.answers, tasks, intake)
+        answers = [e for e in entries if len(e) == 4]
         show = args.progress
         if show is None:
             show = sys.stderr.isatty() and len(answers) >= PROGRESS_MIN_ROWS
-        outcomes = _grade_all(answers, judge, Progress(len(answers), show))
-    except (TaskLoadError, InputError) as exc:
+        outcomes = iter(_grade_all(answers, judge, Progress(len(answers), show), intake))
+    except (TaskLoadError, InputError, UnusableInputError) as exc:
         print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
         return 2
     report = Report(tasks.digest)
+    failures: Counter[str] = Counter()
     rows: list[dict[str, Any]] = []
-    for (_, task, _, source), outcome in zip(answers, outcomes, strict=True):
+    for entry in entries:
+        if len(entry) == 3:  # refused while reading
+            problem, task, source = entry
+            rows.append(_error_row(problem, task, source, tasks.digest))
+            continue
+        _, task, _, source = entry
+        outcome = next(outcomes)
+        if isinstance(outcome, Problem):
+            rows.append(_error_row(outcome, task, source, tasks.digest))
+            continue
         report.add(task, outcome)
+        if outcome.result in ("fail", "stale"):
+            failures[_failure_reason(outcome)] += 1
         if args.out is not None:
             rows.append(offline_row(task, outcome, tasks.digest, source))
     try:
         if args.out is not None:
             write_rows(args.out, rows, wide=args.wide)
         if args.report is not None:
-            write_atomically(args.report, [dumps(report.to_dict()) + b"\n"])
+            data = {**report.to_dict(), "input": intake.to_dict()}
+            write_atomically(args.report, [dumps(data) + b"\n"])
     except OSError as exc:
         print(f"gradeproxy grade: error: cannot write output: {exc}", file=sys.stderr)
         return 2
+    print(intake.summary(_graded(report, failures)))
     print(report.render_table())
-    return 0
+    intake.warn()
+    return intake.exit_code()
+
+
+def _error_row(
+    problem: Problem, task: Task | None, source: dict[str, Any] | None, digest: str
+) -> dict[str, Any]:
+    task_id = task.id if task is not None else (source or {}).get("task_id")
+    return input_error_row(task_id, task, problem.reason_code, problem.text(), digest, source)
+
+
+def _failure_reason(outcome: Outcome) -> str:
+    """A failed answer's reason code: the tool-call verdict's, else the first failing column's."""
+    if outcome.verdict is not None and outcome.verdict.score == 0:
+        return outcome.verdict.reason_code
+    failed = [c for c in outcome.checks if c.passed is False and not c.advisory]
+    return failed[0].reason_code if failed else "fail"
+
+
+def _graded(report: Report, failures: Counter[str]) -> str:
+    """The graded rows for the header: model failures by reason (errors of the engine apart)."""
+    total = report.total
+    reasons = ", ".join(f"{code} {n}" for code, n in sorted(failures.items()))
+    text = f"{total.n + total.errors} graded, {total.passed} passed"
+    text += f", {total.n - total.passed} model failures ({reasons})" if failures else ""
+    return text + (f", {total.errors} grading errors" if total.errors else "")

@@ -6,8 +6,13 @@ are read first unless ``--no-rotations``),
 grades each stored answer against the new task set (``grader/analysis/regrade.py``), writes one JSON
 line per changed column, and prints counts per task, per check and per mutation kind.
 
-Exit 0 when the re-grade ran, whatever changed; exit 2 on unreadable input (``file:line``), an
-unusable task set or judge config, or an unwritable output, with nothing written.
+A stored row that cannot be read (not JSON or cut off, not a result row, a ``checks`` that is
+not a list of columns) gets one ``input_error`` line in the diff (``reason_code``, and a
+``file:line`` reason) and is counted apart, by reason, in the printed counts' ``input``.
+
+Exit 0 every row read, whatever changed; 1 some rows could not be read (the first few named
+on stderr); 2 nothing usable (no such file, not JSONL, an unusable task set or judge config, an
+unwritable output), with nothing written. ``--strict`` refuses the run at the first bad row.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from typing import Any
 from grader._json import dumps
 from grader.analysis.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
 from grader.checks.judge import Judge
-from grader.cli._io import ExpandGlobs, InputError, jsonl_bytes, read_jsonl, write_atomically
+from grader.cli._io import ExpandGlobs, InputError, jsonl_bytes, write_atomically
 from grader.cli.parquet import with_rotations
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
+from grader.intake import InputReason, Intake, Problem, UnusableInputError
 from grader.loader import load_tasks
 from grader.tasks import Task, TaskLoadError, TaskSet
 
@@ -50,6 +56,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--judge", type=Path, help="judge config for label_model/score_model")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse the whole run at the first bad row (exit 2, nothing written)",
+    )
+    parser.add_argument(
         "--no-rotations",
         action="store_true",
         help="read only the files named, not their .1 .2 … rotations",
@@ -60,18 +71,50 @@ def register(sub: Any) -> None:
 Stored = tuple[str, dict[str, Any]]
 
 
-def read_rows(paths: list[Path]) -> list[Stored]:
+def read_rows(paths: list[Path], intake: Intake) -> tuple[list[Stored], list[dict[str, Any]]]:
+    """The readable result rows, and one ``input_error`` diff line per row that is not."""
     rows: list[Stored] = []
+    refused: list[dict[str, Any]] = []
     for path in paths:
-        for lineno, row in read_jsonl(path):
-            where = f"{path}:{lineno}"
-            if not isinstance(row, dict) or not isinstance(row.get("task_id"), str):
-                raise InputError(f"{where}: expected a result row with a string 'task_id'")
+        for lineno, row in intake.lines(path, unreadable=True):
+            if isinstance(row, Problem):
+                refused.append(_input_error(row, None))
+                continue
+            if not isinstance(row, dict):
+                problem = intake.problem(path, lineno, "not_an_object", _ROW)
+                refused.append(_input_error(problem, None))
+                continue
+            if not isinstance(row.get("task_id"), str):
+                code: InputReason = "missing_field" if "task_id" not in row else "bad_field"
+                refused.append(_input_error(intake.problem(path, lineno, code, _ROW), row))
+                continue
             checks = row.get("checks", [])
             if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
-                raise InputError(f"{where}: 'checks' must be a list of column objects")
-            rows.append((where, row))
-    return rows
+                message = "'checks' must be a list of column objects"
+                problem = intake.problem(path, lineno, "bad_field", message)
+                refused.append(_input_error(problem, row))
+                continue
+            rows.append((f"{path}:{lineno}", row))
+    return rows, refused
+
+
+_ROW = "expected a result row with a string 'task_id'"
+
+
+def _input_error(problem: Problem, row: dict[str, Any] | None) -> dict[str, Any]:
+    """The diff line of a stored row that cannot be read: no verdict before or after."""
+    row = row or {}
+    task_id = row.get("task_id")
+    return {
+        "task_id": task_id if isinstance(task_id, str) else None,
+        "sample_id": row.get("sample_id"),
+        "check": None,
+        "change": "input_error",
+        "reason_code": problem.reason_code,
+        "reason": problem.text(),
+        "result_before": row.get("result"),
+        "result_after": "error",
+    }
 
 
 def _grade_all(items: list[tuple[Task, dict[str, Any]]], judge: Judge | None) -> list[Outcome]:
@@ -128,6 +171,7 @@ def regrade(
 
 def run(args: argparse.Namespace) -> int:
     judge = None
+    intake = Intake("regrade", strict=args.strict, what="error row")
     try:
         if args.judge is not None:
             from grader.cli.validate import load_judge
@@ -137,10 +181,11 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise InputError(str(exc)) from None
         tasks = load_tasks(args.tasks)
-        rows = read_rows(args.results if args.no_rotations else with_rotations(args.results))
+        paths = args.results if args.no_rotations else with_rotations(args.results)
+        rows, refused = read_rows(paths, intake)
         lines, summary = regrade(rows, tasks, judge)
-        write_atomically(args.out, jsonl_bytes(lines))
-    except (TaskLoadError, InputError) as exc:
+        write_atomically(args.out, jsonl_bytes([*lines, *refused]))
+    except (TaskLoadError, InputError, UnusableInputError) as exc:
         print(f"gradeproxy regrade: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -152,8 +197,11 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.json:
-        sys.stdout.buffer.write(dumps(summary.to_dict()) + b"\n")
+        data = {**summary.to_dict(), "input": intake.to_dict()}
+        sys.stdout.buffer.write(dumps(data) + b"\n")
         sys.stdout.flush()
     else:
+        print(intake.summary(f"{summary.regraded} re-graded"))
         print(summary.render())
-    return 0
+    intake.warn()
+    return intake.exit_code()

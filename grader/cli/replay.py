@@ -7,8 +7,12 @@ follow in ``output``), or plain ``events`` ``[{"name", "arguments", "result"}]``
 metadata, copied into the row. Rows are the proxy's episode rows (docs/episodes.md), as JSONL,
 or Parquet when ``--out`` ends in ``.parquet`` (needs pyarrow: ``gradeproxy[parquet]``).
 
-Exit 0 when grading ran, 2 on unreadable input, an unknown task or a task without a grader
-record, with nothing written: every line is validated before the first byte of output.
+A line that cannot be graded (not JSON or cut off, an unknown task, a task without a grader
+record, a malformed or incomplete history) becomes an ``error`` episode row in its place, with
+an input reason code (grader/intake.py) and its ``file:line`` message; it is in no pass rate
+and counted apart, by reason, in the report's ``input`` section. Exit 0 every line graded, 1
+some were error rows, 2 nothing usable (grader/intake.py); ``--strict`` refuses the run at the
+first bad line (exit 2, nothing written).
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from typing import Any
 
 from grader._json import dumps
 from grader.checks import Judge
-from grader.cli._io import InputError, jsonl_bytes, read_jsonl, write_atomically
-from grader.episodes.grade import episode_row, judge_cause, needs_judge
+from grader.cli._io import InputError, jsonl_bytes, write_atomically
+from grader.episodes.grade import episode_error_row, episode_row, judge_cause, needs_judge
 from grader.episodes.log import EpisodeLog, from_chat, from_events, from_responses
 from grader.episodes.report import EpisodeReport
+from grader.intake import InputReason, Intake, Problem, UnusableInputError
 from grader.loader import load_tasks
 from grader.tasks import Task, TaskLoadError, TaskSet
 
@@ -45,6 +50,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--report", type=Path, help="write the report (JSON)")
     parser.add_argument(
         "--judge", type=Path, help="judge config (YAML/JSON) for a judge-form root_cause"
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse the whole run at the first bad line (exit 2, nothing written)",
     )
     parser.set_defaults(handler=run)
 
@@ -67,27 +77,62 @@ def episode_log(line: dict[str, Any], where: str) -> EpisodeLog:
     else:
         log = from_events(line["events"], final)
     if log.incomplete:  # never graded as if whole (docs/episodes.md)
-        raise InputError(f"{where}: incomplete history: a tool result whose call is not in it")
+        raise IncompleteHistoryError(
+            f"{where}: incomplete history: a tool result whose call is not in it "
+            "(a trimmed or summarised history is never graded as if whole)"
+        )
     return log
 
 
-def read_episodes(path: Path, tasks: TaskSet) -> list[tuple[Task, EpisodeLog, dict[str, Any]]]:
-    out: list[tuple[Task, EpisodeLog, dict[str, Any]]] = []
-    for lineno, line in read_jsonl(path):
-        where = f"{path}:{lineno}"
+class IncompleteHistoryError(InputError):
+    """The history holds a tool result whose call is not in it."""
+
+
+Episode = tuple[Task, EpisodeLog, dict[str, Any]]
+# A line that cannot be graded: its problem, its task when known, the line when readable.
+Refused = tuple[Problem, Task | None, dict[str, Any] | None]
+
+
+def read_episodes(path: Path, tasks: TaskSet, intake: Intake) -> list[Episode | Refused]:
+    """Every line in order: ready to grade, or refused with its problem (an error row)."""
+    out: list[Episode | Refused] = []
+    for lineno, line in intake.lines(path, unreadable=True):
+        if isinstance(line, Problem):
+            out.append((line, None, None))
+            continue
         if not isinstance(line, dict):
-            raise InputError(f"{where}: expected an object with 'task_id' and a history")
+            message = "expected an object with 'task_id' and a history"
+            out.append((intake.problem(path, lineno, "not_an_object", message), None, None))
+            continue
         task_id = line.get("task_id")
         task = tasks.get(task_id) if isinstance(task_id, str) else None
-        if task is None:
-            raise InputError(f"{where}: unknown task id {task_id!r}")
-        if task.episode is None:
-            raise InputError(f"{where}: task {task_id!r} has no grader record ('episode')")
-        for key in ("episode_id", "role"):
-            if line.get(key) is not None and not isinstance(line[key], str):
-                raise InputError(f"{where}: {key!r} must be a string")
-        out.append((task, episode_log(line, where), line))
+        refusal = _refusal(line, task, f"{path}:{lineno}")
+        if isinstance(refusal, EpisodeLog) and task is not None:
+            out.append((task, refusal, line))
+            continue
+        code, message = refusal if isinstance(refusal, tuple) else ("unknown_task", "")
+        out.append((intake.problem(path, lineno, code, message), task, line))
     return out
+
+
+def _refusal(
+    line: dict[str, Any], task: Task | None, where: str
+) -> EpisodeLog | tuple[InputReason, str]:
+    """The line's log, or why it cannot be graded (a reason code and the message)."""
+    task_id = line.get("task_id")
+    if task is None:
+        return "unknown_task", f"unknown task id {task_id!r}"
+    if task.episode is None:
+        return "no_grader_record", f"task {task_id!r} has no grader record ('episode')"
+    for key in ("episode_id", "role"):
+        if line.get(key) is not None and not isinstance(line[key], str):
+            return "bad_field", f"{key!r} must be a string"
+    try:
+        return episode_log(line, where)
+    except IncompleteHistoryError as exc:
+        return "history_incomplete", str(exc).removeprefix(f"{where}: ")
+    except InputError as exc:
+        return "history_malformed", str(exc).removeprefix(f"{where}: ")
 
 
 def grade_line(task: Task, log: EpisodeLog, line: dict[str, Any], digest: str) -> dict[str, Any]:
@@ -159,32 +204,60 @@ def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     judge = None
+    intake = Intake("replay", strict=args.strict, what="error row")
     try:
         if args.judge is not None:
             from grader.cli.validate import load_judge  # the aiohttp judge, as validate-tasks'
 
             judge = load_judge(args.judge)
         tasks = load_tasks(args.tasks)
-        episodes = read_episodes(args.episodes, tasks)
-    except (TaskLoadError, InputError, ValueError) as exc:
+        entries = read_episodes(args.episodes, tasks, intake)
+    except (TaskLoadError, InputError, UnusableInputError, ValueError) as exc:
         print(f"gradeproxy replay: error: {exc}", file=sys.stderr)
         return 2
-    rows = [grade_line(task, log, line, tasks.digest) for task, log, line in episodes]
+    episodes = [e for e in entries if not isinstance(e[0], Problem)]
+    graded = [grade_line(task, log, line, tasks.digest) for task, log, line in episodes]
     if judge is not None and any(
         task.episode is not None and needs_judge(task.episode, log) for task, log, _ in episodes
     ):
-        asyncio.run(judge_rows(episodes, rows, judge))
+        asyncio.run(judge_rows(episodes, graded, judge))
     report = EpisodeReport(tasks.digest)
-    report.extend(rows)
+    report.extend(graded)
+    done = iter(graded)
+    rows = [
+        next(done) if not isinstance(e[0], Problem) else _error_row(e, tasks.digest)
+        for e in entries
+    ]
     try:
         if args.out is not None and args.out.suffix == ".parquet":
             write_parquet(args.out, rows)
         elif args.out is not None:
             write_atomically(args.out, jsonl_bytes(rows))
         if args.report is not None:
-            write_atomically(args.report, [dumps(report.to_dict()) + b"\n"])
+            data = {**report.to_dict(), "input": intake.to_dict()}
+            write_atomically(args.report, [dumps(data) + b"\n"])
     except (OSError, ImportError) as exc:
         print(f"gradeproxy replay: error: cannot write output: {exc}", file=sys.stderr)
         return 2
+    print(intake.summary(f"{len(graded)} graded"))
     print(report.render_table())
-    return 0
+    intake.warn()
+    return intake.exit_code()
+
+
+def _error_row(entry: Episode | Refused, digest: str) -> dict[str, Any]:
+    problem, task, line = entry
+    assert isinstance(problem, Problem)
+    line = line if isinstance(line, dict) else {}
+    task_id, episode_id, role = (line.get(k) for k in ("task_id", "episode_id", "role"))
+    row = episode_error_row(
+        task_id if isinstance(task_id, str) else None,
+        task.episode if isinstance(task, Task) else None,
+        problem.reason_code,
+        problem.text(),
+        tasks_digest=digest,
+        episode_id=episode_id if isinstance(episode_id, str) else None,
+        role=role if isinstance(role, str) else None,
+    )
+    row.update({key: line[key] for key in _META if key in line})
+    return row

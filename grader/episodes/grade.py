@@ -16,7 +16,7 @@ from typing import Any, Literal
 from grader.checks import CheckContext, Judge, Sample
 from grader.episodes.columns import columns
 from grader.episodes.log import EpisodeLog
-from grader.episodes.record import EpisodeRecord
+from grader.episodes.record import COLUMNS, EpisodeRecord
 from grader.episodes.replay import replay
 from grader.toolcall.canon import canonical_json
 from grader.version import GRADER_RULES_VERSION
@@ -120,3 +120,47 @@ def episode_row(
     row["tasks_digest"] = tasks_digest
     row["grader_rules_version"] = GRADER_RULES_VERSION
     return row
+
+
+def episode_error_row(
+    task_id: str | None,
+    record: EpisodeRecord | None,
+    reason_code: str,
+    reason: str,
+    *,
+    tasks_digest: str,
+    episode_id: str | None = None,
+    role: str | None = None,
+) -> dict[str, Any]:
+    """The row of an episode line that could not be graded (``gradeproxy replay``).
+
+    ``result`` is ``error`` with the input reason code (grader/intake.py) and its ``file:line``
+    message; every verdict column the record configures (all of them when the task is
+    unknown) is ``false``, so no reader of one column takes the row for a pass, while
+    ``columns`` stays empty: the row is in no column's pass rate. ``evidence_overlap`` (a
+    score, averaged by reports) is left out.
+    """
+    if record is None:
+        names = [name for name in COLUMNS if name != "evidence_overlap"]
+    else:
+        empty = EpisodeLog((), None, 0)
+        cols, _ = columns(record, empty, replay(record, ()), None, {})
+        names = [c.name for c in cols if c.name != "evidence_overlap"]
+    return {
+        "kind": "episode",
+        "episode_id": episode_id,
+        "task_id": task_id,
+        "role": role,
+        "turns": 0,
+        "calls": 0,
+        "result": "error",
+        "passed": None,
+        **dict.fromkeys(names, False),
+        "columns": [],
+        "reason_code": reason_code,
+        "reason": reason,
+        "outcome": None,
+        "replay_problems": [],
+        "tasks_digest": tasks_digest,
+        "grader_rules_version": GRADER_RULES_VERSION,
+    }

@@ -22,11 +22,12 @@ TASK = {"id": "a", "expected": {"name": "f", "arguments": {"x": 1}}}
 GOOD = '{"name": "f", "arguments": {"x": 1}}'
 
 
-def grade_rows(tmp_path: Path, answers: list[dict[str, Any]]) -> tuple[int, Path]:
+def grade_rows(tmp_path: Path, answers: list[dict[str, Any]], *flags: str) -> tuple[int, Path]:
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [TASK])
     answers_file = write_jsonl(tmp_path / "answers.jsonl", answers)
     out = tmp_path / "rows.jsonl"
-    code = main(["grade", "--tasks", str(tasks), "--answers", str(answers_file), "--out", str(out)])
+    args = ["grade", *flags, "--tasks", str(tasks), "--answers", str(answers_file)]
+    code = main([*args, "--out", str(out)])
     return code, out
 
 
@@ -61,6 +62,16 @@ def test_a_field_that_would_overwrite_a_result_field_is_refused_with_file_line(
         {"task_id": "a", "answer": GOOD, field: 1},
     ]
     code, out = grade_rows(tmp_path, answers)
+    assert code == 1  # an error row in its place since issue 37; --strict refuses the file
+    rows = [loads_exact(line) for line in out.read_text().splitlines()]
+    assert [(r["result"], r["reason_code"]) for r in rows] == [
+        ("pass", "match"),
+        ("error", "reserved_field"),
+    ]
+    assert (rows[1]["kind"], rows[1]["passed"], rows[1]["checks"]) == ("answer", None, [])
+    assert f"answers.jsonl:2: field {field!r} would overwrite" in capsys.readouterr().err
+    out.unlink()
+    code, out = grade_rows(tmp_path, answers, "--strict")
     assert code == 2
     assert not out.exists()
     assert f"answers.jsonl:2: field {field!r} would overwrite" in capsys.readouterr().err

@@ -104,7 +104,7 @@ def test_cli_reports_rates_and_corrected_rate(
     ("rows", "extra", "message"),
     [
         pytest.param([], [], "must be non-empty", id="empty_file"),
-        pytest.param(["{oops"], [], "l.jsonl:1: not valid JSON", id="bad_json"),
+        pytest.param(["{oops"], [], "l.jsonl:1: not JSON at column 2", id="bad_json"),
         pytest.param(
             [{"judge": "pass", "human": True}],
             [],
@@ -126,15 +126,17 @@ def test_cli_reports_rates_and_corrected_rate(
         pytest.param(ROWS, ["--observed-pass-rate", "0.5"], None, id="ok_for_contrast"),
     ],
 )
-def test_cli_bad_input_exits_2(
+def test_cli_bad_input_under_strict_exits_2(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     rows: list[Any],
     extra: list[str],
     message: str | None,
 ) -> None:
+    """``--strict`` keeps the refusal; without it a bad row is skipped and counted
+    (tests/grader/cli/test_bad_rows.py)."""
     path = labels(tmp_path / "l.jsonl", rows)
-    code = main(["calibrate", *PINNED, "--labels", str(path), *extra])
+    code = main(["calibrate", "--strict", *PINNED, "--labels", str(path), *extra])
     err = capsys.readouterr().err
     if message is None:
         assert code == 0

@@ -90,7 +90,13 @@ def test_figures_per_split_the_bar_and_the_words(
             [{"judge": True, "human": True, "split": "holdout"}],
             ["--judge-model", JUDGE],
             r"labels\.jsonl:1: 'split' must be train, dev or test",
-            id="unknown_split",
+            id="unknown_split_and_nothing_else",
+        ),
+        pytest.param(
+            [*rows("test", 1, 0, 1, 0), {"judge": True, "human": True, "split": "holdout"}],
+            ["--judge-model", JUDGE, "--strict"],
+            r"labels\.jsonl:3: 'split' must be train, dev or test",
+            id="unknown_split_under_strict",
         ),
         pytest.param(
             rows("test", 1, 1, 1, 1),

@@ -213,7 +213,7 @@ def test_table_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 @pytest.mark.parametrize(
     ("content", "line", "message"),
     [
-        pytest.param('{"task_id":"A","result":"pass"}\n{not json\n', 2, "not valid JSON",
+        pytest.param('{"task_id":"A","result":"pass"}\n{not json\n', 2, "not JSON at column 2",
                      id="bad_json"),
         pytest.param("[1, 2]\n", 1, "expected a result row", id="not_an_object"),
         pytest.param('{"result":"pass"}\n', 1, "'task_id' and 'result'", id="no_task_id"),
@@ -227,13 +227,22 @@ def test_table_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
                      id="pair_id_not_a_string"),
     ],
 )  # fmt: skip
-def test_unreadable_input_exits_2_naming_file_and_line(
+def test_unreadable_input_is_skipped_and_named_or_refused_under_strict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, line: int, message: str
 ) -> None:
     good = write_jsonl(tmp_path / "good.jsonl", example_rows())
     bad = tmp_path / "bad.jsonl"
     bad.write_text(content)
-    assert main(["compare", "--json", "--results", str(good), str(bad)]) == 2
+    assert main(["compare", "--json", "--results", str(good), str(bad)]) == 1
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    [problem] = data["input"]["problems"]
+    assert (problem["file"], problem["line"]) == (str(bad), line)
+    lines = sum(1 for text in content.splitlines() if text.strip())
+    assert data["input"]["rows"] == len(example_rows()) + lines
+    assert f"{bad}:{line}: " in captured.err
+    assert message in captured.err
+    assert main(["compare", "--strict", "--json", "--results", str(good), str(bad)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert f"{bad}:{line}: " in captured.err

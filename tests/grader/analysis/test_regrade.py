@@ -161,13 +161,21 @@ def test_classify(
     assert classify(before, after) == change
 
 
-def test_unreadable_rows_exit_2_with_file_line(
+def test_unreadable_rows_exit_1_with_file_line_and_2_under_strict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"task_id": "word", "checks": []}\n[1]\n')
     new = write_jsonl(tmp_path / "new.jsonl", NEW)
     out = tmp_path / "diff.jsonl"
-    assert main(["regrade", "--results", str(rows), "--tasks", str(new), "--out", str(out)]) == 2
+    args = ["regrade", "--results", str(rows), "--tasks", str(new), "--out", str(out)]
+    assert main(args) == 1
+    assert "rows.jsonl:2: expected a result row" in capsys.readouterr().err
+    lines = [loads_exact(line) for line in out.read_text().splitlines()]
+    assert [(d["change"], d.get("reason_code")) for d in lines if d["change"] == "input_error"] == [
+        ("input_error", "not_an_object")
+    ]
+    out.unlink()
+    assert main([*args, "--strict"]) == 2
     assert "rows.jsonl:2:" in capsys.readouterr().err
     assert not out.exists()

@@ -106,32 +106,26 @@ def test_grade_writes_rows_and_report(
         ),
         pytest.param(["x"], "answers.jsonl:1: expected an object", id="row_not_object"),
         pytest.param(
-            [{"task_id": "a", "answer": {"name": "f", "arguments": {"x": 1}}}],
-            "answers.jsonl:1: 'answer' must be a string (the raw model output), not an object",
-            id="answer_is_an_object_as_on_the_typed_wires",
-        ),
-        pytest.param(
-            [{"task_id": "a", "answer": ""}, {"task_id": "a", "answer": None}],
-            "answers.jsonl:2: 'answer' must be a string (the raw model output), not null",
-            id="answer_is_null",
-        ),
-        pytest.param(
             [{"task_id": "a", "answer": "", "tools": {"type": "function"}}],
             "answers.jsonl:1: 'tools' must be a JSON list",
             id="tools_not_a_list",
         ),
     ],
 )
-def test_bad_answers_exit_2_and_write_nothing(
+def test_bad_answers_under_strict_exit_2_and_write_nothing(
     tmp_path: Path,
     tasks_file: Path,
     rows: list[object],
     message: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """``--strict`` keeps the refusal that was the default before issue 37 (a bad row is an
+    error row by default: tests/grader/cli/test_bad_rows.py). A non-string answer is no longer
+    refused even so: rule 11 grades it (test_bad_rows.py's rule-11 table)."""
     answers = write_jsonl(tmp_path / "answers.jsonl", rows)
     out = tmp_path / "results.jsonl"
-    code = main(["grade", "--tasks", str(tasks_file), "--answers", str(answers), "--out", str(out)])
+    args = ["grade", "--strict", "--tasks", str(tasks_file), "--answers", str(answers)]
+    code = main([*args, "--out", str(out)])
     assert code == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
@@ -143,8 +137,12 @@ def test_unparseable_answers_line_names_file_and_line(
 ) -> None:
     answers = tmp_path / "answers.jsonl"
     answers.write_text('{"task_id": "a", "answer": ""}\n\n{broken\n')
-    assert main(["grade", "--tasks", str(tasks_file), "--answers", str(answers)]) == 2
-    assert "answers.jsonl:3: not valid JSON" in capsys.readouterr().err
+    assert main(["grade", "--tasks", str(tasks_file), "--answers", str(answers)]) == 1
+    assert (
+        "answers.jsonl:3: not JSON at column 2: expected a key in double quotes or '}'"
+        in capsys.readouterr().err
+    )
+    assert main(["grade", "--strict", "--tasks", str(tasks_file), "--answers", str(answers)]) == 2
 
 
 @pytest.mark.parametrize(

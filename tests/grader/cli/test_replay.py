@@ -1,5 +1,6 @@
 """``gradeproxy replay``: the same rows for every history shape, a per-column report, the last
-row per episode id, and exit 2 with nothing written on bad input."""
+row per episode id, and under ``--strict`` exit 2 with nothing written on bad input (bad lines
+without it: tests/grader/cli/test_bad_rows.py)."""
 
 from __future__ import annotations
 
@@ -29,12 +30,15 @@ def write(path: Path, lines: list[Any]) -> Path:
     return path
 
 
-def replay(tmp_path: Path, lines: list[Any]) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
+def replay(
+    tmp_path: Path, lines: list[Any], *flags: str
+) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
     episodes = write(tmp_path / "episodes.jsonl", lines)
     out, report = tmp_path / "rows.jsonl", tmp_path / "report.json"
     code = main(
         [
             "replay",
+            *flags,
             "--tasks",
             str(TASKS),
             "--episodes",
@@ -121,25 +125,35 @@ def test_the_last_row_of_an_episode_id_wins(tmp_path: Path) -> None:
         pytest.param([1], "expected an object", id="not_an_object"),
     ],
 )
-def test_bad_lines_exit_2_with_nothing_written(
+def test_bad_lines_under_strict_exit_2_with_nothing_written(
     tmp_path: Path, line: Any, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, _ = replay(tmp_path, [{"task_id": "episodes.cause", "events": []}, line])
+    code, _, _ = replay(tmp_path, [{"task_id": "episodes.cause", "events": []}, line], "--strict")
     assert code == 2
     err = capsys.readouterr().err
     assert f"episodes.jsonl:2: {message}" in err
     assert not (tmp_path / "rows.jsonl").exists()
 
 
-def test_a_task_without_a_grader_record_is_refused(
+def test_a_task_without_a_grader_record_is_an_error_row_or_refused_under_strict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tasks = REPO / "config" / "tasks"
     episodes = write(
         tmp_path / "e.jsonl", [{"task_id": "payments.new_required_field.policy", "events": []}]
     )
-    assert main(["replay", "--tasks", str(tasks), "--episodes", str(episodes)]) == 2
+    out = tmp_path / "rows.jsonl"
+    args = ["replay", "--tasks", str(tasks), "--episodes", str(episodes), "--out", str(out)]
+    assert main(args) == 1
+    assert "e.jsonl:1: task 'payments.new_required_field.policy' has no grader record" in (
+        capsys.readouterr().err
+    )
+    [row] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (row["result"], row["reason_code"], row["columns"]) == ("error", "no_grader_record", [])
+    out.unlink()
+    assert main([*args, "--strict"]) == 2
     assert "has no grader record" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_parquet_rows_hold_the_same_values_as_jsonl(tmp_path: Path) -> None:
