@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import itertools
+import socketserver
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,18 @@ def awkward_cuts(body: bytes) -> list[int]:
     return sorted(cuts)
 
 
+# serve_forever checks for shutdown() every poll_interval (0.5 s by default): each stop of a
+# threaded test server cost half a second of idle waiting.
+STOP_POLL_S = 0.01
+
+
+def serve_in_thread(server: socketserver.BaseServer) -> threading.Thread:
+    """Serve ``server`` from a daemon thread that ``server.shutdown()`` stops at once."""
+    thread = threading.Thread(target=server.serve_forever, args=(STOP_POLL_S,), daemon=True)
+    thread.start()
+    return thread
+
+
 class Listener:
     """A loopback HTTP server that records every request it receives."""
 
@@ -134,7 +147,7 @@ class Listener:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve_in_thread(self.server)
 
     def close(self) -> None:
         self.server.shutdown()

@@ -3,7 +3,6 @@ real local HTTP server speaking chat completions."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,6 +14,7 @@ from grader._json import dumps, loads_exact
 from grader.checks import CheckContext, Judge, JudgeConfig, Sample, build_check
 from grader.cli import main
 from proxy.judge_client import MAX_REPLY_BYTES, AiohttpJudgeClient, JudgeHTTPError
+from tests.support.backend import serve_in_thread
 from tests.support.paths import REPO
 
 GOOD = ("refunded", "replacement", "Open Settings")
@@ -63,8 +63,7 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def endpoint() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    thread = serve_in_thread(server)
     Handler.seen.clear()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
