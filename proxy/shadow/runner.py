@@ -1,10 +1,10 @@
 """Shadow evaluation: a copy of a sampled, graded request goes to a candidate upstream.
 
 The client only ever sees the primary. The shadow copy is started as a task *before* the
-handler awaits the primary's relay, so both legs run together; it is read to its end through the
-shadows' own transports (proxy/pipeline/transport/: the client its block names, a pool apart
-from the primary's) and graded through the same grade queue (``grade_job``) as the primary, with the same
-``pair_id`` and ``variant="shadow"``. Its failure, slowness or overload never reaches the
+handler awaits the primary's relay, so both legs run together; it is read to its end through
+the shadows' own transports (proxy/pipeline/transport/: the client its block names, a pool apart
+from the primary's) and graded through the same grade queue (``grade_job``) as the primary, with
+the same ``pair_id`` and ``variant="shadow"``. Its failure, slowness or overload never reaches the
 primary: it runs under its own total timeout, a full concurrency limit skips it (never waits),
 and every outcome, exceptions included, ends in the task's done callback, which counts
 ``gradeproxy_shadow_requests_total{result}`` and hands the leg to the grade queue or, when there
@@ -38,7 +38,7 @@ from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.route import ShadowTarget
 from proxy.pipeline.transport import Transports
-from proxy.pipeline.upstream import Origin, Timeouts
+from proxy.pipeline.upstream import Timeouts
 from proxy.shadow.pairs import PairTracker
 from proxy.telemetry.record import SpanRecord
 

@@ -91,7 +91,8 @@ def proxied(url: str, environ: Mapping[str, str] | None = None) -> bool:
     if parsed.scheme not in proxies or parsed.raw_host is None:
         return False
     host = parsed.raw_host if parsed.explicit_port is None else f"{parsed.raw_host}:{parsed.port}"
-    return not urllib.request.proxy_bypass_environment(host, proxies)
+    # Public in urllib.request, missing from typeshed's stubs.
+    return not urllib.request.proxy_bypass_environment(host, proxies)  # type: ignore[attr-defined]
 
 
 class Transports:

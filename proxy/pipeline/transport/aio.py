@@ -13,6 +13,7 @@ no cookies, no redirects followed. aiohttp's errors become the proxy's upstream 
 
 from __future__ import annotations
 
+import io
 import ssl
 from typing import Final
 
@@ -32,6 +33,9 @@ __all__ = ["AiohttpTransport"]
 
 # What aiohttp would add to a request on its own; the relay sends the client's headers only.
 _NO_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+# aiohttp writes a bytes body in one piece and warns past 1 MiB; a BytesIO goes in slices,
+# yielding to the loop between them (same bytes, same Content-Length).
+_SLICED_BODY: Final = 1024 * 1024
 
 
 class AiohttpTransport:
@@ -79,7 +83,7 @@ class AiohttpTransport:
                 method,
                 url,
                 headers=headers,
-                data=body or None,
+                data=io.BytesIO(body) if len(body) > _SLICED_BODY else body or None,
                 allow_redirects=False,
                 timeout=timeout,
             )
