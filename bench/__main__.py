@@ -47,6 +47,9 @@ SCENARIOS: dict[str, Scenario] = {
     "shadow": Scenario("shadow_bench.py", "primary latency with and without a shadow"),
     "ui": Scenario("ui_bench.py", "what the live page costs to build and read"),
     "upstream": Scenario("upstream_bench.py", "the upstream client against aiohttp's"),
+    "transport": Scenario(
+        "transport_bench.py", "forwarded throughput per upstream client against the floor"
+    ),
     "grading-ipc": Scenario(
         "grading_ipc_bench.py", "what a grade job costs the proxy: in a thread or the child"
     ),

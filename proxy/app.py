@@ -31,10 +31,11 @@ from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
 from proxy.pipeline.record.results import ResultWriter
 from proxy.pipeline.route import Router
-from proxy.pipeline.upstream import POOL, UpstreamPool
+from proxy.pipeline.transport import TRANSPORTS, Transports, primary_specs, shadow_specs
+from proxy.pipeline.upstream import POOL
 from proxy.pipeline.watchdog import Watchdog, watch_forever
 from proxy.shadow.pairs import PairTracker
-from proxy.shadow.runner import ShadowRunner, make_session
+from proxy.shadow.runner import ShadowRunner
 from proxy.state import (
     CONFIG,
     LIFECYCLE,
@@ -273,21 +274,37 @@ def _judge(config: Config) -> tuple[aiohttp.ClientSession | None, Judge | None]:
     return session, Judge(client, judge_config)
 
 
-async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
-    # Idle timeouts by one scan over the reads in progress, not a timer per read.
+def _transports(app: web.Application, shadows: bool) -> Transports:
+    """The primary upstreams' transports, or the shadows' (a pool of their own, so a shadow's
+    failures and connections stay apart from the primary's)."""
     config = app[CONFIG]
-    idle = [config.upstream.idle_timeout_s, *(route.idle_timeout_s for route in config.routes)]
-    pool = app[POOL] = UpstreamPool(min(idle))
-    scan = asyncio.create_task(pool.run(), name="upstream-idle-watch")
+    up = config.upstream
+    # Idle timeouts by one scan per pool over the reads in progress, not a timer per read.
+    idle = [up.idle_timeout_s, *(route.idle_timeout_s for route in config.routes)]
+    transports = Transports(
+        shadow_specs(config) if shadows else primary_specs(config),
+        min(idle),
+        trust_env=up.trust_env,
+        max_per_origin=up.max_connections_per_origin,
+        waited=app[METRICS].upstream_connection_waits.inc,
+    )
+    log.info("upstream_clients", shadows=shadows, clients=transports.chosen)
+    return transports
+
+
+async def _upstream_pool(app: web.Application) -> AsyncIterator[None]:
+    transports = app[TRANSPORTS] = _transports(app, shadows=False)
+    app[POOL] = transports.default_pool
+    transports.start()
     yield
-    scan.cancel()
-    await scan
-    pool.close()
+    await transports.aclose()
 
 
 async def _shadows(app: web.Application) -> AsyncIterator[None]:
-    session = make_session() if app[ROUTER].has_shadows else None
-    runner = ShadowRunner(app[METRICS], app[QUEUE], app[PAIRS], session)
+    transports = _transports(app, shadows=True) if app[ROUTER].has_shadows else None
+    if transports is not None:
+        transports.start()
+    runner = ShadowRunner(app[METRICS], app[QUEUE], app[PAIRS], transports)
     app[SHADOWS] = runner
     yield
     await runner.close(timeout_s=app[CONFIG].shutdown.grace_period_s)

@@ -35,7 +35,7 @@ from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.guard import STRIP, TRACE
 from proxy.pipeline.record.access import record_request
 from proxy.pipeline.route import ShadowTarget, Target
-from proxy.pipeline.upstream import POOL
+from proxy.pipeline.transport import TRANSPORTS
 from proxy.shadow.runner import ShadowLeg, shadow_headers
 from proxy.state import (
     CONFIG,
@@ -157,7 +157,7 @@ class _Exchange:
         try:
             response = await relay(
                 request,
-                app[POOL],
+                app[TRANSPORTS][self.target.name],
                 self.target.origin,
                 headers,
                 self.body,

@@ -50,5 +50,11 @@ stage "mypy --strict"
 mypy
 stage "lint-imports (the layout's rules: grader's core is pure)"
 lint-imports
+# The OTLP exporter's tests once more, against the newest OpenTelemetry SDK release (the project
+# pins the tested minor range): a venv of its own with only the SDK packages, cached by a stamp.
+stage "OTLP exporter against the newest OpenTelemetry SDK (its own venv, cached)"
+OTEL_NEWEST="$(VENV="$VENV" scripts/otel-newest-venv.sh)"
+"$OTEL_NEWEST" -m pytest -q -p no:cacheprovider tests/proxy/telemetry/test_otlp.py \
+    tests/proxy/telemetry/test_otlp_http.py tests/proxy/telemetry/test_export.py
 stage "pytest (on every core: pytest-xdist)"
 pytest -n "${PYTEST_WORKERS:-auto}" "$@"

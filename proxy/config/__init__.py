@@ -8,7 +8,8 @@ their values are read at start and never logged.
 
 ``model`` holds the sections (frozen dataclasses), ``load`` reads and validates them,
 ``coerce`` turns mappings into sections with errors naming the field, ``urls`` is the
-base-URL rule, ``yamlpos`` finds a field's line, ``schema`` exports the JSON Schema.
+base-URL rule, ``tls`` makes the ``tls`` blocks SSL contexts, ``yamlpos`` finds a
+field's line, ``schema`` exports the JSON Schema.
 """
 
 from proxy.config.coerce import ConfigError
@@ -31,6 +32,7 @@ from proxy.config.model import (
     Shadow,
     Shutdown,
     Tasks,
+    Tls,
     Ui,
     Upstream,
 )
@@ -56,6 +58,7 @@ __all__ = [
     "Shadow",
     "Shutdown",
     "Tasks",
+    "Tls",
     "Tracing",
     "Ui",
     "Upstream",

@@ -48,6 +48,19 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         "host": "address for the admin port",
     },
     "Upstream": {
+        "client": (
+            "the upstream client of every route and shadow that names none: `fast` (the "
+            "proxy's own HTTP/1.1 client) or `aiohttp` (aiohttp's ClientSession)"
+        ),
+        "trust_env": (
+            "`HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` apply (off: a deployment that sets them for "
+            "other tools keeps going direct); a proxied upstream uses the aiohttp client"
+        ),
+        "max_connections_per_origin": (
+            "connections open at once to one origin, per process (0: no cap); a request past "
+            "the cap waits for one within `connect_timeout_s`, counted"
+        ),
+        "tls": "how an https upstream is checked, and the client certificate for mTLS",
         "url": (
             "required: the backend's OpenAI base URL, ending in `/v1`; the client's path "
             "after `/v1` is appended; credentials, a query or a fragment in it are refused "
@@ -69,6 +82,8 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         "allow_non_v1_path": "`true`: `url`'s path does not end in `/v1` on purpose (no warning)",
     },
     "Shadow": {
+        "client": "the shadow's upstream client (`fast` or `aiohttp`); unset: `upstream.client`",
+        "tls": "how an https upstream is checked, and the client certificate for mTLS",
         "url": "the candidate backend's OpenAI base URL, ending in `/v1`",
         "api_key_env": "its key's variable; the client's credentials are never sent to a shadow",
         "model": (
@@ -84,6 +99,8 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         "allow_non_v1_path": "`true`: `url`'s path does not end in `/v1` on purpose (no warning)",
     },
     "Route": {
+        "client": "this route's upstream client (`fast` or `aiohttp`); unset: `upstream.client`",
+        "tls": "how an https upstream is checked, and the client certificate for mTLS",
         "match": (
             "a glob on the request's `model`; the first route that matches wins, none: `upstream`"
         ),
@@ -293,5 +310,11 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         "shutdown_timeout_s": (
             "the most shutdown waits for the last batches; the rest is counted (`shutdown`)"
         ),
+    },
+    "Tls": {
+        "ca_file": "a PEM bundle trusted instead of the system's CAs",
+        "cert_file": "the client certificate (PEM), for an upstream that asks for one",
+        "key_file": "its private key (PEM); unset: the key is in `cert_file`",
+        "verify": "`false`: no certificate check at all (a test rig, never production)",
     },
 }

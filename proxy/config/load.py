@@ -20,6 +20,7 @@ from grader.checks import JudgeConfig
 from proxy.config.coerce import ConfigError, coerce, plain
 from proxy.config.coerce import section as build_section
 from proxy.config.model import ENV_PREFIX, Config, Judge, Shadow
+from proxy.config.tls import ssl_context
 from proxy.config.urls import check_base_url
 from proxy.config.yamlpos import field_line, yaml_error_line
 from proxy.telemetry.settings import tracing_problems
@@ -44,6 +45,7 @@ def _validate_shadow(where: str, shadow: Shadow | None) -> None:
         if not ok:
             raise ConfigError(f"{where}.{message}")
     _check_secret(f"{where}.api_key_env", shadow.api_key_env)
+    ssl_context(f"{where}.tls", shadow.tls)
 
 
 def _validate_routes(config: Config) -> None:
@@ -57,6 +59,7 @@ def _validate_routes(config: Config) -> None:
             if getattr(route, name) <= 0:
                 raise ConfigError(f"{where}.{name}: must be > 0")
         _check_secret(f"{where}.api_key_env", route.api_key_env)
+        ssl_context(f"{where}.tls", route.tls)
         _validate_shadow(f"{where}.shadow", route.shadow)
 
 
@@ -88,6 +91,10 @@ def _validate(config: Config) -> Config:
         ),
         (config.upstream.connect_timeout_s > 0, "upstream.connect_timeout_s: must be > 0"),
         (config.upstream.idle_timeout_s > 0, "upstream.idle_timeout_s: must be > 0"),
+        (
+            config.upstream.max_connections_per_origin >= 0,
+            "upstream.max_connections_per_origin: must be >= 0 (0: no cap)",
+        ),
         (config.grading.queue_size >= 1, "grading.queue_size: must be >= 1"),
         (config.grading.workers >= 1, "grading.workers: must be >= 1"),
         (0.0 <= config.grading.sample_rate <= 1.0, "grading.sample_rate: must be within 0..1"),
@@ -127,6 +134,7 @@ def _validate(config: Config) -> Config:
         if not ok:
             raise ConfigError(message)
     _check_secret("upstream.api_key_env", config.upstream.api_key_env)
+    ssl_context("upstream.tls", config.upstream.tls)
     _check_secret("auth.keys_env", config.auth.keys_env)
     if config.auth.keys_env and not config.inbound_keys():
         raise ConfigError(f"auth.keys_env: {config.auth.keys_env} holds no key (comma-separated)")

@@ -35,6 +35,21 @@ class Admin:
     host: str | None = None  # default: listen.host
 
 
+# The upstream client (docs/operations.md, "The upstream client"): the proxy's own HTTP/1.1
+# client, or aiohttp's ClientSession (any route that goes through a forward proxy uses it).
+ClientKind = Literal["fast", "aiohttp"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """How an https upstream is checked, and how the proxy proves itself to it (mTLS)."""
+
+    ca_file: Path | None = None  # a PEM bundle trusted instead of the system's CAs
+    cert_file: Path | None = None  # the client certificate (PEM), for an upstream that asks
+    key_file: Path | None = None  # its private key (PEM); unset: the key is in cert_file
+    verify: bool = True  # false: no certificate check at all (a test rig, never production)
+
+
 @dataclass(frozen=True, slots=True)
 class Shadow:
     """A candidate upstream that gets a copy of sampled graded requests (docs/shadow.md)."""
@@ -47,6 +62,8 @@ class Shadow:
     timeout_s: float = 60.0  # the whole shadow exchange, read to its last byte
     stream: Literal["same", "never"] = "same"  # never: ask for a plain JSON body
     allow_non_v1_path: bool = False  # url's path does not end in /v1, on purpose
+    client: ClientKind | None = None  # unset: upstream.client
+    tls: Tls = field(default_factory=Tls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +74,14 @@ class Upstream:
     idle_timeout_s: float = 300.0  # between two reads of the upstream body; no total timeout
     shadow: Shadow | None = None
     allow_non_v1_path: bool = False  # url's path does not end in /v1, on purpose
+    client: ClientKind = "fast"  # the default of every route and shadow that names none
+    # HTTP(S)_PROXY / NO_PROXY apply (aiohttp's trust_env); off, so a deployment that has
+    # them set for other tools keeps going direct. A proxied upstream uses the aiohttp client.
+    trust_env: bool = False
+    # Connections open at once to one origin (host, port, scheme), per process; 0: no cap.
+    # A request past the cap waits for one, within connect_timeout_s.
+    max_connections_per_origin: int = 0
+    tls: Tls = field(default_factory=Tls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +95,8 @@ class Route:
     idle_timeout_s: float = 300.0
     shadow: Shadow | None = None
     allow_non_v1_path: bool = False
+    client: ClientKind | None = None  # unset: upstream.client
+    tls: Tls = field(default_factory=Tls)
 
 
 @dataclass(frozen=True, slots=True)

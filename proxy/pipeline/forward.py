@@ -20,7 +20,8 @@ from yarl import URL
 from proxy.errors import DrainingError, UpstreamError, UpstreamTimeoutError, in_band_error
 from proxy.logs import escape_text
 from proxy.pipeline.decoding import CaptureBuffer
-from proxy.pipeline.upstream import Origin, Timeouts, UpstreamPool, UpstreamResponse
+from proxy.pipeline.transport.base import Reply, Transport
+from proxy.pipeline.upstream import Origin, Timeouts
 
 # RFC 9110 §7.6.1 plus the non-standard Proxy-Connection; every header named in Connection too.
 HOP_BY_HOP = frozenset(
@@ -155,7 +156,7 @@ def upstream_url(base: str, raw_path: str) -> URL:
 
 async def relay(
     request: web.Request,
-    pool: UpstreamPool,
+    transport: Transport,
     origin: Origin,
     headers: CIMultiDict[str],
     body: bytes,
@@ -169,7 +170,7 @@ async def relay(
     (so a cancelled handler still knows how far it got); raise ProxyError before it starts."""
     sent = out.started_at = time.perf_counter()
     path = origin.base_path + request.raw_path[len("/v1") :]
-    upstream = await pool.request(request.method, origin, path, headers, body, timeouts)
+    upstream = await transport.request(request.method, origin, path, headers, body, timeouts)
     try:
         out.ttfb_s = out.upstream_wait_s = time.perf_counter() - sent
         out.status = upstream.status
@@ -198,7 +199,7 @@ def client_gone(request: web.Request) -> bool:
 
 async def _buffered(
     request: web.Request,
-    upstream: UpstreamResponse,
+    upstream: Reply,
     headers: CIMultiDict[str],
     out: Relay,
     copy: CaptureBuffer,
@@ -231,7 +232,7 @@ async def _buffered(
 
 async def _streamed(
     request: web.Request,
-    upstream: UpstreamResponse,
+    upstream: Reply,
     headers: CIMultiDict[str],
     out: Relay,
     copy: CaptureBuffer,

@@ -58,6 +58,10 @@ class ShadowTarget:
     timeout_s: float
     stream: Literal["same", "never"]
     slots: Slots
+    origin: Origin = field(init=False)  # the url parsed once, for the upstream client
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "origin", Origin.of(self.url))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """Shadow evaluation: a copy of a sampled, graded request goes to a candidate upstream.
 
 The client only ever sees the primary. The shadow copy is started as a task *before* the
-handler awaits the primary's relay, so both legs run together; it is read to its end on its own
-session and graded through the same grade queue (``grade_job``) as the primary, with the same
-``pair_id`` and ``variant="shadow"``. Its failure, slowness or overload never reaches the
+handler awaits the primary's relay, so both legs run together; it is read to its end through
+the shadows' own transports (proxy/pipeline/transport/: the client its block names, a pool apart
+from the primary's) and graded through the same grade queue (``grade_job``) as the primary, with
+the same ``pair_id`` and ``variant="shadow"``. Its failure, slowness or overload never reaches the
 primary: it runs under its own total timeout, a full concurrency limit skips it (never waits),
 and every outcome, exceptions included, ends in the task's done callback, which counts
 ``gradeproxy_shadow_requests_total{result}`` and hands the leg to the grade queue or, when there
@@ -23,12 +24,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
 from grader._json import JSONError, dumps, loads_exact
 from grader.tasks import Task
+from proxy.errors import UpstreamError, UpstreamTimeoutError
 from proxy.logs import get_logger
 from proxy.pipeline.admit import Api
 from proxy.pipeline.decoding import CaptureBuffer
@@ -36,6 +37,8 @@ from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.route import ShadowTarget
+from proxy.pipeline.transport import Transports
+from proxy.pipeline.upstream import Timeouts
 from proxy.shadow.pairs import PairTracker
 from proxy.telemetry.record import SpanRecord
 
@@ -117,12 +120,12 @@ class ShadowRunner:
         metrics: ProxyMetrics,
         queue: GradeQueue,
         pairs: PairTracker,
-        session: aiohttp.ClientSession | None,
+        transports: Transports | None,
     ) -> None:
         self.metrics = metrics
         self.queue = queue
         self.pairs = pairs
-        self.session = session
+        self.transports = transports
         self._tasks: set[asyncio.Task[_Outcome]] = set()
 
     @property
@@ -136,7 +139,7 @@ class ShadowRunner:
     def start(self, leg: ShadowLeg) -> bool:
         """Start a leg if a slot is free, without waiting; False (counted) when none is.
         The slot is held until the task ends, however it ends."""
-        if self.session is None or not leg.target.slots.try_acquire():
+        if self.transports is None or not leg.target.slots.try_acquire():
             self.metrics.shadow_requests.labels("skipped_concurrency").inc()
             return False
         task = asyncio.create_task(self._run(leg), name=f"shadow-{leg.pair_id}")
@@ -168,9 +171,9 @@ class ShadowRunner:
             body = shadow_body(leg.body, target.model, target.stream)
             async with asyncio.timeout(target.timeout_s):
                 return await self._exchange(leg, body)
-        except TimeoutError:
+        except (TimeoutError, UpstreamTimeoutError):
             return _Outcome("timeout")
-        except (aiohttp.ClientError, OSError, ValueError) as exc:
+        except (UpstreamError, OSError, ValueError) as exc:
             log.info("shadow_failed", pair_id=leg.pair_id, shadow=target.name, error=str(exc))
             return _Outcome("error")
         except asyncio.CancelledError:
@@ -180,15 +183,20 @@ class ShadowRunner:
             return _Outcome("error")
 
     async def _exchange(self, leg: ShadowLeg, body: bytes) -> _Outcome:
-        assert self.session is not None  # start() refuses legs without a session
+        assert self.transports is not None  # start() refuses legs without transports
+        target = leg.target
+        transport = self.transports[target.name]
+        # Each wait bounded by the leg's whole timeout, which asyncio.timeout enforces above.
+        timeouts = Timeouts(target.timeout_s, target.timeout_s)
         sent = time.perf_counter()
-        async with self.session.post(
-            leg.url, headers=leg.headers, data=body, allow_redirects=False
-        ) as response:
+        response = await transport.request(
+            "POST", target.origin, leg.url.raw_path_qs, leg.headers, body, timeouts
+        )
+        try:
             ttfb = time.perf_counter() - sent
             # Decoded here, with a bound (a compressed bomb stops at the limit, never inflated).
             copy = CaptureBuffer(response.headers.get("Content-Encoding"), MAX_RESPONSE_BYTES)
-            async for chunk in response.content.iter_any():
+            while chunk := await response.chunk():
                 copy.add(chunk)
                 if copy.truncated:
                     raise ValueError(
@@ -196,12 +204,14 @@ class ShadowRunner:
                     )
             parts = copy.parts
             finished = time.perf_counter()
+            stream = response.content_type == SSE
             if leg.span is not None:
-                leg.span.shadow_ended(sent, finished, response.status, response.content_type == SSE)
+                leg.span.shadow_ended(sent, finished, response.status, stream)
             if response.status >= 400:
                 log.info("shadow_status", pair_id=leg.pair_id, status=response.status)
                 return _Outcome("error")
-            stream = response.content_type == SSE
+        finally:
+            response.close()
         self.metrics.variant_duration.labels("shadow").observe(finished - sent)
         self.metrics.variant_ttfb.labels("shadow").observe(ttfb)
         job = GradeJob(
@@ -230,7 +240,7 @@ class ShadowRunner:
             await asyncio.wait(set(self._tasks))
 
     async def close(self, timeout_s: float) -> None:
-        """Let in-flight legs finish within ``timeout_s``, cancel the rest, close the session."""
+        """Let in-flight legs finish within ``timeout_s``, cancel the rest, close the transports."""
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
             for task in pending:
@@ -240,16 +250,5 @@ class ShadowRunner:
                     await task
             if pending:
                 log.warning("shadow_legs_cancelled", count=len(pending))
-        if self.session is not None:
-            await self.session.close()
-
-
-def make_session() -> aiohttp.ClientSession:
-    """The shadows' own session: its pool and failures are kept apart from the primary's.
-    Each leg is bounded by its shadow's ``timeout_s`` (asyncio.timeout), not by the session."""
-    return aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=None),
-        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60),
-        auto_decompress=False,  # CaptureBuffer decodes, bounded
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
+        if self.transports is not None:
+            await self.transports.aclose()

@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from proxy.pipeline.tracecontext import TraceContext
 from proxy.telemetry.annotations import PhoenixAnnotations, span_annotations
-from proxy.telemetry.otlp import span_exporter as otlp_span_exporter
+from proxy.telemetry.otlp_http import span_exporter as otlp_span_exporter
 from proxy.telemetry.record import SpanRecord, begin
 from proxy.telemetry.semconv import MAX_PARSED_BODY
 from proxy.telemetry.settings import Tracing

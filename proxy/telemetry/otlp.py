@@ -13,12 +13,8 @@ Field numbers are those of ``opentelemetry/proto/trace/v1/trace.proto`` and ``co
 (opentelemetry-proto 1.x, wire-stable). Only what the proxy's spans use is written: no dropped
 counts (the proxy never drops attributes).
 
-:func:`span_exporter` hands those bytes to the SDK's own OTLP/HTTP exporter, which keeps doing
-everything but the encoding: the ``OTEL_EXPORTER_OTLP_*`` variables (endpoint, headers, TLS,
-compression, timeout) and the retries. It reaches the SDK's client by a private attribute
-(``_client``, opentelemetry-exporter-otlp-proto-http 1.45): where a later SDK has none, the
-exporter is the SDK's unchanged, slower but correct, and ``FastSpanExporter.in_use`` says so
-(a test fails on the pinned SDK if it ever does).
+It only encodes: proxy/telemetry/otlp_http.py sends the bytes (its exporter implements the
+SDK's public ``SpanExporter`` interface, so no SDK release can unplug the encoder).
 """
 
 from __future__ import annotations
@@ -28,16 +24,14 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
 from grader._json import well_formed
 
-__all__ = ["FastSpanExporter", "encode_spans", "span_exporter"]
+__all__ = ["encode_spans"]
 
 log = logging.getLogger("gradeproxy.telemetry")
 
@@ -237,38 +231,3 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> bytes:
             body.append(_delimited(b"\x1a", _text(resource.schema_url)))
         out.append(_delimited(b"\x0a", b"".join(body)))  # resource_spans (1)
     return b"".join(out)
-
-
-class FastSpanExporter(OTLPSpanExporter):
-    """The SDK's OTLP/HTTP span exporter, sending :func:`encode_spans`'s bytes."""
-
-    in_use = True
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._shutdown:
-            return SpanExportResult.FAILURE
-        try:
-            data = encode_spans(spans)
-        except Exception:  # an attribute of a type OTLP has no value for
-            log.exception("otlp_encode_failed")
-            return SpanExportResult.FAILURE
-        limit = self._max_request_size
-        if 0 < limit < len(data):  # the SDK's own limit (64 MiB), as its export checks it
-            log.warning("otlp_batch_too_large", extra={"bytes": len(data), "limit": limit})
-            return SpanExportResult.FAILURE
-        if self._client.export(data).success:
-            return SpanExportResult.SUCCESS
-        return SpanExportResult.FAILURE
-
-
-def span_exporter(endpoint: str | None, timeout_s: float | None) -> SpanExporter:
-    """The exporter for ``endpoint`` (None: the ``OTEL_EXPORTER_OTLP_*`` variables decide):
-    the fast one where the SDK has the client it sends through, else the SDK's own."""
-    exporter = FastSpanExporter(endpoint=endpoint, timeout=timeout_s)
-    client = getattr(exporter, "_client", None)
-    privates = all(hasattr(exporter, name) for name in ("_shutdown", "_max_request_size"))
-    if callable(getattr(client, "export", None)) and privates:
-        return exporter
-    log.warning("otlp_fast_encoder_unavailable")  # a newer SDK: correct, and slower
-    FastSpanExporter.in_use = False
-    return OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)

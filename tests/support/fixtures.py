@@ -80,6 +80,17 @@ def make_proxy(
     return _factory(str(backend_server.make_url("/v1")), tasks_file, results_path, aiohttp_client)
 
 
+def by_client(make_proxy: ProxyFactory, client: str) -> ProxyFactory:
+    """``make_proxy`` with ``upstream.client`` set: a module that wants its cases run through
+    both upstream transports overrides ``make_proxy`` with this, parametrised by client."""
+
+    async def factory(**sections: Any) -> Client:
+        upstream = {**sections.pop("upstream", {}), "client": client}
+        return await make_proxy(upstream=upstream, **sections)
+
+    return factory
+
+
 @pytest.fixture
 def listener() -> Iterator[Listener]:
     """A loopback host that must never be reached (hostile schemas point at it)."""

@@ -153,6 +153,12 @@ class ProxyMetrics:
             ["kind"],
             registry=reg,
         )
+        self.upstream_connection_waits = Counter(
+            "gradeproxy_upstream_connection_waits_total",
+            "Upstream requests that waited for a connection: their origin had"
+            " upstream.max_connections_per_origin open (the fast client).",
+            registry=reg,
+        )
         self.grades = Counter(
             "gradeproxy_grades_total",
             "Graded answers by task, model, result (pass, fail, stale) and variant"

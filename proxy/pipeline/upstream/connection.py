@@ -185,7 +185,9 @@ class Connection(asyncio.Protocol):
         stopped reading would hold a closing transport, its socket and the unsent part of a
         request's body, for as long as it keeps the connection open."""
         transport = self.transport
-        if transport is not None:
+        # A lost connection has nothing left to close (a lost TLS transport cannot even say
+        # its buffer's size: asyncio's sslproto drops its protocol on the loss).
+        if transport is not None and not self.lost:
             if transport.get_write_buffer_size():
                 transport.abort()
             else:

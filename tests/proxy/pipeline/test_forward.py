@@ -1,5 +1,6 @@
 """Forwarding: status, end-to-end headers and body bytes arrive unchanged; framing and the
-proxy's own headers never cross; streams are relayed as they arrive."""
+proxy's own headers never cross; streams are relayed as they arrive. Every case runs through
+both upstream transports (``upstream.client``: fast and aiohttp)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ from aiohttp.test_utils import TestServer
 
 from proxy import handler
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
+from tests.support.fixtures import by_client
 from tests.support.live import live_proxy, whole_response
 from tests.support.proxy import ProxyFactory
+
+
+@pytest.fixture(params=["fast", "aiohttp"])
+def make_proxy(make_proxy: ProxyFactory, request: pytest.FixtureRequest) -> ProxyFactory:
+    return by_client(make_proxy, request.param)
+
 
 # Bytes a re-serialiser would change: a >64-bit integer, an exponent, escapes, key order.
 FRAGILE = (

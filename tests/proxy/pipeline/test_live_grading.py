@@ -1,6 +1,8 @@
 """Live grading through the proxy: every recorded backend format, split at awkward byte
 boundaries (inside a multi-byte character, between CR and LF), lands as the right row and the
-right metrics; responses that must not be graded are counted by reason."""
+right metrics; responses that must not be graded are counted by reason. Every case runs through
+both upstream transports (``upstream.client``: fast and aiohttp): the capture sees the same
+bytes either way."""
 
 from __future__ import annotations
 
@@ -9,8 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, awkward_cuts, wire
+from tests.support.fixtures import by_client
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
+
+
+@pytest.fixture(params=["fast", "aiohttp"])
+def make_proxy(make_proxy: ProxyFactory, request: pytest.FixtureRequest) -> ProxyFactory:
+    return by_client(make_proxy, request.param)
+
 
 # (fixture, task header, result, reason_code)
 GRADED = [

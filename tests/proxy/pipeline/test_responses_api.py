@@ -1,7 +1,8 @@
 """``POST /v1/responses`` through the proxy, as the OpenAI Agents SDK sends it: the official
 SDK gets the same objects as direct, streamed and not, and every right, stale and wrong call
 lands as the row and the metrics a chat completion would; task checks read the request's flat
-tools; failures are counted by reason, as for chat completions."""
+tools; failures are counted by reason, as for chat completions. Every case runs through both
+upstream transports (``upstream.client``: fast and aiohttp)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,16 @@ from grader._json import dumps
 from proxy.logs import configure_logging
 from tests.support import responses_wire as rw
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, awkward_cuts
+from tests.support.fixtures import by_client
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
 from tests.support.tasks import CHECKED
+
+
+@pytest.fixture(params=["fast", "aiohttp"])
+def make_proxy(make_proxy: ProxyFactory, request: pytest.FixtureRequest) -> ProxyFactory:
+    return by_client(make_proxy, request.param)
+
 
 REQUEST: dict[str, Any] = {
     "model": rw.MODEL,

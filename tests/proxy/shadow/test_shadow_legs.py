@@ -35,6 +35,7 @@ FAILURES = [
 ]
 
 
+@pytest.mark.parametrize("shadow_client", ["fast", "aiohttp"])  # shadow.client
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize(
     ("mode", "url", "timeout_s", "result", "shadow_rows", "unpaired"), FAILURES
@@ -52,10 +53,11 @@ async def test_primary_bytes_unchanged_whatever_the_shadow_does(
     result: str,
     shadow_rows: int,
     unpaired: str | None,
+    shadow_client: str,
 ) -> None:
     shadow.mode = mode
     client = await make_shadow_proxy(
-        upstream=shadow_section(url or shadow_url, timeout_s=timeout_s)
+        upstream=shadow_section(url or shadow_url, timeout_s=timeout_s, client=shadow_client)
     )
     request = plan_request("pass", "fail", stream=stream)
     response = await client.post("/v1/chat/completions", data=request, headers=TASK)
