@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from grader._json import dumps
+from grader.json import dumps
 from proxy.pipeline.capture.chat import StreamCapture
 from proxy.pipeline.capture.responses import ResponsesStreamCapture
 from proxy.pipeline.capture.sse import SSEDecoder

@@ -20,8 +20,8 @@ from aiohttp.test_utils import make_mocked_request
 from proxy.config import Client
 from proxy.pipeline.decoding import CaptureBuffer
 from proxy.pipeline.guard import Guard, dot_segment
-from proxy.pipeline.tracecontext import trace_context
 from proxy.pipeline.watchdog import Watchdog, _Watched
+from proxy.telemetry.tracecontext import trace_context
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 BODY = b'{"id":"x","choices":[{"index":0,"message":{"content":"' + b"a" * 1000 + b'"}}]}'

@@ -6,7 +6,6 @@ surface grade through one engine here (``grade``/``grade_async`` → ``Outcome``
 curated in ``__all__`` (a test keeps it complete).
 """
 
-from grader._json import MAX_DEPTH
 from grader.analysis.calibration import (
     Calibration,
     CalibrationError,
@@ -46,6 +45,7 @@ from grader.engine import (
     grade_async,
     offline_context,
 )
+from grader.json import MAX_DEPTH
 from grader.loader import load_tasks, parse_task
 from grader.report import CheckTally, Report, Tally
 from grader.rows import (

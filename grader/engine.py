@@ -262,7 +262,7 @@ def grade(
     ``answer`` is the answer string; anything else (an SDK caller's untyped JSON) fails every
     column with ``not_a_string``. ``item`` replaces the task's ``item`` namespace; ``context``
     carries the request's tools (live) or :func:`offline_context`'s. ``parsed`` is the JSON
-    value ``answer`` was written from by ``grader._json.dumps``, when the caller has it (the
+    value ``answer`` was written from by ``grader.json.dumps``, when the caller has it (the
     proxy): the tool-call path then reads it instead of the text again; the outcome is the same.
     """
     if not task.has_checks:

@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from grader._json import dumps, loads_exact
 from grader.checks._base import Check, CheckResult
 from grader.checks.build import columns_of
 from grader.checks.judge import Judge
@@ -33,6 +32,7 @@ from grader.checks.policy import PolicyCheck
 from grader.checks.sample import CheckContext, Sample, sample_calls
 from grader.checks.templates import TemplateError, resolve, with_value
 from grader.engine import checks_of
+from grader.json import dumps, loads_exact
 from grader.tasks import Task
 
 Level = Literal[

@@ -21,7 +21,7 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     ├── BadRequestError             400 invalid_request_error (the scoring API; param, code)
     ├── TasksNotReadyError          503 tasks_not_loaded (with Retry-After)
     ├── ConfigError(ValueError)            proxy.config.coerce         the config is unusable
-    ├── StartupError                       proxy.cli                   ``serve`` cannot start
+    ├── StartupError                       proxy.serve                 ``serve`` cannot start
     ├── EventLoopError                     proxy.eventloop             uvloop asked, not installed
     ├── BodyReadTimeoutError               proxy.pipeline.watchdog     a body stopped arriving
     ├── CaptureError                       proxy.pipeline.capture      a response is unreadable

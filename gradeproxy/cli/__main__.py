@@ -1,5 +1,5 @@
-"""``python -m grader.cli``: the same as the ``gradeproxy`` console script."""
+"""``python -m gradeproxy.cli``: the same as the ``gradeproxy`` console script."""
 
-from grader.cli import main
+from gradeproxy.cli import main
 
 raise SystemExit(main())

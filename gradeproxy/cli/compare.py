@@ -5,7 +5,7 @@ pairs the rows by ``pair_id`` and ``choice`` (grader/analysis/paired.py), and pr
 per mutation kind the two pass and stale rates, wins/losses/ties and the exact McNemar p-value;
 ``--json`` prints the same as one JSON object. Exit 0 when the comparison ran (whatever it
 says), 2 on unreadable input, naming file and line, with nothing printed on stdout.
-``--gate GATE.yaml`` turns it into a promotion decision (grader/cli/gate.py,
+``--gate GATE.yaml`` turns it into a promotion decision (gradeproxy/cli/gate.py,
 grader/analysis/gate.py).
 """
 
@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader._json import dumps
+from gradeproxy.cli._io import ExpandGlobs, InputError, read_jsonl
 from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
-from grader.cli._io import ExpandGlobs, InputError, read_jsonl
+from grader.json import dumps
 
 
 def register(sub: Any) -> None:
@@ -158,7 +158,7 @@ def render_table(summary: Summary) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.gate is not None:
-        from grader.cli.gate import run_gate
+        from gradeproxy.cli.gate import run_gate
 
         return run_gate(args)
     if not args.results or args.baseline or args.candidate:

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader.cli._io import ExpandGlobs, InputError, read_jsonl
-from grader.cli.parquet import require_pyarrow, with_rotations, write_parquet
+from gradeproxy.cli._io import ExpandGlobs, InputError, read_jsonl
+from gradeproxy.cli.parquet import require_pyarrow, with_rotations, write_parquet
 
 
 def register(sub: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from grader._json import dumps
+from gradeproxy.cli._io import InputError, read_jsonl
 from grader.analysis.gate import (
     GateError,
     Item,
@@ -26,7 +26,7 @@ from grader.analysis.gate import (
     exit_code,
     parse_gate,
 )
-from grader.cli._io import InputError, read_jsonl
+from grader.json import dumps
 
 GRADED = ("pass", "fail", "stale")
 

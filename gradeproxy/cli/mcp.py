@@ -17,7 +17,7 @@ definitions) is the offline context of a ``from_request`` schema; without it the
 
 The ``mcp`` package is optional and imported only when the command runs, so ``grader`` and the
 other commands never need it (and never import aiohttp). Also runnable as
-``python -m grader.cli.mcp --tasks PATH``.
+``python -m gradeproxy.cli.mcp --tasks PATH``.
 """
 
 from __future__ import annotations

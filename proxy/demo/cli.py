@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from grader._json import loads_exact
+from grader.json import loads_exact
 from grader.tasks import task_files
 from proxy.app import make_app
 from proxy.cli import bound_port, shutdown, start_sites

@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
-from grader._json import well_formed
+from grader.json import well_formed
 
 __all__ = ["FastSpanExporter", "encode_spans", "span_exporter"]
 

@@ -25,9 +25,9 @@ from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
 from pytest_aiohttp import AiohttpClient
 
+from gradeproxy.cli import main
 from grader import TaskSet, load_tasks, score_run
-from grader._json import dumps, loads_exact
-from grader.cli import main
+from grader.json import dumps, loads_exact
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import TASKS
 from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
@@ -122,7 +122,7 @@ def cli(tasks_file: Path, workdir: Path) -> Runs:
 async def mcp_runs(tasks_file: Path) -> Runs:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "grader.cli.mcp", "--tasks", str(tasks_file)],
+        args=["-m", "gradeproxy.cli.mcp", "--tasks", str(tasks_file)],
         cwd=str(REPO),
     )
     rows: dict[str, Outcome] = {}

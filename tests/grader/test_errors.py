@@ -14,7 +14,7 @@ from tests.support.exceptions import defined_exceptions
 
 # the mcp SDK is optional, __main__ runs the CLI; neither defines one
 EXCEPTIONS = defined_exceptions(
-    grader, lambda name: name in {"grader.cli.mcp", "grader.cli.__main__"}
+    grader, lambda name: name in {"gradeproxy.cli.mcp", "gradeproxy.cli.__main__"}
 )
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from grader._json import loads_exact
-from grader.cli import main
+from gradeproxy.cli import main
+from grader.json import loads_exact
 from tests.support.files import write_jsonl
 
 TASKS = [

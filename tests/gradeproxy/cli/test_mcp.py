@@ -19,10 +19,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
+from gradeproxy.cli import mcp as mcp_command
 from grader import TaskSet, load_tasks, score_run
-from grader._json import dumps
 from grader.api import digest_of
-from grader.cli import mcp as mcp_command
+from grader.json import dumps
 from grader.loader import parse_task
 from tests.support.paths import REPO
 from tests.support.surfaces import (
@@ -52,7 +52,7 @@ def task_set(tasks_file: Path) -> TaskSet:
 
 def stdio_params(*args: str) -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "grader.cli.mcp", *args], cwd=str(REPO)
+        command=sys.executable, args=["-m", "gradeproxy.cli.mcp", *args], cwd=str(REPO)
     )
 
 
@@ -116,7 +116,7 @@ async def test_stdio_server_serves_the_four_tools(tasks_file: Path, task_set: Ta
 
 def run_command(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "grader.cli.mcp", *args],
+        [sys.executable, "-m", "gradeproxy.cli.mcp", *args],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         capture_output=True,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from grader.cli import main
+from gradeproxy.cli import main
 from tests.support.episodes import (
     GOOD_BILLING,
     GOOD_BILLING_FINAL,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from gradeproxy.cli import main
 from grader import CalibrationError, bias_corrected_pass_rate, calibrate, tpr_tnr
-from grader._json import dumps, loads_exact
-from grader.cli import main
+from grader.json import dumps, loads_exact
 
 T, F = True, False
 # Pairs (judge, human): tp tp fn tn fp tn tp tn tp fp -> TP 4, FN 1, TN 3, FP 2.
