@@ -43,7 +43,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from grader._value import value_type
 from grader.advisory import is_advisory
 
 # Re-exported: callers have always asked the engine for a task's built checks.
@@ -65,6 +64,7 @@ from grader.checks.tool_call import ToolCallCheck
 from grader.tasks import CheckDefinition, Task
 from grader.toolcall.extract import UNPARSED
 from grader.toolcall.match import match_call
+from grader.values import value_type
 from grader.verdict import Verdict
 
 Result = Literal["pass", "fail", "stale", "error"]

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, Literal
 
-from grader._value import value_type
 from grader.engine import Outcome
 from grader.tasks import Task
+from grader.values import value_type
 from grader.version import GRADER_RULES_VERSION
 
 ROW_KIND: Literal["answer"] = "answer"

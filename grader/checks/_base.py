@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
-from grader._value import value_type
 from grader.checks.judge import Judge, JudgeClient
 from grader.checks.sample import CheckContext, Sample, SampleCall, chat_tools, sample_calls
 from grader.errors import GraderError
 from grader.toolcall.canon import canonical_json
+from grader.values import value_type
 from grader.verdict import ReasonCode
 from grader.version import GRADER_RULES_VERSION
 

@@ -23,9 +23,9 @@ from typing import Any, TypeAlias
 
 import orjson
 
-from grader._value import value_type
 from grader.errors import GraderError
 from grader.json import MAX_DEPTH
+from grader.values import value_type
 
 
 class TooDeepError(GraderError, ValueError):

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grader._value import value_type
 from grader.json import (
     MAX_DEPTH,
     SEARCH_WINDOW,
@@ -35,6 +34,7 @@ from grader.json import (
     value_depth,
 )
 from grader.toolcall.canon import Canon, CObject, TooDeepError, canon
+from grader.values import value_type
 
 _PROSE = re.compile(r"[{\[]")
 # Inside a span: skip everything up to the next bracket in one match, whole JSON strings

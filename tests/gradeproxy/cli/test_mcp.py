@@ -154,7 +154,7 @@ def test_register_adds_the_mcp_command() -> None:
 
 def test_gradeproxy_cli_knows_the_mcp_command() -> None:
     """``gradeproxy mcp`` is registered and routes to the MCP server."""
-    from grader import cli
+    from gradeproxy import cli
 
     args = cli._build_parser().parse_args(["mcp"])
     assert args.handler is mcp_command.run
