@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from grader.checks._base import Check, CheckResult
+from grader.checks import Check, CheckResult
 from grader.checks.build import columns_of
 from grader.checks.judge import Judge
 from grader.checks.policy import PolicyCheck

@@ -48,7 +48,7 @@ ruff check .
 ruff format --check .
 stage "mypy --strict"
 mypy
-stage "lint-imports (the layout's rules: grader's core is pure)"
+stage "lint-imports (the layout's rules: arrows point down, no cycles, grader pure)"
 lint-imports
 stage "pytest"
 pytest "$@"
