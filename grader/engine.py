@@ -1,7 +1,7 @@
 """The grading engine: one answer against one task, every check, one frozen :class:`Outcome`.
 
 Every surface grades through here (docs/checks-contract.md): ``gradeproxy grade``, the Python
-API (``grade``/``grade_run``, ``score_run``), ``POST /grading/v1/score``, MCP and the live proxy.
+API (``grade``/``grade_run``), ``POST /grading/v1/score``, MCP and the live proxy.
 The same task and answer therefore give the same columns, the same ``result`` and (through
 :mod:`grader.rows`) the same row wherever they are graded.
 
@@ -108,10 +108,6 @@ class Outcome:
             "checks": [r.to_dict() for r in self.checks],
             "warnings": list(self.warnings),
         }
-
-
-# Kept for callers of the first checks API (grader.checks.evaluate returned a TaskOutcome).
-TaskOutcome = Outcome
 
 
 def overall(results: Sequence[CheckResult], rule: str = "all") -> bool | None:
@@ -352,24 +348,3 @@ def offline_context(task: Task, row: Mapping[str, Any] | None = None) -> CheckCo
         model=model if isinstance(model, str) else None,
         missing_tools=None if tools else OFFLINE_NO_TOOLS,
     )
-
-
-async def evaluate(
-    task: Task,
-    answer_text: object,
-    item: Mapping[str, Any] | None = None,
-    context: CheckContext | None = None,
-    judge: Judge | JudgeClient | None = None,
-) -> Outcome:
-    """The first checks API's name (``grader.checks.evaluate``): :func:`grade_async`."""
-    return await grade_async(task, answer_text, context, item, judge)
-
-
-def evaluate_sync(
-    task: Task,
-    answer_text: object,
-    item: Mapping[str, Any] | None = None,
-    context: CheckContext | None = None,
-) -> Outcome:
-    """The first checks API's name (``grader.checks.evaluate_sync``): :func:`grade`."""
-    return grade(task, answer_text, context, item)

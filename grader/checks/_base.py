@@ -114,7 +114,7 @@ class CheckResult:
     ``passed`` is None for an infrastructure error: the check could not reach a verdict, so
     the row stays out of every pass-rate denominator. ``score`` is set by graded checks
     (similarity, score_model, multi); binary checks leave it None. ``parts`` holds the
-    per-behaviour columns of a check that yields several (policy): :func:`evaluate` reports
+    per-behaviour columns of a check that yields several (policy): :func:`grader.grade` reports
     the parts in its place.
     """
 

@@ -26,7 +26,7 @@ from mcp.types import TextContent
 from pytest_aiohttp import AiohttpClient
 
 from gradeproxy.cli import main
-from grader import TaskSet, load_tasks, score_run
+from grader import TaskSet, grade_run, load_tasks
 from grader.json import dumps, loads_exact
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import TASKS
@@ -83,10 +83,10 @@ def task_set(tasks_file: Path) -> TaskSet:
 @pytest.fixture(scope="module")
 def api(task_set: TaskSet) -> Runs:
     rows: dict[str, Outcome] = {
-        case.id: score_run(task_set, [(case.task_id, case.answer)]).results[0].to_dict()
+        case.id: grade_run(task_set, [(case.task_id, case.answer)]).results[0].to_dict()
         for case in CASES
     }
-    report = score_run(task_set, [(c.task_id, c.answer) for c in WIRE_CASES]).report.to_dict()
+    report = grade_run(task_set, [(c.task_id, c.answer) for c in WIRE_CASES]).report.to_dict()
     return Runs(rows, report)
 
 

@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
 from gradeproxy.cli import mcp as mcp_command
-from grader import TaskSet, load_tasks, score_run
+from grader import TaskSet, grade_run, load_tasks
 from grader.api import digest_of
 from grader.json import dumps
 from grader.loader import parse_task
@@ -89,12 +89,12 @@ async def test_stdio_server_serves_the_four_tools(tasks_file: Path, task_set: Ta
 
         answer = dumps(FORECAST_STALE).decode()
         verdict = structured(await client.call_tool("score", {"task_id": W, "answer": answer}))
-        expected = score_run(task_set, [(W, answer)]).results[0].to_dict()
+        expected = grade_run(task_set, [(W, answer)]).results[0].to_dict()
         assert verdict == {"verdict": expected}
 
         answers = [{"task_id": case.task_id, "answer": case.answer} for case in WIRE_CASES]
         run = structured(await client.call_tool("score_run", {"answers": answers}))
-        api = score_run(task_set, [(c.task_id, c.answer) for c in WIRE_CASES]).to_dict()
+        api = grade_run(task_set, [(c.task_id, c.answer) for c in WIRE_CASES]).to_dict()
         assert run == api
         assert {"perMutationKind", "staleSchemaUsedRate"} <= run["report"].keys()
 
