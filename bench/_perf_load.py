@@ -46,6 +46,12 @@ def export(revision: str, into: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
+def cli_module(tree: Path) -> str:
+    """The console script's module in ``tree``: ``gradeproxy.cli``, or ``grader.cli`` in a
+    revision from before the command line moved to its own package (issue 36)."""
+    return "gradeproxy.cli" if (tree / "gradeproxy" / "cli").is_dir() else "grader.cli"
+
+
 def litellm_argv(litellm: str, folder: Path, upstream: str, port: int) -> list[str]:
     """LiteLLM's proxy in front of ``upstream`` as its docs start it (one worker), written
     into ``folder``. Current releases (1.108.7 here) refuse to start without a master key

@@ -36,7 +36,7 @@ from _perf_load import (
 )
 
 HERE = Path(__file__).resolve().parent
-SERVE = [sys.executable, "-m", "grader.cli", "serve"]
+SERVE = [sys.executable, "-m", "gradeproxy.cli", "serve"]
 
 
 def subject_cpus(workers: int) -> str:

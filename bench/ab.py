@@ -31,6 +31,7 @@ from _perf_load import (
     LOAD_CPUS,
     SUBJECT_CPU,
     TASK,
+    cli_module,
     cpu_s,
     export,
     free_port,
@@ -109,7 +110,7 @@ def main() -> int:
             )
             # -P: no current directory first on sys.path, so PYTHONPATH's tree is the one run
             # (without it, `python -m` from the repository root ran this tree on both sides).
-            argv = [sys.executable, "-P", "-m", "grader.cli", "serve", "--config", str(config)]
+            argv = [sys.executable, "-P", "-m", cli_module(tree), "serve", "--config", str(config)]
             argv += args.flags.split()
             os.environ["PYTHONPATH"] = str(tree)  # the child imports this tree's packages
             child = started(argv, port, work / f"{name}.log", str(SUBJECT_CPU))

@@ -17,7 +17,7 @@ from typing import Any
 
 from _timing import timings
 
-from grader._json import dumps
+from grader.json import dumps
 from proxy.pipeline.capture.chat import StreamCapture
 from proxy.pipeline.capture.responses import ResponsesStreamCapture
 from proxy.pipeline.capture.sse import SSEDecoder

@@ -19,7 +19,7 @@ import orjson
 from _timing import per_call, timings
 
 from grader import answer_row, grade, load_tasks, offline_context, parse_task, score
-from grader._json import dumps
+from grader.json import dumps
 
 TASK = parse_task(
     {

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from grader import parse_task
-from grader._json import dumps
+from grader.json import dumps
 from grader.tasks import build_task_set
 from proxy.pipeline.grade import GradeJob, grade_job
 from proxy.pipeline.offload import GradingProcess

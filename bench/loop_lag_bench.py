@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import parse_task
-from grader._json import dumps
+from grader.json import dumps
 from grader.tasks import Task
 from proxy.app import serving_collector
 from proxy.config import Grading

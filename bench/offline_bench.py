@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from grader._json import dumps
-from grader.cli import main
+from gradeproxy.cli import main
+from grader.json import dumps
 
 TASKS = [
     {"id": f"t{i}", "expected": {"name": "f", "arguments": {"x": i, "city": "Zürich"}}}

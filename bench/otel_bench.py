@@ -7,7 +7,7 @@ events, and what the event loop pays per request (``begin`` and ``Telemetry.fini
 Part 2 (subprocesses, as bench/ab.py): three ``gradeproxy serve`` at once, every response graded,
 each pinned to the same core (the fake backend, wrk and a local OTLP/HTTP sink that answers 200
 on the other): tracing off, on at ``sample_ratio`` 1.0, and on at the default ratio (read from
-proxy/telemetry/settings.py). They are loaded in turn, round after round, the order rotated
+proxy/config/tracing.py). They are loaded in turn, round after round, the order rotated
 each round (A,B,C / B,C,A / C,A,B ...), so drift on a shared machine falls on all three. Each
 run gives throughput and p50/p99 latency, and the steadier figure: CPU time per request of the
 subject (schedstat nanoseconds of its threads and processes over the requests wrk completed),
@@ -283,7 +283,7 @@ def proxy_runs(args: argparse.Namespace) -> tuple[Runs, Runs]:
                 "logging:\n  level: info\nshutdown:\n  drain_delay_s: 0\n"
                 + tracing.format(sink=sink_port)
             )
-            argv = [sys.executable, "-m", "grader.cli", "serve", "--config", str(config)]
+            argv = [sys.executable, "-m", "gradeproxy.cli", "serve", "--config", str(config)]
             child = started(argv, port, work / f"subject{number}.log", str(SUBJECT_CPU))
             subjects[name] = (port, stack.enter_context(child).pid)
         order = list(subjects.items())

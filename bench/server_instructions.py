@@ -41,6 +41,7 @@ from _perf_load import (
     SUBJECT_CPU,
     TASK,
     StartError,
+    cli_module,
     export,
     free_port,
     started,
@@ -204,7 +205,7 @@ def main() -> int:
                 "logging:\n  level: info\nshutdown:\n  drain_delay_s: 0\n"
             )
             # -P and PYTHONPATH: that tree's packages, whatever the current directory.
-            argv = [f"PYTHONPATH={tree}", python, "-P", "-m", "grader.cli", "serve"]
+            argv = [f"PYTHONPATH={tree}", python, "-P", "-m", cli_module(tree), "serve"]
             jobs.append((name, [*argv, "--config", str(config), "--loop", "asyncio"], port))
         try:
             with concurrent.futures.ThreadPoolExecutor(2) as pool:

@@ -33,7 +33,7 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from grader._json import dumps  # noqa: E402
+from grader.json import dumps  # noqa: E402
 
 TASK = (
     b'{"id":"weather.single","expected":{"name":"get_weather","arguments":'
@@ -105,9 +105,9 @@ def run_backends(conn: Connection, slow_s: float, kinds: tuple[str, ...]) -> Non
 def run_proxy(conn: Connection, upstream: str, shadow: str | None, work: str) -> None:
     """Child process: the proxy, with or without a shadow; sends its port."""
     from proxy.app import make_app
-    from proxy.cli import bound_port, start_sites
     from proxy.config import load_config
     from proxy.logs import configure_logging
+    from proxy.serve import bound_port, start_sites
 
     async def main() -> None:
         configure_logging("error", "json")

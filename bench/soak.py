@@ -163,7 +163,7 @@ def main() -> None:
         )
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         backend = [sys.executable, str(ROOT / "bench" / "_servers.py"), "backend"]
-        serve = [sys.executable, "-m", "grader.cli", "serve", "--config", str(config)]
+        serve = [sys.executable, "-m", "gradeproxy.cli", "serve", "--config", str(config)]
         base = f"http://127.0.0.1:{proxy_port}"
         proxy_log = Path(tmp) / "proxy.log"
         with (

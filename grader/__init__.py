@@ -3,10 +3,10 @@
 No I/O in the grading path and no aiohttp: the proxy, the offline CLI and every other scoring
 surface grade through one engine here (``grade``/``grade_async`` → ``Outcome``; rows from
 ``grader.rows``, reports from ``grader.report``; docs/checks-contract.md). The public API is
-curated in ``__all__`` (a test keeps it complete).
+curated in ``__all__`` (a test keeps it complete), one name per concept; the exact-number JSON
+reader is ``grader.json``. Every exception derives from ``GraderError`` (``grader/errors.py``).
 """
 
-from grader._json import MAX_DEPTH
 from grader.analysis.calibration import (
     Calibration,
     CalibrationError,
@@ -20,8 +20,6 @@ from grader.api import (
     UnknownTaskError,
     grade_run,
     grade_run_async,
-    score_run,
-    task_from_dict,
 )
 from grader.checks import (
     CHECK_REASON_CODES,
@@ -39,13 +37,12 @@ from grader.checks import (
 )
 from grader.engine import (
     Outcome,
-    TaskOutcome,
-    evaluate,
-    evaluate_sync,
     grade,
     grade_async,
     offline_context,
 )
+from grader.errors import GraderError
+from grader.json import MAX_DEPTH
 from grader.loader import load_tasks, parse_task
 from grader.report import CheckTally, Report, Tally
 from grader.rows import (
@@ -95,6 +92,7 @@ __all__ = [
     "CheckTally",
     "Extraction",
     "GradedAnswer",
+    "GraderError",
     "Judge",
     "JudgeClient",
     "JudgeConfig",
@@ -108,7 +106,6 @@ __all__ = [
     "Task",
     "TaskHasChecksError",
     "TaskLoadError",
-    "TaskOutcome",
     "TaskSet",
     "UnknownTaskError",
     "Verdict",
@@ -119,8 +116,6 @@ __all__ = [
     "build_checks",
     "build_task_set",
     "calibrate",
-    "evaluate",
-    "evaluate_sync",
     "extract",
     "grade",
     "grade_async",
@@ -132,7 +127,5 @@ __all__ = [
     "offline_row",
     "parse_task",
     "score",
-    "score_run",
-    "task_from_dict",
     "tpr_tnr",
 ]

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader._json import JSONError, loads_exact
 from grader.checks import check_digest
 from grader.errors import GraderError
+from grader.json import JSONError, loads_exact
 
 ADVISORY_KEYS = ("advisory", "calibration")
 CALIBRATION_KIND = "judge_calibration"

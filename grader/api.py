@@ -9,9 +9,11 @@ stale rate ride on every run report")::
     grade_run(tasks, answers)                     -> RunResult   rows + Report; UnknownTaskError
     await grade_run_async(tasks, answers, judge)  -> RunResult
     score(task, answer)       -> Verdict     tasks without checks; TaskHasChecksError otherwise
-    score_run(tasks, answers) -> RunResult   the same as grade_run: every check of every task
-    task_from_dict(obj)       -> Task        TaskLoadError naming the field
+    parse_task(obj)           -> Task        TaskLoadError naming the field
     load_tasks(path)          -> TaskSet     TaskLoadError naming file:line
+
+One name per concept: ``grade_run`` (once also ``score_run``), ``parse_task`` (once also
+``task_from_dict``), ``grade``/``grade_async`` (once also ``evaluate_sync``/``evaluate``).
 
 ``answers`` are ``(task_id, answer)`` pairs or answers rows (``{"task_id", "answer", "tools"?,
 "request"?}``: the offline context of a ``from_request`` schema, see
@@ -36,7 +38,7 @@ from grader.checks import CheckContext, JudgeClient
 from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.errors import GraderError
-from grader.loader import load_tasks, parse_task
+from grader.loader import load_tasks
 from grader.report import Report
 from grader.rows import answer_row, carried_conflicts, offline_row
 from grader.score import score
@@ -62,8 +64,6 @@ __all__ = [
     "resolve_item",
     "resolve_items",
     "score",
-    "score_run",
-    "task_from_dict",
 ]
 
 # One answer to grade: the task, the answer, and its context (None: the task's own tools).
@@ -132,11 +132,6 @@ class RunResult:
             "results": [row.to_dict() for row in self.results],
             "report": self.report.to_dict(),
         }
-
-
-def task_from_dict(obj: object, *, source: str = "<dict>") -> Task:
-    """Validate one task definition (the JSONL line as a dict); raise ``TaskLoadError``."""
-    return parse_task(obj, source)
 
 
 def _items(pairs: Iterable[Sequence[Any]]) -> list[Item]:
@@ -230,12 +225,3 @@ async def grade_run_async(
     """:func:`grade_run` with judge checks sent to ``judge``."""
     task_set, items, sources = _resolve(tasks, answers)
     return _carrying(await grade_all_async(items, task_set.digest, judge), sources)
-
-
-def score_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -> RunResult:
-    """:func:`grade_run` under its first name: every check of every task is graded.
-
-    (Before the engine it graded the tool call alone and refused tasks without one; a task's
-    checks are now never skipped: CHANGELOG.)
-    """
-    return grade_run(tasks, answers)

@@ -1,7 +1,7 @@
 """The grading engine: one answer against one task, every check, one frozen :class:`Outcome`.
 
 Every surface grades through here (docs/checks-contract.md): ``gradeproxy grade``, the Python
-API (``grade``/``grade_run``, ``score_run``), ``POST /grading/v1/score``, MCP and the live proxy.
+API (``grade``/``grade_run``), ``POST /grading/v1/score``, MCP and the live proxy.
 The same task and answer therefore give the same columns, the same ``result`` and (through
 :mod:`grader.rows`) the same row wherever they are graded.
 
@@ -43,7 +43,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from grader._value import value_type
 from grader.advisory import is_advisory
 
 # Re-exported: callers have always asked the engine for a task's built checks.
@@ -65,6 +64,7 @@ from grader.checks.tool_call import ToolCallCheck
 from grader.tasks import CheckDefinition, Task
 from grader.toolcall.extract import UNPARSED
 from grader.toolcall.match import match_call
+from grader.values import value_type
 from grader.verdict import Verdict
 
 Result = Literal["pass", "fail", "stale", "error"]
@@ -108,10 +108,6 @@ class Outcome:
             "checks": [r.to_dict() for r in self.checks],
             "warnings": list(self.warnings),
         }
-
-
-# Kept for callers of the first checks API (grader.checks.evaluate returned a TaskOutcome).
-TaskOutcome = Outcome
 
 
 def overall(results: Sequence[CheckResult], rule: str = "all") -> bool | None:
@@ -262,7 +258,7 @@ def grade(
     ``answer`` is the answer string; anything else (an SDK caller's untyped JSON) fails every
     column with ``not_a_string``. ``item`` replaces the task's ``item`` namespace; ``context``
     carries the request's tools (live) or :func:`offline_context`'s. ``parsed`` is the JSON
-    value ``answer`` was written from by ``grader._json.dumps``, when the caller has it (the
+    value ``answer`` was written from by ``grader.json.dumps``, when the caller has it (the
     proxy): the tool-call path then reads it instead of the text again; the outcome is the same.
     """
     if not task.has_checks:
@@ -352,24 +348,3 @@ def offline_context(task: Task, row: Mapping[str, Any] | None = None) -> CheckCo
         model=model if isinstance(model, str) else None,
         missing_tools=None if tools else OFFLINE_NO_TOOLS,
     )
-
-
-async def evaluate(
-    task: Task,
-    answer_text: object,
-    item: Mapping[str, Any] | None = None,
-    context: CheckContext | None = None,
-    judge: Judge | JudgeClient | None = None,
-) -> Outcome:
-    """The first checks API's name (``grader.checks.evaluate``): :func:`grade_async`."""
-    return await grade_async(task, answer_text, context, item, judge)
-
-
-def evaluate_sync(
-    task: Task,
-    answer_text: object,
-    item: Mapping[str, Any] | None = None,
-    context: CheckContext | None = None,
-) -> Outcome:
-    """The first checks API's name (``grader.checks.evaluate_sync``): :func:`grade`."""
-    return grade(task, answer_text, context, item)

@@ -15,8 +15,8 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── CalibrationError(ValueError)       grader.analysis   labels that cannot calibrate
     ├── AdvisoryError(ValueError)          grader.advisory   an advisory mark or record unusable
     ├── GateError(ValueError)              grader.analysis   a promotion gate file or run unusable
-    ├── JSONError(ValueError)              grader._json      not JSON the grader accepts
-    │   └── JSONTooDeepError               grader._json      nested past the parser's bound
+    ├── JSONError(ValueError)              grader.json       not JSON the grader accepts
+    │   └── JSONTooDeepError               grader.json       nested past the parser's bound
     ├── TooDeepError(ValueError)           grader.toolcall   a value past MAX_DEPTH
     ├── PatternError(ValueError)           grader.patterns   a pattern RE2 cannot bound
     ├── RecordError(ValueError)            grader.episodes   a grader record (seed 001) is unusable
@@ -27,13 +27,12 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── FormulaError(ValueError)           grader.checks     a multi formula is not safe arithmetic
     ├── UnresolvableRefError(ValueError)   grader.checks     a $ref leaving the schema
     ├── JudgeParseError(ValueError)        grader.checks     a judge reply outside the contract
-    ├── UnusableInputError(ValueError)     grader.intake     a batch input with nothing usable
-    └── InputError(ValueError)             grader.cli        an answers file line the CLI refuses
-        └── IncompleteHistoryError         grader.cli        replay: a tool result without its call
+    └── UnusableInputError(ValueError)     grader.intake     a batch input with nothing usable
 
-The judge's transport and its ``JudgeHTTPError`` are the proxy's (``proxy/judge_client.py``,
-which the offline commands import lazily). ``tests/grader/test_errors.py`` keeps this drawing
-equal to the classes the package defines.
+The console script's ``InputError`` (an answers file line it refuses, ``gradeproxy/cli/_io.py``)
+derives from this root too. The judge's transport and its ``JudgeHTTPError`` are the proxy's
+(``proxy/judge_client.py``, which the offline commands import lazily).
+``tests/grader/test_errors.py`` keeps this drawing equal to the classes the package defines.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, TextIO, get_args
 
-from grader._json import JSONError, loads_exact
-from grader._value import value_type
 from grader.errors import GraderError
+from grader.json import JSONError, loads_exact
+from grader.values import value_type
 
 InputReason = Literal[
     "line_unreadable",  # not JSON, cut off, two values on a line, not UTF-8 text

@@ -26,12 +26,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from grader._json import JSONError, loads_exact
 from grader.advisory import AdvisoryError, split_advisory
 from grader.checks import Check, CheckDefinitionError, build_checks, columns_of
 from grader.checks.tool_call import DEFAULT_DEFINITION
 from grader.engine import remember_checks
 from grader.episodes.record import RecordError, parse_record
+from grader.json import JSONError, loads_exact
 from grader.tasks import (
     RECORD_KEYS,
     TASK_KEYS,

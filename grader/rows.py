@@ -1,6 +1,6 @@
 """The result row: one schema, built here and nowhere else, for every surface.
 
-``gradeproxy grade --out``, ``score_run``/``grade_run``, ``POST /grading/v1/score``, MCP and the
+``gradeproxy grade --out``, ``grade_run``, ``POST /grading/v1/score``, MCP and the
 proxy's ``grades.jsonl`` all write :func:`answer_row` (the proxy through :func:`live_row`): the
 offline row is exactly the live row minus :data:`LIVE_FIELDS`. The README's "Result rows" table
 lists every field (a test compares it with :data:`OFFLINE_FIELDS` + :data:`LIVE_FIELDS`).
@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, Literal
 
-from grader._value import value_type
 from grader.engine import Outcome
 from grader.tasks import Task
+from grader.values import value_type
 from grader.version import GRADER_RULES_VERSION
 
 ROW_KIND: Literal["answer"] = "answer"

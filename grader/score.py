@@ -24,6 +24,6 @@ def score(task: Task, answer: object) -> Verdict:
         raise TaskHasChecksError(
             f"task {task.id!r} has checks ({', '.join(c.name for c in task.checks)}): "
             "score() answers for the tool call alone, so grade it with grader.grade() "
-            "(every check, one Outcome) or grader.score_run()"
+            "(every check, one Outcome) or grader.grade_run()"
         )
     return match_call(task.expected, task.stale, answer)

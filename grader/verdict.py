@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from grader._value import value_type
+from grader.values import value_type
 
 ReasonCode = Literal[
     "match",

@@ -29,12 +29,12 @@ from proxy.pipeline.guard import Guard
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
+from proxy.pipeline.record.pairs import PairTracker
 from proxy.pipeline.record.results import ResultWriter
 from proxy.pipeline.route import Router
 from proxy.pipeline.transport import TRANSPORTS, Transports, primary_specs, shadow_specs
 from proxy.pipeline.upstream import POOL
 from proxy.pipeline.watchdog import Watchdog, watch_forever
-from proxy.shadow.pairs import PairTracker
 from proxy.shadow.runner import ShadowRunner
 from proxy.state import (
     CONFIG,

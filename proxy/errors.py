@@ -21,7 +21,7 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     ├── BadRequestError             400 invalid_request_error (the scoring API; param, code)
     ├── TasksNotReadyError          503 tasks_not_loaded (with Retry-After)
     ├── ConfigError(ValueError)            proxy.config.coerce         the config is unusable
-    ├── StartupError                       proxy.cli                   ``serve`` cannot start
+    ├── StartupError                       proxy.serve                 ``serve`` cannot start
     ├── EventLoopError                     proxy.eventloop             uvloop asked, not installed
     ├── BodyReadTimeoutError               proxy.pipeline.watchdog     a body stopped arriving
     ├── CaptureError                       proxy.pipeline.capture      a response is unreadable
@@ -30,9 +30,11 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     ├── GraderError(RuntimeError)          proxy.pipeline.offload      grade_job raised in the child
     ├── NotPicklableError(TypeError)       proxy.pipeline.offload      it cannot cross to the child
     ├── ResultsWriteError(OSError)         proxy.pipeline.record       rows not appended
-    └── JudgeHTTPError(RuntimeError)       proxy.judge_client          the judge endpoint failed
+    ├── JudgeHTTPError(RuntimeError)       proxy.judge_client          the judge endpoint failed
+    └── ApiError                           proxy.demo.requests         the demo backend's 4xx/5xx
 
-Upstream error responses are *not* ProxyErrors: they pass through to the client untouched.
+Upstream error responses are *not* ProxyErrors: they pass through to the client untouched (the
+demo backend, which plays an upstream, answers its ``ApiError`` itself; the proxy never renders it).
 An upstream failure's ``kind`` is data on its class (``gradeproxy_upstream_errors_total``'s
 label), never read back from a message. ``tests/proxy/test_errors.py`` keeps this drawing
 equal to the classes the package defines.

@@ -2,7 +2,7 @@
 
 Used by the proxy (on a session it shares for the app's life) and by the offline commands
 (``grade``, ``validate-tasks``, ``regrade``, ``replay`` with ``--judge``), which import it lazily
-from ``grader.cli`` so the grader's pure core never sees aiohttp. Without a session it opens
+from ``gradeproxy.cli`` so the grader's pure core never sees aiohttp. Without a session it opens
 one per request: an offline command runs each batch under its own ``asyncio.run``, and a
 session outliving its loop is a leak.
 
@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import aiohttp
 
-from grader._json import JSONError, dumps, loads_exact
 from grader.checks.judge import JudgeConfig
+from grader.json import JSONError, dumps, loads_exact
 from proxy.errors import ProxyError
 
 MAX_REPLY_BYTES: Final = 1 << 20

@@ -12,9 +12,9 @@ from proxy.config import Config
 from proxy.pipeline.forward import Relay
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.pairs import PairTracker
 from proxy.pipeline.route import Router
 from proxy.pipeline.watchdog import Watchdog
-from proxy.shadow.pairs import PairTracker
 from proxy.shadow.runner import ShadowRunner
 from proxy.taskstore import TaskStore
 

@@ -5,7 +5,7 @@ processes. They need no load balancer in front: every worker listens on the same
 ``SO_REUSEPORT`` and the kernel spreads new connections over them (by a hash of each
 connection's addresses, so a kept-alive connection stays with its worker).
 
-Each worker is the single-process server (``proxy.cli.serve``) with an admin port and a result
+Each worker is the single-process server (``proxy.serve.serve``) with an admin port and a result
 file of its own (``admin.port + i``, ``grades.w<i>.jsonl``): nothing is shared but the listening
 port, so a worker's hot path costs what a single process's does. (Shared metrics would cost an
 mmap write per update: docs/performance.md, Workers.)
@@ -41,12 +41,12 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any
 
-from proxy.cli import CUT_MARGIN_S, StartupError, serve
 from proxy.config import Config
 from proxy.eventloop import loop_factory
 from proxy.logs import configure_logging, get_logger
 from proxy.pipeline.queue import GIL_SWITCH_INTERVAL_S
 from proxy.pipeline.record.results import worker_path
+from proxy.serve import CUT_MARGIN_S, StartupError, serve
 from proxy.state import WorkerInfo
 
 log = get_logger("gradeproxy.supervisor")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from grader._json import dumps
+from grader.json import dumps
 from proxy.demo.answers import load_demo_tasks, planned_message
 
 ROOT = Path(__file__).resolve().parents[1]

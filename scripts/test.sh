@@ -48,7 +48,7 @@ ruff check .
 ruff format --check .
 stage "mypy --strict"
 mypy
-stage "lint-imports (the layout's rules: grader's core is pure)"
+stage "lint-imports (the layout's rules: arrows point down, no cycles, grader pure)"
 lint-imports
 # The OTLP exporter's tests once more, against the newest OpenTelemetry SDK release (the project
 # pins the tested minor range): a venv of its own with only the SDK packages, cached by a stamp.

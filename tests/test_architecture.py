@@ -1,11 +1,14 @@
-"""The layout's rules hold: `lint-imports` enforces them, and its contract covers every module;
-the test tree mirrors the code tree, and no test module imports another.
+"""The layout's rules hold: `lint-imports` enforces them, the layer lists name every module, no
+import cycle exists anywhere in the code; the test tree mirrors the code tree, and no test
+module imports another.
 
-pyproject.toml's import-linter contracts list the grader's core module by module (every grader
-module but the console-script package ``grader.cli``) and the proxy's pipeline stage by stage,
-in order. A module added to ``grader/`` or ``proxy/pipeline/`` and not to its list would escape
-the rule silently, so these tests keep the lists complete, and run the linter itself so a broken
-contract fails the suite as well as the CI step.
+pyproject.toml's import-linter contracts name whole packages (``gradeproxy`` above ``proxy``
+above ``grader``; grader pure; no private module imported from outside its package; acyclic
+siblings) and list two sets of layers by hand: the top level of ``proxy`` and the stages of
+``proxy.pipeline``. A module added there and not to its list would escape the rule silently, so
+these tests keep the lists complete, run the linter itself so a broken contract fails the suite
+as well as the CI step, and look for a cycle in the whole module graph (the linter's acyclic
+contract compares siblings, so a cycle through a package's ``__init__`` is this test's).
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ import sys
 import tomllib
 from pathlib import Path
 
+import grimp
 import pytest
 
-import grader
+import proxy
 import proxy.pipeline
 from tests.support.paths import REPO
+
+PACKAGES = ("gradeproxy", "grader", "proxy")
 
 
 def contracts() -> list[dict[str, list[str] | str]]:
@@ -32,20 +38,29 @@ def contracts() -> list[dict[str, list[str] | str]]:
     return found
 
 
-def test_the_pure_core_contract_lists_every_grader_module_but_the_cli() -> None:
-    core = next(c for c in contracts() if str(c["name"]).startswith("grader's core is pure"))
-    modules = {f"grader.{m.name}" for m in pkgutil.iter_modules(grader.__path__)}
-    assert set(core["source_modules"]) == modules - {"grader.cli"}
-    forbidden = set(core["forbidden_modules"])
-    assert {"proxy", "aiohttp", "urllib", "socket", "grader.cli"} <= forbidden
+def layer_names(contract: dict[str, list[str] | str]) -> list[str]:
+    return [name.strip() for layer in contract["layers"] for name in str(layer).split("|")]
 
 
-def test_the_pipeline_layers_name_every_stage() -> None:
-    layers = next(c for c in contracts() if c.get("type") == "layers")
-    assert layers["containers"] == ["proxy.pipeline"]
-    named = [name.strip() for layer in layers["layers"] for name in str(layer).split("|")]
-    stages = {m.name for m in pkgutil.iter_modules(proxy.pipeline.__path__)}
-    assert sorted(named) == sorted(stages)
+def test_the_arrows_point_down_over_whole_packages() -> None:
+    """No hand-kept module list: all of ``grader`` is below ``proxy``, all of ``proxy`` below
+    the console script, and all of ``grader`` is pure."""
+    top = next(c for c in contracts() if c.get("type") == "layers" and "containers" not in c)
+    assert top["layers"] == ["gradeproxy", "proxy", "grader"]
+    pure = next(c for c in contracts() if str(c["name"]).startswith("grader is pure"))
+    assert pure["source_modules"] == ["grader"]
+    assert {"aiohttp", "urllib", "socket", "mcp"} <= set(pure["forbidden_modules"])
+    private = next(c for c in contracts() if c.get("type") == "private_modules")
+    acyclic = next(c for c in contracts() if c.get("type") == "acyclic_siblings")
+    assert set(private["packages_with_private_modules"]) == set(acyclic["ancestors"]) == {*PACKAGES}
+
+
+@pytest.mark.parametrize("package", [proxy, proxy.pipeline], ids=lambda p: p.__name__)
+def test_the_layers_name_every_module(package: object) -> None:
+    name = getattr(package, "__name__", "")
+    layers = next(c for c in contracts() if c.get("containers") == [name])
+    modules = {m.name for m in pkgutil.iter_modules(getattr(package, "__path__", []))}
+    assert sorted(layer_names(layers)) == sorted(modules)
 
 
 def test_the_import_contracts_are_kept() -> None:
@@ -59,9 +74,95 @@ def test_the_import_contracts_are_kept() -> None:
 
 def test_a_task_holds_definitions_so_grader_tasks_imports_no_check_code() -> None:
     """Issue 12: the engine builds checks and the loader validates them, never the task model."""
-    contract = next(c for c in contracts() if c["source_modules"] == ["grader.tasks"])
+    contract = next(c for c in contracts() if c.get("source_modules") == ["grader.tasks"])
     forbidden = set(contract["forbidden_modules"])
     assert {"grader.checks", "grader.engine", "grader.loader"} <= forbidden
+
+
+def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively): each is
+    a set of modules that import one another, directly or not, at module level or lazily."""
+    modules = sorted(graph.modules)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m) & graph.modules) for m in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(edges[node]):
+                work.append((node, i + 1))
+                nxt = edges[node][i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return sorted(found)
+
+
+@pytest.mark.parametrize(
+    ("files", "cycles"),
+    [
+        pytest.param(
+            {"a.py": "from pkg import b\n", "b.py": "import pkg.c\n", "c.py": "import pkg.a\n"},
+            [["pkg.a", "pkg.b", "pkg.c"]],
+            id="three_modules_in_a_ring",
+        ),
+        pytest.param(
+            {"a.py": "def f():\n    from pkg import b\n", "b.py": "from pkg.a import f\n"},
+            [["pkg.a", "pkg.b"]],
+            id="a_lazy_import_closes_it",
+        ),
+        pytest.param(
+            {"__init__.py": "from pkg.sub import X\n", "sub.py": "import pkg\nX = 1\n"},
+            [["pkg", "pkg.sub"]],
+            id="through_the_package_init",
+        ),
+        pytest.param(
+            {"a.py": "from pkg import b\n", "b.py": "from pkg import c\n", "c.py": ""},
+            [],
+            id="a_chain_is_no_cycle",
+        ),
+    ],
+)
+def test_the_cycle_finder_finds_planted_cycles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str], cycles: list[list[str]]
+) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, source in files.items():
+        (package / name).write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles(grimp.build_graph("pkg", cache_dir=None)) == cycles
+
+
+def test_no_import_cycle_anywhere_in_the_code() -> None:
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    assert import_cycles(graph) == []
 
 
 # --- the test tree ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ shadow wins among ``n = wins + losses`` discordant pairs is Binomial(n, 1/2). Th
 two-sided McNemar p-value is ``min(1, 2 * P(X <= min(wins, losses)))``, computed here with
 integers and :class:`fractions.Fraction`: no floating point, no scipy.
 
-Pure: no I/O; ``grader/cli/compare.py`` reads the files.
+Pure: no I/O; ``gradeproxy/cli/compare.py`` reads the files.
 """
 
 from __future__ import annotations

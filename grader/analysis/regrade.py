@@ -18,7 +18,7 @@ A row is *not re-gradable*, and counted with its reason, when it has no stored a
 (``no_answer``), its answer was cut (``truncated``), a new check reads the request's tools and
 the row kept none (``no_request_tools``), or it is not an answer row (``not_an_answer_row``).
 Counts are kept per task, per check, per mutation kind and per change: never folded into one
-number. Pure: no I/O (``grader/cli/regrade.py`` reads and writes the files).
+number. Pure: no I/O (``gradeproxy/cli/regrade.py`` reads and writes the files).
 """
 
 from __future__ import annotations

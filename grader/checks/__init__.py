@@ -4,7 +4,7 @@ Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
 :class:`JudgeClient` the caller supplies (the proxy's and the CLI's is ``proxy.judge_client``;
 ``lint-imports`` enforces the rule in CI). Layout, one check family a module::
 
-    _base.py         CheckResult, the Check and JudgeClient protocols, BaseCheck, Spec
+    _base.py         CheckResult, the Check protocol, BaseCheck, Spec
     sample.py        Sample (the answer as templates name it), its calls, CheckContext
     templates.py     {{ sample.* }} / {{ item.* }} templates
     string_check.py  OpenAI string_check (eq, ne, like, ilike)
@@ -15,14 +15,16 @@ Pure like the rest of ``grader``: no aiohttp and no network I/O except through a
     json_schema.py   arguments against a schema, or the request's own tool schema
     policy.py        seed 001's action record: authority, forbidden calls, links
     multi.py         OpenAI multi: sub-checks and a safe arithmetic formula
-    judge.py         the judge wrapper: pinning, retries, timeouts, concurrency, family warning
+    judge.py         the JudgeClient protocol and the judge wrapper: pinning, retries,
+                     timeouts, concurrency, family warning (below _base: a check holds a judge)
     model_graded.py  OpenAI label_model / score_model and our binary criterion form
     _schema.py       the one safe JSON Schema validator (no fetch, RE2 patterns)
     build.py         definitions to checks, the pass rule
-    mutation.py      validate-tasks' fixture mutation analysis
 
 Running a task's checks on an answer is the engine's job (``grader.engine``): nothing in this
-package imports ``grader.tasks`` (only ``mutation``, which this ``__init__`` does not load).
+package imports ``grader.tasks``, the engine or the episodes. Fixture mutation, which runs the
+engine, sits above it (``grader/mutation.py``); the call-link rule ``policy`` shares with the
+episodes sits below both (``grader/toolcall/rules.py``).
 """
 
 from grader.checks._base import (

@@ -17,12 +17,13 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, get_args
 
-from grader._value import value_type
+from grader.checks.judge import Judge, JudgeClient
 from grader.checks.sample import CheckContext, Sample, SampleCall, chat_tools, sample_calls
 from grader.errors import GraderError
 from grader.toolcall.canon import canonical_json
+from grader.values import value_type
 from grader.verdict import ReasonCode
 from grader.version import GRADER_RULES_VERSION
 
@@ -43,8 +44,6 @@ __all__ = [  # the sample's names are re-exported: checks import them from here
     "sample_calls",
 ]
 
-if TYPE_CHECKING:
-    from grader.checks.judge import Judge
 
 CheckReasonCode = Literal[
     ReasonCode,
@@ -115,7 +114,7 @@ class CheckResult:
     ``passed`` is None for an infrastructure error: the check could not reach a verdict, so
     the row stays out of every pass-rate denominator. ``score`` is set by graded checks
     (similarity, score_model, multi); binary checks leave it None. ``parts`` holds the
-    per-behaviour columns of a check that yields several (policy): :func:`evaluate` reports
+    per-behaviour columns of a check that yields several (policy): :func:`grader.grade` reports
     the parts in its place.
     """
 
@@ -160,18 +159,6 @@ class CheckResult:
         if self.advisory:
             row["advisory"] = True
         return row
-
-
-class JudgeClient(Protocol):
-    """Sends one chat completion to the judge model and returns the reply text.
-
-    The proxy and the CLI plug in one aiohttp implementation, ``proxy.judge_client``. Raise on
-    transport errors: the judge counts them as infrastructure errors.
-    """
-
-    async def complete(
-        self, model: str, messages: list[dict[str, str]], temperature: float
-    ) -> str: ...
 
 
 class Check(Protocol):

@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from grader._json import MAX_DEPTH
 from grader.errors import GraderError
+from grader.json import MAX_DEPTH
 from grader.toolcall.canon import (
     Canon,
     CArray,

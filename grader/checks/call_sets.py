@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from grader._json import MAX_DEPTH, JSONError, loads_exact, value_depth
 from grader.checks.call_answer import AnswerCall
 from grader.checks.call_match import Mismatch
 from grader.checks.call_rules import Path, path_text
 from grader.checks.sample import Sample
+from grader.json import MAX_DEPTH, JSONError, loads_exact, value_depth
 from grader.toolcall.extract import Extraction, extract
 
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2

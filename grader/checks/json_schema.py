@@ -37,9 +37,9 @@ from typing import Any
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
-from grader._json import JSONError, loads_exact
 from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec, sample_calls
 from grader.checks._schema import PatternError, UnresolvableRefError, safe_validator, schema_errors
+from grader.json import JSONError, loads_exact
 from grader.toolcall.canon import TooDeepError, canonical_json
 from grader.toolcall.extract import top_level_object_spans
 

@@ -25,13 +25,25 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-from grader.checks._base import JudgeClient
 from grader.errors import GraderError
 
 T = TypeVar("T")
 JudgeFailure = Literal["judge_parse_error", "judge_timeout", "judge_error"]
+
+
+class JudgeClient(Protocol):
+    """Sends one chat completion to the judge model and returns the reply text.
+
+    The proxy and the CLI plug in one aiohttp implementation, ``proxy.judge_client``. Raise on
+    transport errors: the judge counts them as infrastructure errors.
+    """
+
+    async def complete(
+        self, model: str, messages: list[dict[str, str]], temperature: float
+    ) -> str: ...
+
 
 JUDGE_PROMPT = """You are grading whether a response meets the following criterion: {criterion}
 

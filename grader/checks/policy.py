@@ -29,7 +29,7 @@ Each configured behaviour is its own pass column, named ``<check name>.<behaviou
 
 Calls are all the calls in the answer (``tool_calls``, or the one call a text answer carries).
 This check is the one-response case of an episode: authority and links are judged by
-``grader.episodes.rules``, the same code the episode replay uses (docs/episodes.md).
+``grader.toolcall.rules``, the same code the episode replay uses (docs/episodes.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 
 from grader.checks._base import BaseCheck, CheckReasonCode, CheckResult, Spec
 from grader.checks.sample import CheckContext, Sample, SampleCall, sample_calls
-from grader.episodes.rules import (
+from grader.toolcall.rules import (
     Action,
     Constraint,
     Link,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-from grader._json import JSONError, dumps, loads_exact
-from grader._value import value_type
+from grader.json import JSONError, dumps, loads_exact
 from grader.toolcall.extract import call_from_value, extract
+from grader.values import value_type
 
 
 @value_type

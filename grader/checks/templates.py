@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from grader._json import JSONError, dumps, loads_exact
 from grader.checks._base import CheckDefinitionError
 from grader.checks.sample import Sample
 from grader.errors import GraderError
+from grader.json import JSONError, dumps, loads_exact
 from grader.toolcall.canon import TooDeepError, canonical_json
 
 if TYPE_CHECKING:

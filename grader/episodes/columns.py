@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from grader.episodes.log import EpisodeLog
-from grader.episodes.record import (
+from grader.episodes.replay import CANCELLED, Replay
+from grader.episodes.values import (
     ID_TOKEN,
     Bundle,
     EpisodeRecord,
@@ -30,8 +31,7 @@ from grader.episodes.record import (
     StateCheck,
     StateLink,
 )
-from grader.episodes.replay import CANCELLED, Replay
-from grader.episodes.rules import Link, authority, call_links, same
+from grader.toolcall.rules import Link, authority, call_links, same
 
 
 @dataclass(frozen=True, slots=True)

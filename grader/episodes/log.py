@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grader._json import JSONError, loads_exact
+from grader.json import JSONError, loads_exact
 
 _NO_RESULT: Any = None
 

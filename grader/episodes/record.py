@@ -25,6 +25,8 @@ from types import MappingProxyType
 from typing import Any
 
 from grader.checks import CheckDefinitionError, build_check
+from grader.episodes.columns import columns
+from grader.episodes.log import EpisodeLog
 from grader.episodes.record_parts import (
     Parser,
     RecordError,
@@ -32,7 +34,7 @@ from grader.episodes.record_parts import (
     error,
     only,
 )
-from grader.episodes.rules import parse_actions
+from grader.episodes.replay import replay
 from grader.episodes.values import (
     COLUMNS,
     ID_TOKEN,
@@ -50,6 +52,7 @@ from grader.episodes.values import (
     StateCheck,
     StateLink,
 )
+from grader.toolcall.rules import parse_actions
 
 __all__ = [
     "COLUMNS",
@@ -203,11 +206,6 @@ def _refuse_vacuous(record: EpisodeRecord) -> None:
     """Refuse a record whose state columns already pass on the reset snapshot: they could not
     tell an agent that fixed the mismatch from one that did nothing (a column that cannot fail
     is worse than none)."""
-    # Imported here: the columns read this module's values.
-    from grader.episodes.columns import columns
-    from grader.episodes.log import EpisodeLog
-    from grader.episodes.replay import replay
-
     idle = EpisodeLog((), None, 0)
     for column in columns(record, idle, replay(record, ()), None, {})[0]:
         field = _MUST_FAIL_AT_RESET.get(column.name)

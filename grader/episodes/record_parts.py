@@ -13,7 +13,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from grader.episodes.rules import Link, parse_call_link
 from grader.episodes.values import (
     OPS,
     SIDE_EFFECTS,
@@ -26,6 +25,7 @@ from grader.episodes.values import (
     StateLink,
 )
 from grader.errors import GraderError
+from grader.toolcall.rules import Link, parse_call_link
 
 _SOURCE = re.compile(r"(arguments|result)(?:\.[^.\s]+)*")
 _STATE_REF = re.compile(r"([A-Za-z0-9_\-]{1,64})\.([^.\s][^\s]*)")

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.episodes.log import Event
-from grader.episodes.record import Effect, EpisodeRecord
-from grader.episodes.rules import MISSING, lookup
+from grader.episodes.values import Effect, EpisodeRecord
+from grader.toolcall.rules import MISSING, lookup
 
 State = dict[str, dict[str, dict[str, Any]]]
 CANCELLED = "cancelled"

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from grader.episodes.rules import Action, Link
+from grader.toolcall.rules import Action, Link
 
 Op = Literal["create", "update", "delete", "cancel"]
 SideEffectKind = Literal["cancelled", "created", "deleted", "unchanged"]

@@ -33,8 +33,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from grader._json import dumps
 from grader.errors import GraderError
+from grader.json import dumps
 
 MAX_EXPANSIONS = 512  # dicts one dict-valued possible answer may expand into
 NO_CALL_ANSWER = "None of the available functions can answer this request."

@@ -23,13 +23,13 @@ from typing import Any, TypeAlias
 
 import orjson
 
-from grader._json import MAX_DEPTH
-from grader._value import value_type
 from grader.errors import GraderError
+from grader.json import MAX_DEPTH
+from grader.values import value_type
 
 
 class TooDeepError(GraderError, ValueError):
-    """A value nests deeper than :data:`grader._json.MAX_DEPTH`."""
+    """A value nests deeper than :data:`grader.json.MAX_DEPTH`."""
 
 
 class CBool(enum.Enum):

@@ -10,8 +10,8 @@ import re
 
 import orjson
 
-from grader._value import value_type
 from grader.toolcall.canon import Canon, CArray, CObject, kind_of, to_plain
+from grader.values import value_type
 from grader.verdict import ReasonCode
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

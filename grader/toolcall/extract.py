@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grader._json import (
+from grader.json import (
     MAX_DEPTH,
     SEARCH_WINDOW,
     JSONError,
@@ -33,8 +33,8 @@ from grader._json import (
     loads_exact,
     value_depth,
 )
-from grader._value import value_type
 from grader.toolcall.canon import Canon, CObject, TooDeepError, canon
+from grader.values import value_type
 
 _PROSE = re.compile(r"[{\[]")
 # Inside a span: skip everything up to the next bracket in one match, whole JSON strings
@@ -72,7 +72,7 @@ _NOTHING = Extraction(None, too_deep=False)  # immutable: the one result of most
 
 def _next_opener(text: str, pos: int) -> re.Match[str] | None:
     """The next ``{`` or ``[`` at or after ``pos``, searched a window at a time (see
-    ``grader._json.SEARCH_WINDOW``: one long C-level search would hold the GIL)."""
+    ``grader.json.SEARCH_WINDOW``: one long C-level search would hold the GIL)."""
     n = len(text)
     while pos < n:
         m = _PROSE.search(text, pos, pos + SEARCH_WINDOW)
@@ -286,7 +286,7 @@ def extract(answer: str, parsed: Any = UNPARSED) -> Extraction:
     """Find the graded call in a raw answer string.
 
     ``parsed`` is for a caller that wrote ``answer`` from a JSON value with
-    :func:`grader._json.dumps` (the proxy, from a response's tool calls): that value, which is
+    :func:`grader.json.dumps` (the proxy, from a response's tool calls): that value, which is
     what reading the text would give (``loads_exact(dumps(v)) == v``), so the text is not read
     again. Everything else about the answer is decided from its text, as without it.
     """

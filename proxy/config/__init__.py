@@ -36,8 +36,8 @@ from proxy.config.model import (
     Ui,
     Upstream,
 )
+from proxy.config.tracing import Tracing
 from proxy.config.urls import url_warnings
-from proxy.telemetry.settings import Tracing
 
 __all__ = [
     "Admin",

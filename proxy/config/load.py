@@ -21,9 +21,9 @@ from proxy.config.coerce import ConfigError, coerce, plain
 from proxy.config.coerce import section as build_section
 from proxy.config.model import ENV_PREFIX, Config, Judge, Shadow
 from proxy.config.tls import ssl_context
+from proxy.config.tracing import tracing_problems
 from proxy.config.urls import check_base_url
 from proxy.config.yamlpos import field_line, yaml_error_line
-from proxy.telemetry.settings import tracing_problems
 
 
 def _check_secret(where: str, name: str | None) -> None:

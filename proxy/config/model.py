@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from proxy.config.coerce import plain
-from proxy.telemetry.settings import Tracing
+from proxy.config.tracing import Tracing
 
 ENV_PREFIX = "GRADEPROXY_"
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from proxy.config.coerce import ConfigError
 
 if TYPE_CHECKING:
-    from proxy.config import Config
+    from proxy.config.model import Config
 
 
 def check_base_url(where: str, value: str) -> None:

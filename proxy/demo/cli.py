@@ -23,14 +23,14 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from grader._json import loads_exact
+from grader.json import loads_exact
 from grader.tasks import task_files
 from proxy.app import make_app
-from proxy.cli import bound_port, shutdown, start_sites
 from proxy.config import load_config
 from proxy.demo.answers import SAMPLE_TASKS_PATH
 from proxy.demo.backend import DEMO_MODELS, make_demo_backend, run_demo_backend
 from proxy.logs import configure_logging
+from proxy.serve import bound_port, shutdown, start_sites
 from proxy.state import QUEUE
 
 CONCURRENCY = 8

@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.demo.answers import MAX_CHOICES
+from proxy.errors import ProxyError
 
 _ALLOWED_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _SIMULATED_ERROR_MODEL: Final = re.compile(r"error-([45]\d\d)")
@@ -26,8 +27,14 @@ _SIMULATED_ERROR_MODEL: Final = re.compile(r"error-([45]\d\d)")
 log = logging.getLogger("proxy.demo.backend")
 
 
-class ApiError(Exception):
-    """Raised anywhere in a handler to answer with OpenAI's error body instead of a traceback."""
+class ApiError(ProxyError):
+    """Raised anywhere in a demo backend handler to answer with OpenAI's error body (as a model
+    server would: a status, a ``type`` and ``code`` of its own) instead of a traceback.
+
+    Under the proxy's one root (``proxy/errors.py``), but answered by the demo backend alone
+    (:func:`error_response`): the proxy passes an upstream's errors through, it never renders
+    these. Its status, type and code are per instance, so they are not the root's class values.
+    """
 
     def __init__(
         self,
@@ -39,24 +46,25 @@ class ApiError(Exception):
         kind: str | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
-        self.message = message
+        self.http_status = status
         self.param = param
-        self.code = code
+        self.error_code = code
         self.kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.error_code,
+            }
+        }
 
 
 def error_response(error: ApiError) -> web.Response:
-    body = {
-        "error": {
-            "message": error.message,
-            "type": error.kind,
-            "param": error.param,
-            "code": error.code,
-        }
-    }
     return web.Response(
-        status=error.status, body=orjson.dumps(body), content_type="application/json"
+        status=error.http_status, body=orjson.dumps(error.body()), content_type="application/json"
     )
 
 

@@ -8,20 +8,20 @@ capture, every check but the judge's, the rows) runs in a child started with ``f
 parent's side of the one pipe between them.
 
 The messages, each one pickle in ``multiprocessing.connection``'s framing (a 4-byte big-endian
-length, then the bytes)::
+length, then the bytes), and each a ``NamedTuple`` defined here (``ToChild``, ``FromChild``)::
 
-    parent -> child  ("tasks", digest, TaskSet)          once per reload (pickled once)
-                     ("grade", [(seq, pickled wire), ...], capture_answer, max_answer_chars,
-                      RecordOptions), then each job's body as a frame of raw bytes
-                     ("call", seq, pickled (function, args))   a heavy check (the scoring API)
-                     ("stop",)                            finish what is queued, then exit
-    child -> parent  ("ready", pid)
-                     ("rows", seq, rows)                  a long job's rows, in pieces
-                     ("lines", seq, bytes)                a reduced job's JSONL, in pieces
-                     ("graded", seq, (Graded, Recording | None) | None, error | None)
-                     ("called", seq, ok, result | error)
-                     ("unpicklable", seq, error)         the answer cannot cross: the parent
-                                                          grades that job or call in a thread
+    parent -> child  TasksMessage(digest, TaskSet)       once per reload (pickled once)
+                     GradeBatch([(seq, pickled wire), ...], capture_answer, max_answer_chars,
+                                RecordOptions), then each job's body as a frame of raw bytes
+                     CallMessage(seq, pickled (function, args))   a heavy check (scoring API)
+                     StopMessage()                       finish what is queued, then exit
+    child -> parent  Ready(pid)
+                     RowsPiece(seq, rows)                a long job's rows, in pieces
+                     LinesPiece(seq, bytes)              a reduced job's JSONL, in pieces
+                     JobGraded(seq, (Graded, Recording | None) | None, error | None)
+                     CallDone(seq, ok, result | error)
+                     Unpicklable(seq, error)             the answer cannot cross: the parent
+                                                         grades that job or call in a thread
 
 A job's wire form is its fields but the body, and its task as a reference into a task set the
 child holds (``("set", digest, task_id)``) or, when the child has no such set, the task itself.
@@ -42,7 +42,7 @@ import struct
 from collections import OrderedDict
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NamedTuple
 
 from grader.tasks import Task, TaskSet
 from proxy.pipeline.grade import GradeJob
@@ -63,6 +63,87 @@ SLICE_BYTES = 256 * 1024  # the most the parent's loop copies into the pipe's bu
 
 TaskRef = tuple[str, str, str] | tuple[str, Task]
 Piece = bytes | memoryview
+
+
+# The messages (drawn in the module docstring): one class a kind, so each side matches on the
+# class and mypy checks every field. A NamedTuple pickles as its fields and a reference to its
+# class, which both processes import from this module.
+
+
+class TasksMessage(NamedTuple):
+    """A reloaded task set, pickled once by the parent."""
+
+    digest: str
+    tasks: TaskSet
+
+
+class GradeBatch(NamedTuple):
+    """Jobs as ``(seq, pickled wire form)``; their bodies follow as raw frames, in order."""
+
+    batch: list[tuple[int, bytes]]
+    capture_answer: bool
+    max_answer_chars: int
+    options: RecordOptions
+
+
+class CallMessage(NamedTuple):
+    """A heavy check to run: the pickled ``(function, args)``."""
+
+    seq: int
+    call: bytes
+
+
+class StopMessage(NamedTuple):
+    """Finish what is queued, then exit."""
+
+
+ToChild = TasksMessage | GradeBatch | CallMessage | StopMessage
+
+
+class Ready(NamedTuple):
+    """The child started and reads its pipe."""
+
+    pid: int
+
+
+class RowsPiece(NamedTuple):
+    """Some of a long job's rows, ahead of its ``JobGraded``."""
+
+    seq: int
+    rows: list[dict[str, Any]]
+
+
+class LinesPiece(NamedTuple):
+    """Some of a reduced job's JSONL, ahead of its ``JobGraded``."""
+
+    seq: int
+    lines: bytes
+
+
+class JobGraded(NamedTuple):
+    """A job's outcome, or (``outcome`` None) why grading it raised."""
+
+    seq: int
+    outcome: Outcome | None
+    error: str | None
+
+
+class CallDone(NamedTuple):
+    """A call's result (``ok``), or the repr of what it raised."""
+
+    seq: int
+    ok: bool
+    result: Any
+
+
+class Unpicklable(NamedTuple):
+    """The answer to ``seq`` cannot cross the pipe: the parent runs it in a thread."""
+
+    seq: int
+    error: str
+
+
+FromChild = Ready | RowsPiece | LinesPiece | JobGraded | CallDone | Unpicklable
 
 
 def frames(bodies: Sequence[list[bytes]]) -> list[Piece]:
@@ -128,16 +209,16 @@ def keep(sets: OrderedDict[str, Any], digest: str, value: Any) -> None:
         sets.popitem(last=False)
 
 
-def _send(conn: Connection, message: tuple[Any, ...]) -> None:
+def _send(conn: Connection, message: FromChild) -> None:
     conn.send_bytes(pickle.dumps(message, PICKLE))
 
 
-def _answer(conn: Connection, seq: int, message: tuple[Any, ...]) -> None:
+def _answer(conn: Connection, seq: int, message: FromChild) -> None:
     """Send an answer; one that cannot be pickled becomes ``unpicklable`` (never a crash)."""
     try:
         data = pickle.dumps(message, PICKLE)
     except Exception as exc:
-        data = pickle.dumps(("unpicklable", seq, repr(exc)[:500]), PICKLE)
+        data = pickle.dumps(Unpicklable(seq, repr(exc)[:500]), PICKLE)
     conn.send_bytes(data)
 
 
@@ -149,14 +230,14 @@ def _grade(conn: Connection, seq: int, outcome: Outcome) -> None:
     graded, done = outcome
     if done is not None:  # the last piece (for most jobs the only one) goes with the outcome
         for piece in done.lines[:-1]:
-            _answer(conn, seq, ("lines", seq, piece))
+            _answer(conn, seq, LinesPiece(seq, piece))
         done.lines = done.lines[-1:]
     rows = graded.rows
     cut = max(len(rows) - ROWS_PER_MESSAGE, 0)
     for start in range(0, cut, ROWS_PER_MESSAGE):
-        _answer(conn, seq, ("rows", seq, rows[start : min(start + ROWS_PER_MESSAGE, cut)]))
+        _answer(conn, seq, RowsPiece(seq, rows[start : min(start + ROWS_PER_MESSAGE, cut)]))
     graded.rows = rows[cut:]
-    _answer(conn, seq, ("graded", seq, outcome, None))
+    _answer(conn, seq, JobGraded(seq, outcome, None))
 
 
 def _batch(
@@ -173,7 +254,7 @@ def _batch(
             job = job_from_wire(pickle.loads(blob), sets, body)
             outcome = grade_and_reduce(job, capture_answer, max_answer_chars, options)
         except Exception as exc:  # the parent counts it as a grader error, as in-thread
-            _send(conn, ("graded", seq, None, repr(exc)[:500]))
+            _send(conn, JobGraded(seq, None, repr(exc)[:500]))
             continue
         _grade(conn, seq, outcome)
 
@@ -183,9 +264,9 @@ def _call(conn: Connection, seq: int, blob: bytes) -> None:
         function, args = pickle.loads(blob)
         result = function(*args)
     except Exception as exc:
-        _send(conn, ("called", seq, False, repr(exc)[:500]))
+        _send(conn, CallDone(seq, False, repr(exc)[:500]))
         return
-    _answer(conn, seq, ("called", seq, True, result))
+    _answer(conn, seq, CallDone(seq, True, result))
 
 
 def _settle_heap() -> None:
@@ -206,23 +287,30 @@ def main(conn: Connection) -> None:
     sets: OrderedDict[str, TaskSet] = OrderedDict()
     _settle_heap()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    _send(conn, ("ready", os.getpid()))
+    _send(conn, Ready(os.getpid()))
     while True:
         try:
-            message = pickle.loads(conn.recv_bytes())
+            message: ToChild = pickle.loads(conn.recv_bytes())
         except EOFError:  # the parent is gone: nobody is left to read a row
             return
-        kind = message[0]
-        if kind == "tasks":
-            keep(sets, message[1], message[2])
+        if isinstance(message, TasksMessage):
+            keep(sets, message.digest, message.tasks)
             _settle_heap()  # the new set is long-lived; an evicted one may hold cycles
-        elif kind == "grade":
+        elif isinstance(message, GradeBatch):
             try:
-                bodies = [conn.recv_bytes() for _ in message[1]]  # they follow the batch
+                bodies = [conn.recv_bytes() for _ in message.batch]  # they follow the batch
             except EOFError:
                 return
-            _batch(conn, sets, message[1], bodies, message[2], message[3], message[4])
-        elif kind == "call":
-            _call(conn, message[1], message[2])
-        elif kind == "stop":
+            _batch(
+                conn,
+                sets,
+                message.batch,
+                bodies,
+                message.capture_answer,
+                message.max_answer_chars,
+                message.options,
+            )
+        elif isinstance(message, CallMessage):
+            _call(conn, message.seq, message.call)
+        elif isinstance(message, StopMessage):
             return

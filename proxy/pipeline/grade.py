@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 import orjson
 
-from grader._json import dumps
 from grader.checks import CheckContext
 from grader.engine import LocalColumns, grade, local_columns, needs_judge, reads_request_tools
+from grader.json import dumps
 from grader.rows import Live, live_row
 from grader.tasks import Task
 from grader.toolcall.extract import UNPARSED

@@ -12,7 +12,7 @@ In order, each step cheap and before the body is read:
    Bearer``, compared in constant time with every configured key; 401 otherwise. /livez and
    /readyz are always open, /metrics unless ``auth.protect_metrics``. The header that carried
    the key is never forwarded (see :data:`STRIP`).
-3. **Trace headers**, validated once (proxy/pipeline/tracecontext.py) into ``request[TRACE]``.
+3. **Trace headers**, validated once (proxy/telemetry/tracecontext.py) into ``request[TRACE]``.
 4. **An early 413** from a declared ``Content-Length`` over ``limits.max_body_bytes``, before
    one byte of the body is read, with ``Connection: close``.
 5. **The body read**, under the watchdog's body timeout (proxy/pipeline/watchdog.py): a client that
@@ -34,8 +34,8 @@ from proxy.errors import (
     ClientTimeoutError,
     InvalidKeyError,
 )
-from proxy.pipeline.tracecontext import TraceContext, trace_context
 from proxy.pipeline.watchdog import BodyReadTimeoutError, Conn, Phase, Watchdog
+from proxy.telemetry.tracecontext import TraceContext, trace_context
 
 __all__ = ["KEY_HEADER", "STRIP", "TRACE", "Guard", "dot_segment"]
 

@@ -37,7 +37,28 @@ from grader.tasks import TaskSet
 from proxy.errors import ProxyError
 from proxy.logs import get_logger
 from proxy.pipeline import child
-from proxy.pipeline.child import HEADER, PICKLE, SLICE_BYTES, Piece, TaskRef, frames, job_wire, keep
+from proxy.pipeline.child import (
+    HEADER,
+    PICKLE,
+    SLICE_BYTES,
+    CallDone,
+    CallMessage,
+    FromChild,
+    GradeBatch,
+    JobGraded,
+    LinesPiece,
+    Piece,
+    Ready,
+    RowsPiece,
+    StopMessage,
+    TaskRef,
+    TasksMessage,
+    ToChild,
+    Unpicklable,
+    frames,
+    job_wire,
+    keep,
+)
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.record.recording import Outcome, RecordOptions
 
@@ -157,9 +178,9 @@ class GradingProcess:
         try:
             while True:
                 size = HEADER.unpack(await reader.readexactly(HEADER.size))[0]
-                message = pickle.loads(await reader.readexactly(size))
-                if message[0] == "ready":
-                    self._ready(message[1], writer)
+                message: FromChild = pickle.loads(await reader.readexactly(size))
+                if isinstance(message, Ready):
+                    self._ready(message.pid, writer)
                     attempt = 0
                 else:
                     self._answer(message)
@@ -185,36 +206,36 @@ class GradingProcess:
             keep(self._child_sets, digest, None)
         self._flush()
 
-    def _answer(self, message: tuple[Any, ...]) -> None:
-        kind, seq = message[0], message[1]
+    def _answer(self, message: RowsPiece | LinesPiece | JobGraded | CallDone | Unpicklable) -> None:
+        seq = message.seq
         sent = self._sent.get(seq)
         if sent is None:
             return
-        if kind == "rows":
-            sent.rows.extend(message[2])
+        if isinstance(message, RowsPiece):
+            sent.rows.extend(message.rows)
             return
-        if kind == "lines":
-            sent.lines.append(message[2])
+        if isinstance(message, LinesPiece):
+            sent.lines.append(message.lines)
             return
         del self._sent[seq]
         if sent.future.done():  # its caller was cancelled
             return
-        if kind == "unpicklable":  # the caller grades it in a thread instead
-            sent.future.set_exception(NotPicklableError(message[2]))
-        elif kind == "graded":
-            outcome, error = message[2], message[3]
+        if isinstance(message, Unpicklable):  # the caller grades it in a thread instead
+            sent.future.set_exception(NotPicklableError(message.error))
+        elif isinstance(message, JobGraded):
+            outcome = message.outcome
             if outcome is None:
-                sent.future.set_exception(GraderError(error))
+                sent.future.set_exception(GraderError(str(message.error)))
             else:
                 graded, done = outcome
                 graded.rows[:0] = sent.rows
                 if done is not None:
                     done.lines[:0] = sent.lines
                 sent.future.set_result(outcome)
-        elif message[2]:
-            sent.future.set_result(message[3])
+        elif message.ok:
+            sent.future.set_result(message.result)
         else:
-            sent.future.set_exception(GraderError(message[3]))
+            sent.future.set_exception(GraderError(message.result))
 
     def _fail(self, seq: int) -> None:
         sent = self._sent.pop(seq)
@@ -253,7 +274,8 @@ class GradingProcess:
 
     async def _send_tasks(self, tasks: TaskSet) -> None:
         try:
-            blob = await asyncio.to_thread(pickle.dumps, ("tasks", tasks.digest, tasks), PICKLE)
+            message = TasksMessage(tasks.digest, tasks)
+            blob = await asyncio.to_thread(pickle.dumps, message, PICKLE)
         except Exception as exc:  # its jobs carry their tasks, or are graded in a thread
             log.error("task_set_not_picklable", digest=tasks.digest, error=repr(exc)[:300])
             return
@@ -304,10 +326,10 @@ class GradingProcess:
         self.calls_sent += 1
         return future
 
-    def _batch(self, batch: list[tuple[int, bytes]]) -> tuple[Any, ...]:
-        return ("grade", batch, self.capture_answer, self.max_answer_chars, self.options)
+    def _batch(self, batch: list[tuple[int, bytes]]) -> GradeBatch:
+        return GradeBatch(batch, self.capture_answer, self.max_answer_chars, self.options)
 
-    def _write(self, message: tuple[Any, ...], bodies: Sequence[list[bytes]] = ()) -> None:
+    def _write(self, message: ToChild, bodies: Sequence[list[bytes]] = ()) -> None:
         """One message, then the bodies that follow it, each a frame."""
         self._emit(frames([[pickle.dumps(message, PICKLE)], *bodies]))
 
@@ -348,7 +370,7 @@ class GradingProcess:
                 self._write(self._batch(batch), bodies)
                 batch, bodies = [], []
             if kind == "call":
-                self._write(("call", seq, payload))
+                self._write(CallMessage(seq, payload))
         if batch:
             self._write(self._batch(batch), bodies)
 
@@ -361,7 +383,7 @@ class GradingProcess:
                 await self._starting
         if self._writer is not None:
             with contextlib.suppress(ConnectionError, RuntimeError):
-                self._write(("stop",))
+                self._write(StopMessage())
             if self._reader is not None:
                 try:
                     await asyncio.wait_for(asyncio.shield(self._reader), timeout_s)

@@ -33,6 +33,7 @@ from proxy.pipeline.grade import Graded, GradeJob, grade_job, runs_off_loop
 from proxy.pipeline.offload import GradingProcess, GradingProcessDiedError, NotPicklableError
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.pairs import PairTracker
 from proxy.pipeline.record.recording import (
     Entry,
     Outcome,
@@ -43,7 +44,6 @@ from proxy.pipeline.record.recording import (
 )
 from proxy.pipeline.record.results import ResultWriter
 from proxy.pipeline.settle import Settler, log_quietly
-from proxy.shadow.pairs import PairTracker
 from proxy.telemetry.record import SpanSink
 
 log = get_logger("gradeproxy.grading")

@@ -18,8 +18,8 @@ from proxy.logs import get_logger
 from proxy.pipeline.episodes import judge_episode
 from proxy.pipeline.grade import Graded, GradeJob
 from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.pairs import PairTracker
 from proxy.pipeline.record.recording import Entry, Recording, WriterThread, Written
-from proxy.shadow.pairs import PairTracker
 from proxy.telemetry.record import SpanSink
 
 log = get_logger("gradeproxy.grading")

@@ -27,7 +27,7 @@ from typing import Literal
 from multidict import CIMultiDict
 from yarl import URL
 
-from grader._json import JSONError, dumps, loads_exact
+from grader.json import JSONError, dumps, loads_exact
 from grader.tasks import Task
 from proxy.errors import UpstreamError, UpstreamTimeoutError
 from proxy.logs import get_logger
@@ -36,10 +36,10 @@ from proxy.pipeline.decoding import CaptureBuffer
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.metrics import ProxyMetrics
+from proxy.pipeline.record.pairs import PairTracker
 from proxy.pipeline.route import ShadowTarget
 from proxy.pipeline.transport import Transports
 from proxy.pipeline.upstream import Timeouts
-from proxy.shadow.pairs import PairTracker
 from proxy.telemetry.record import SpanRecord
 
 log = get_logger("gradeproxy.shadow")

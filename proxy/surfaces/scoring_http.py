@@ -45,7 +45,6 @@ from typing import Any
 from aiohttp import web
 
 from grader import checks as grader_checks
-from grader._json import JSONError, dumps, loads_exact
 from grader.api import (
     ScoreRequestError,
     grade_all_async,
@@ -56,6 +55,7 @@ from grader.api import (
 )
 from grader.checks.judge import Judge
 from grader.engine import arun_check, needs_judge, run_check
+from grader.json import JSONError, dumps, loads_exact
 from grader.tasks import TaskSet
 from proxy.errors import BadRequestError, ProxyError, TasksNotReadyError, render
 from proxy.state import CONFIG, QUEUE, QUEUE_SLOT, TASKS

@@ -6,7 +6,7 @@ config section (``settings``) and the hot path's record (``record``) import no O
 ``export`` and ``spans`` do, and are imported only when ``tracing.enabled`` is on.
 """
 
+from proxy.config.tracing import EvaluationForm, Tracing, tracing_problems
 from proxy.telemetry.record import SpanRecord, begin
-from proxy.telemetry.settings import EvaluationForm, Tracing, tracing_problems
 
 __all__ = ["EvaluationForm", "SpanRecord", "Tracing", "begin", "tracing_problems"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from grader._json import well_formed
+from grader.json import well_formed
 from proxy.telemetry import semconv
 from proxy.telemetry.record import SpanRecord
 

@@ -39,13 +39,13 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from proxy.pipeline.tracecontext import TraceContext
+from proxy.config.tracing import Tracing
 from proxy.telemetry.annotations import PhoenixAnnotations, span_annotations
 from proxy.telemetry.otlp_http import span_exporter as otlp_span_exporter
 from proxy.telemetry.record import SpanRecord, begin
 from proxy.telemetry.semconv import MAX_PARSED_BODY
-from proxy.telemetry.settings import Tracing
 from proxy.telemetry.spans import build
+from proxy.telemetry.tracecontext import TraceContext
 
 __all__ = ["DropReason", "Signal", "Telemetry"]
 

@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
-from grader._json import well_formed
+from grader.json import well_formed
 
 __all__ = ["encode_spans"]
 

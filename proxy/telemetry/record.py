@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.pipeline.tracecontext import ZERO_SPAN, ZERO_TRACE, TraceContext
+from proxy.telemetry.tracecontext import ZERO_SPAN, ZERO_TRACE, TraceContext
 
 __all__ = ["SpanRecord", "SpanSink", "begin"]
 

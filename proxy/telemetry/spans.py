@@ -31,9 +31,9 @@ from opentelemetry.trace import (
 )
 
 from grader.version import __version__
+from proxy.config.tracing import Tracing
 from proxy.telemetry import semconv
 from proxy.telemetry.record import SpanRecord
-from proxy.telemetry.settings import Tracing
 
 __all__ = ["Built", "build"]
 
@@ -116,7 +116,7 @@ def build(
     call = call or {}
     request = semconv.request_json(record.request_body)
     # A span continuing a trace carries its trace state, as the SDK's do (the client's,
-    # validated: proxy/pipeline/tracecontext.py), the one the upstream saw beside its parent.
+    # validated: proxy/telemetry/tracecontext.py), the one the upstream saw beside its parent.
     state = TraceState.from_header([record.tracestate]) if record.tracestate else None
     upstream_context = _context(record, record.upstream_span_id, state)
     server_context = _context(record, record.server_span_id, state)

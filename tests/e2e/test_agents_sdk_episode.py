@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.cli import main
+from gradeproxy.cli import main
 from tests.support.backend import Reply, ScriptedBackend
 from tests.support.episodes import GOOD_BILLING, GOOD_BILLING_FINAL, LIVE_FIELDS, chat, completion
 from tests.support.paths import REPO

@@ -64,7 +64,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
     """The demo, after its fixed batch: (base URL, result rows file)."""
     work = tmp_path_factory.mktemp("demo")
     rows, port, log = work / "rows.jsonl", free_port(), work / "demo.log"
-    command = [sys.executable, "-m", "grader.cli", "demo", "--port", str(port), "--rounds", "1"]
+    command = [sys.executable, "-m", "gradeproxy.cli", "demo", "--port", str(port), "--rounds", "1"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with (
         log.open("wb") as out,
@@ -290,7 +290,7 @@ def test_episodes_are_shown_with_their_columns(
 ) -> None:
     """Two replayed episodes (one passing, one with a forbidden delete) counted into a registry
     the way the grade queue counts them; the page shows that registry's episode numbers."""
-    from grader.cli import main
+    from gradeproxy.cli import main
     from proxy.pipeline.record.metrics import ProxyMetrics
     from proxy.surfaces.ui import scoreboard
     from tests.support.episodes import GOOD_BILLING, GOOD_BILLING_FINAL, Step, chat

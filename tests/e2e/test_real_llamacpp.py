@@ -19,7 +19,7 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from grader._json import dumps, loads_exact
+from grader.json import dumps, loads_exact
 from tests.support.metrics import metric_value
 from tests.support.paths import REPO
 from tests.support.process import free_port

@@ -33,12 +33,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from mcp import Client, StdioServerParameters
 
+from gradeproxy.cli import main
 from grader import OFFLINE_FIELDS, Task, TaskSet, grade_run_async, load_tasks
-from grader._json import dumps, loads_exact
 from grader.checks import Judge, JudgeConfig, columns_of
 from grader.checks.model_graded import NO_JUDGE
-from grader.cli import main
 from grader.engine import checks_of
+from grader.json import dumps, loads_exact
 from grader.toolcall.extract import Call
 from proxy.app import make_app
 from proxy.config import load_config
@@ -350,7 +350,9 @@ def cli_rows(tasks_dir: Path, judge_url: str, workdir: Path) -> dict[str, dict[s
 
 async def mcp_rows(tasks_dir: Path) -> dict[str, dict[str, Any]]:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "grader.cli.mcp", "--tasks", str(tasks_dir)], cwd=REPO
+        command=sys.executable,
+        args=["-m", "gradeproxy.cli.mcp", "--tasks", str(tasks_dir)],
+        cwd=REPO,
     )
     async with Client(params) as client:
         run = await client.call_tool("score_run", {"answers": [c.row() for c in CASES]})

@@ -24,9 +24,9 @@ from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
 from pytest_aiohttp import AiohttpClient
 
-from grader import TaskSet, load_tasks, score_run
-from grader._json import dumps, loads_exact
-from grader.cli import main
+from gradeproxy.cli import main
+from grader import TaskSet, grade_run, load_tasks
+from grader.json import dumps, loads_exact
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import TASKS
 from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
@@ -82,10 +82,10 @@ def task_set(tasks_file: Path) -> TaskSet:
 @pytest.fixture(scope="module")
 def api(task_set: TaskSet) -> Runs:
     rows: dict[str, Outcome] = {
-        case.id: score_run(task_set, [(case.task_id, case.answer)]).results[0].to_dict()
+        case.id: grade_run(task_set, [(case.task_id, case.answer)]).results[0].to_dict()
         for case in CASES
     }
-    report = score_run(task_set, [(c.task_id, c.answer) for c in WIRE_CASES]).report.to_dict()
+    report = grade_run(task_set, [(c.task_id, c.answer) for c in WIRE_CASES]).report.to_dict()
     return Runs(rows, report)
 
 
@@ -118,7 +118,7 @@ def cli(tasks_file: Path, workdir: Path) -> Runs:
 async def mcp_runs(tasks_file: Path) -> Runs:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "grader.cli.mcp", "--tasks", str(tasks_file)],
+        args=["-m", "gradeproxy.cli.mcp", "--tasks", str(tasks_file)],
         cwd=str(REPO),
     )
     rows: dict[str, Outcome] = {}

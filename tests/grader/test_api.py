@@ -1,4 +1,4 @@
-"""The Python API (``grader.api``, re-exported by ``grader``): score, score_run, task_from_dict."""
+"""The Python API (``grader.api``, re-exported by ``grader``): score, grade_run, parse_task."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from grader import (
     TaskLoadError,
     TaskSet,
     UnknownTaskError,
+    grade_run,
     load_tasks,
+    parse_task,
     score,
-    score_run,
-    task_from_dict,
 )
 from grader.api import digest_of, grade_all, request_digest
 from tests.support.surfaces import (
@@ -40,7 +40,7 @@ def task_set(tmp_path_factory: pytest.TempPathFactory) -> TaskSet:
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_score_gives_the_table_verdict(case: Case) -> None:
     """score() takes untyped JSON: strings are graded, anything else scores 0 not_a_string."""
-    verdict = score(task_from_dict(TASKS_BY_ID[case.task_id]), case.answer)
+    verdict = score(parse_task(TASKS_BY_ID[case.task_id]), case.answer)
     assert (verdict.score, verdict.stale_schema_used, verdict.reason_code, verdict.path) == (
         case.score,
         case.stale,
@@ -49,9 +49,9 @@ def test_score_gives_the_table_verdict(case: Case) -> None:
     )
 
 
-def test_score_run_rows_follow_input_order_with_the_run_report(task_set: TaskSet) -> None:
+def test_grade_run_rows_follow_input_order_with_the_run_report(task_set: TaskSet) -> None:
     """One row per answer, in order; the report carries perMutationKind and the stale rate."""
-    result = score_run(task_set, [(case.task_id, case.answer) for case in CASES])
+    result = grade_run(task_set, [(case.task_id, case.answer) for case in CASES])
     assert isinstance(result, RunResult)
     assert len(result) == len(CASES)
     rows = result.to_dict()["results"]
@@ -76,11 +76,11 @@ def test_score_run_rows_follow_input_order_with_the_run_report(task_set: TaskSet
     assert report["tasks_digest"] == task_set.digest
 
 
-def test_score_run_over_plain_tasks_matches_the_loaded_file(task_set: TaskSet) -> None:
+def test_grade_run_over_plain_tasks_matches_the_loaded_file(task_set: TaskSet) -> None:
     """An iterable of Task becomes a task set with the same digest the file gets."""
     answers = [(case.task_id, case.answer) for case in CASES]
-    from_file = score_run(task_set, answers)
-    from_dicts = score_run((task_from_dict(raw) for raw in TASKS), answers)
+    from_file = grade_run(task_set, answers)
+    from_dicts = grade_run((parse_task(raw) for raw in TASKS), answers)
     assert from_dicts.to_dict() == from_file.to_dict()
 
 
@@ -94,7 +94,7 @@ def test_unknown_task_id_raises_before_anything_is_graded(task_set: TaskSet) -> 
             yield item
 
     with pytest.raises(UnknownTaskError) as info:
-        score_run(task_set, answers())
+        grade_run(task_set, answers())
     assert (
         str(info.value) == "answers[2]: unknown task id 'no.such.task' (the task set holds 3 tasks)"
     )
@@ -104,14 +104,14 @@ def test_unknown_task_id_raises_before_anything_is_graded(task_set: TaskSet) -> 
 
 def test_non_string_task_id_is_unknown(task_set: TaskSet) -> None:
     with pytest.raises(UnknownTaskError, match=r"answers\[0\]: unknown task id 7"):
-        score_run(task_set, [(7, "x")])  # type: ignore[list-item]
+        grade_run(task_set, [(7, "x")])  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize(("answer", "result"), [("BILLING", "pass"), ("billing", "fail")])
 def test_a_task_with_only_checks_is_graded_on_its_checks(answer: str, result: str) -> None:
-    """score_run grades every check: a checks-only task has no tool-call verdict, only columns."""
-    tasks = [task_from_dict(TASKS[0]), task_from_dict(CHECKS_ONLY_TASK)]
-    run = score_run(tasks, [(TASKS[0]["id"], "x"), ("route.checks_only.01", answer)])
+    """grade_run grades every check: a checks-only task has no tool-call verdict, only columns."""
+    tasks = [parse_task(TASKS[0]), parse_task(CHECKS_ONLY_TASK)]
+    run = grade_run(tasks, [(TASKS[0]["id"], "x"), ("route.checks_only.01", answer)])
     row = run.to_dict()["results"][1]
     assert (row["result"], [c["name"] for c in row["checks"]]) == (result, ["route"])
     assert run.results[1].verdict is None
@@ -122,7 +122,7 @@ def test_a_task_with_only_checks_is_graded_on_its_checks(answer: str, result: st
 
 def test_duplicate_task_ids_in_a_plain_iterable_are_refused() -> None:
     with pytest.raises(TaskLoadError, match=r"duplicate task id 'tickets\.field_renamed\.01'"):
-        score_run([task_from_dict(TASKS[0]), task_from_dict(TASKS[0])], [])
+        grade_run([parse_task(TASKS[0]), parse_task(TASKS[0])], [])
 
 
 @pytest.mark.parametrize(
@@ -148,14 +148,14 @@ def test_duplicate_task_ids_in_a_plain_iterable_are_refused() -> None:
         ),
     ],
 )
-def test_task_from_dict_names_the_problem(definition: object, message: str) -> None:
-    with pytest.raises(TaskLoadError, match=r"^<dict>: ") as info:
-        task_from_dict(definition)
+def test_parse_task_names_the_problem(definition: object, message: str) -> None:
+    with pytest.raises(TaskLoadError, match=r"^<memory>: ") as info:
+        parse_task(definition)
     assert message in str(info.value)
 
 
-def test_task_from_dict_keeps_kind_and_stale() -> None:
-    task = task_from_dict(TASKS[1], source="inline")
+def test_parse_task_keeps_kind_and_stale() -> None:
+    task = parse_task(TASKS[1], "inline")
     assert (task.id, task.mutation_kind, task.source) == (
         "weather.enum_value_changed.01",
         "enum_value_changed",
@@ -166,8 +166,8 @@ def test_task_from_dict_keeps_kind_and_stale() -> None:
 
 def test_inline_digest_ignores_copies_and_order(task_set: TaskSet) -> None:
     """digest_of the distinct definitions equals the digest of a file holding exactly them."""
-    tasks = [task_from_dict(raw) for raw in TASKS]
-    shuffled = [tasks[2], tasks[0], task_from_dict(TASKS[0]), tasks[1]]
+    tasks = [parse_task(raw) for raw in TASKS]
+    shuffled = [tasks[2], tasks[0], parse_task(TASKS[0]), tasks[1]]
     assert digest_of(shuffled) == task_set.digest
     assert digest_of(tasks[:1]) != task_set.digest
 
@@ -176,7 +176,7 @@ def test_request_digest_names_the_loaded_set_only_when_every_task_came_from_it(
     task_set: TaskSet,
 ) -> None:
     loaded = [(task, "x") for task in task_set]
-    inline = [(task_from_dict(TASKS[0]), "x")]
+    inline = [(parse_task(TASKS[0]), "x")]
     assert request_digest(loaded[:1], task_set) == task_set.digest
     assert request_digest(inline, task_set) == digest_of([inline[0][0]])
     assert request_digest(inline, task_set) != task_set.digest
@@ -197,10 +197,8 @@ def test_grade_all_stamps_every_row_with_the_digest(task_set: TaskSet) -> None:
         "RunResult",
         "UnknownTaskError",
         "GradedAnswer",
-        "score_run",
         "grade_run",
         "grade_run_async",
-        "task_from_dict",
     ],
 )
 def test_api_names_are_exported_from_the_package_root(name: str) -> None:
@@ -209,6 +207,27 @@ def test_api_names_are_exported_from_the_package_root(name: str) -> None:
 
     assert name in grader.__all__
     assert getattr(grader, name) is getattr(grader.api, name)
+
+
+@pytest.mark.parametrize(
+    ("removed", "use"),
+    [
+        pytest.param("score_run", "grade_run", id="score_run"),
+        pytest.param("task_from_dict", "parse_task", id="task_from_dict"),
+        pytest.param("evaluate", "grade_async", id="evaluate"),
+        pytest.param("evaluate_sync", "grade", id="evaluate_sync"),
+        pytest.param("TaskOutcome", "Outcome", id="TaskOutcome"),
+    ],
+)
+def test_one_name_per_concept(removed: str, use: str) -> None:
+    """Issue 36: the synonyms are gone from the face and from the modules that held them."""
+    import grader
+    import grader.api
+    import grader.engine
+
+    assert use in grader.__all__
+    assert removed not in grader.__all__
+    assert not any(hasattr(module, removed) for module in (grader, grader.api, grader.engine))
 
 
 def test_score_is_the_graders_own_function() -> None:

@@ -27,7 +27,7 @@ from grader import (
     offline_context,
     parse_task,
 )
-from grader._json import dumps
+from grader.json import dumps
 from grader.report import Report
 from grader.rows import TOOL_CALL_FIELDS, answer_row
 from grader.toolcall.extract import Call

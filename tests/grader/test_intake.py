@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grader._json import JSONError, loads_exact
 from grader.intake import Intake, UnusableInputError, describe_json_error
+from grader.json import JSONError, loads_exact
 
 JSON_VALUES = st.recursive(
     st.none()

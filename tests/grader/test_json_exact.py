@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader._json import (
+from grader.json import (
     SEARCH_WINDOW,
     JSONError,
     dumps,

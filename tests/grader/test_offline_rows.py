@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from gradeproxy.cli import main
 from grader import grade_run, parse_task
-from grader._json import loads_exact
 from grader.checks import Judge, JudgeConfig
-from grader.cli import main
 from grader.engine import grade_async
+from grader.json import loads_exact
 from grader.rows import RESERVED_FIELDS
 from tests.support.files import write_jsonl
 

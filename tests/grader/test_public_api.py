@@ -28,8 +28,8 @@ def test_public_names_are_all_exported() -> None:
 
 def test_grader_never_imports_aiohttp() -> None:
     # The offline commands with a --judge reach proxy/judge_client.py (aiohttp) only when run.
-    commands = "grader.cli.grade, grader.cli.validate, grader.cli.regrade, grader.cli.replay"
-    code = f"import sys, grader, grader.cli, {commands}; print('aiohttp' in sys.modules)"
+    commands = ", ".join(f"gradeproxy.cli.{c}" for c in ("grade", "validate", "regrade", "replay"))
+    code = f"import sys, grader, gradeproxy.cli, {commands}; print('aiohttp' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True
     ).stdout

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from grader import Task, grade, load_tasks, offline_context, score
-from grader._json import dumps
+from grader.json import dumps
 from tests.support.paths import REPO
 
 # Episode tasks (config/tasks/episodes.jsonl) grade whole agent runs and have no expected call:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from grader import Task, parse_task, score
-from grader._json import dumps
+from grader.json import dumps
 
 EXPECTED: dict[str, Any] = {
     "name": "create_ticket",

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from grader import CheckDefinition, Task, built, grade, load_tasks, parse_task
-from grader._json import dumps
 from grader.checks import columns_of
 from grader.checks._base import BaseCheck
 from grader.engine import checks_of
+from grader.json import dumps
 from grader.toolcall.extract import call_from_value
 from tests.support.paths import REPO
 

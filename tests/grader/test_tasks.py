@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from grader import TaskLoadError, load_tasks
-from grader._json import dumps
+from grader.json import dumps
 from tests.support.paths import REPO
 
 GOOD = {

@@ -1,4 +1,4 @@
-"""``@value_type`` (grader/_value.py): frozen where it is checked, a frozen dataclass's
+"""``@value_type`` (grader/values.py): frozen where it is checked, a frozen dataclass's
 equality and hash at run time, and every per-answer record built with it.
 
 The immutability of an :class:`~grader.engine.Outcome` or a cached
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grader._value import value_type
+from grader.values import value_type
 
 ROOT = Path(__file__).resolve().parents[2]
 

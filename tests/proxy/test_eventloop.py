@@ -14,7 +14,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 
-from grader.cli import main
+from gradeproxy.cli import main
 from proxy.eventloop import EventLoop, EventLoopError, loop_factory
 from tests.support.backend import Reply, ScriptedBackend, wire
 from tests.support.process import free_port
@@ -63,7 +63,7 @@ async def test_serve_runs_and_relays_on_the_loop_asked_for(
         "results:\n  path: null\nshutdown:\n  drain_delay_s: 0\n  grace_period_s: 1\n" + config_line
     )
     process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "grader.cli", "serve", "--config", str(config), *flags),
+        *(sys.executable, "-m", "gradeproxy.cli", "serve", "--config", str(config), *flags),
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from grader._json import loads_exact
+from grader.json import loads_exact
 from tests.support.backend import SSE, Reply, ScriptedBackend, wire
 from tests.support.process import Process, free_port, serve_config
 from tests.support.process import serving as serve_process

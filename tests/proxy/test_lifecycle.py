@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from grader._json import loads_exact
+from grader.json import loads_exact
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.results import ResultWriter
 from proxy.state import LIFECYCLE, TASKS
@@ -144,8 +144,8 @@ async def test_admin_port_serves_health_and_metrics_apart(
     tasks_file: Path, backend_server: TestServer
 ) -> None:
     from proxy.app import make_app
-    from proxy.cli import bound_port, start_sites
     from proxy.config import load_config
+    from proxy.serve import bound_port, start_sites
 
     config = load_config(
         None,

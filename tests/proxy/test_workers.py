@@ -21,9 +21,9 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
-from grader._json import loads_exact
-from grader.cli._io import expand_globs
-from grader.cli.parquet import with_rotations
+from gradeproxy.cli._io import expand_globs
+from gradeproxy.cli.parquet import with_rotations
+from grader.json import loads_exact
 from proxy.pipeline.record.results import worker_path
 from proxy.supervisor import MAX_RESTARTS
 from tests.support.backend import SSE, Reply, ScriptedBackend, wire

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from grader._json import dumps
 from grader.checks import Check, CheckContext, CheckResult, Sample, build_check
+from grader.json import dumps
 
 
 def wire(*calls: Mapping[str, Any]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from grader._json import dumps
+from grader.json import dumps
 
 
 def write_jsonl(path: Path, rows: Iterable[object]) -> Path:

@@ -13,8 +13,8 @@ from typing import Any
 from aiohttp import web
 
 from proxy.app import make_app
-from proxy.cli import bound_port, shutdown, start_sites
 from proxy.config import Config
+from proxy.serve import bound_port, shutdown, start_sites
 from proxy.state import METRICS, QUEUE
 from tests.support.proxy import build_config, tasks_loaded
 

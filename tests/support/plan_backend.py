@@ -16,7 +16,7 @@ from typing import Any, Literal
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from grader._json import dumps, loads_exact
+from grader.json import dumps, loads_exact
 from tests.support import responses_wire as rw
 
 Mode = Literal["plan", "garbage", "status_500", "gated", "empty"]

@@ -54,12 +54,12 @@ def serve_config(
 
 
 async def spawn_serve(config: Path, **streams: Any) -> Process:
-    """``python -m grader.cli serve --config <config>`` from this checkout; ``streams`` are
+    """``python -m gradeproxy.cli serve --config <config>`` from this checkout; ``streams`` are
     :func:`asyncio.create_subprocess_exec`'s ``stdout``/``stderr``."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "grader.cli",
+        "gradeproxy.cli",
         "serve",
         "--config",
         str(config),

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient
 
-from grader._json import loads_exact
+from grader.json import loads_exact
 from proxy.config import Config, load_config
 from proxy.state import QUEUE, SHADOWS, TASKS
 from tests.support.backend import SSE, Reply, ScriptedBackend, wire

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from proxy.pipeline.tracecontext import trace_context
 from proxy.telemetry import SpanRecord, begin
+from proxy.telemetry.tracecontext import trace_context
 
 BODY = b'{"model":"gpt-4.1-mini","messages":[{"role":"user","content":"hi"}],"temperature":0.2}'
 

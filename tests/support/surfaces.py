@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader._json import dumps
+from grader.json import dumps
 
 BIG_ID = 12345678901234567890123  # wider than 64 bits: must never be compared as a double
 

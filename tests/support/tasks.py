@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader._json import dumps
+from grader.json import dumps
 from tests.support.paths import REPO
 
 

@@ -1,6 +1,6 @@
 """``gradeproxy serve --workers N`` as a real process tree on loopback, for the tests.
 
-The supervisor runs as ``python -m grader.cli serve`` with its log lines (JSON, one a line) read
+The supervisor runs as ``python -m gradeproxy.cli serve`` with its log lines (JSON, one a line) read
 from stdout as they come, so a test can wait for an event (``workers_ready``, a worker's
 ``stopped``) instead of sleeping. Every wait is on a condition with a generous timeout.
 """
@@ -185,7 +185,7 @@ async def supervised(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "grader.cli",
+        "gradeproxy.cli",
         "serve",
         "--config",
         str(config),

@@ -4,7 +4,7 @@ delta).
 Kept apart from ``proxy.pipeline.capture.chat`` and ``.responses`` so each file reads as one
 concern: this one knows how real servers bend openai-python's ``accumulate_delta`` rules (see
 ``proxy/pipeline/capture/chat.py``), how a wire tool call is normalised, and how JSON is read
-(the grader's one exact-number reader, ``grader._json``: big integers exact, no ``NaN``). Its
+(the grader's one exact-number reader, ``grader.json``: big integers exact, no ``NaN``). Its
 public names are the API those two modules use.
 
 Objects are tested with ``isinstance(value, dict)``, never against ``Mapping``: every object the
@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Final, TypeAlias, TypeGuard
 
 import orjson
 
-from grader._json import JSONError, loads_exact_bytes
+from grader.json import JSONError, loads_exact_bytes
 from proxy.errors import ProxyError
 
 __all__ = [

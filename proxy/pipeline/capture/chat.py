@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import field
 from typing import Any, Final
 
-from grader._value import value_type
+from grader.values import value_type
 from proxy.pipeline.capture.accumulate import (
     BLANK,
     MAX_MESSAGE,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from grader._value import value_type
+from grader.values import value_type
 
 __all__ = ["RawEvent", "SSEDecoder", "SSEEvent"]
 

@@ -25,7 +25,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from grader._json import printable
+from grader.json import printable
 from grader.tasks import TaskSet
 from grader.version import __version__
 from proxy.errors import UpstreamErrorKind

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from grader._json import dumps_line
+from grader.json import dumps_line
 from proxy.errors import ProxyError
 
 _MODE = 0o644  # rows are data for other tools (and other users) to read, as any log file

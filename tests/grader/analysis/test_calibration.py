@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from gradeproxy.cli import main
 from grader import CalibrationError, bias_corrected_pass_rate, calibrate, tpr_tnr
-from grader._json import dumps, loads_exact
-from grader.cli import main
+from grader.json import dumps, loads_exact
 
 T, F = True, False
 # Pairs (judge, human): tp tp fn tn fp tn tp tn tp fp -> TP 4, FN 1, TN 3, FP 2.
@@ -134,7 +134,7 @@ def test_cli_bad_input_under_strict_exits_2(
     message: str | None,
 ) -> None:
     """``--strict`` keeps the refusal; without it a bad row is skipped and counted
-    (tests/grader/cli/test_bad_rows.py)."""
+    (tests/gradeproxy/cli/test_bad_rows.py)."""
     path = labels(tmp_path / "l.jsonl", rows)
     code = main(["calibrate", "--strict", *PINNED, "--labels", str(path), *extra])
     err = capsys.readouterr().err

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from gradeproxy.cli import main
 from grader import grade, parse_task
-from grader._json import loads_exact
-from grader.cli import main
+from grader.json import loads_exact
 from grader.loader import load_tasks
 from grader.report import Report
 from grader.tasks import TaskLoadError

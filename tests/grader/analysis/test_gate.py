@@ -11,9 +11,9 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader._json import loads_exact
+from gradeproxy.cli import main
 from grader.analysis.gate import Item, evaluate, ids_digest, parse_gate
-from grader.cli import main
+from grader.json import loads_exact
 from tests.support.files import write_jsonl
 
 GATE = {

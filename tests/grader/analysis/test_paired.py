@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from gradeproxy.cli import main
 from grader.analysis.paired import mcnemar_exact
-from grader.cli import main
 from tests.support.plan_backend import PlanBackend, plan_request
 from tests.support.proxy import ProxyFactory, settle
 

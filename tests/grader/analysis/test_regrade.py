@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from grader._json import dumps, loads_exact
+from gradeproxy.cli import main
 from grader.analysis.regrade import CHANGES, classify
-from grader.cli import main
+from grader.json import dumps, loads_exact
 from tests.support.files import write_jsonl
 
 

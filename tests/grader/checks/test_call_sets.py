@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader._json import dumps
 from grader.checks import Sample
 from grader.checks._base import sample_calls
 from grader.checks.call_sets import answer_calls, max_matching
+from grader.json import dumps
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
 VALUES = st.recursive(

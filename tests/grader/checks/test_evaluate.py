@@ -1,4 +1,4 @@
-"""evaluate(): columns, the overall pass rule, digests, and task loading with checks."""
+"""grade() and grade_async(): columns, the pass rule, digests, and task loading with checks."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from grader.checks import (
     build_check,
     check_digest,
 )
-from grader.engine import checks_of, evaluate, evaluate_sync, overall
+from grader.engine import checks_of, grade, grade_async, overall
 from grader.version import GRADER_RULES_VERSION
 from tests.support.checks import call, wire
 from tests.support.files import write_jsonl
@@ -111,7 +111,7 @@ async def test_evaluate_columns(
     answer: str, columns: dict[str, bool | None], passed: bool | None
 ) -> None:
     graded = task(checks=[QUEUE, POLICY])
-    for outcome in (evaluate_sync(graded, answer), await evaluate(graded, answer)):
+    for outcome in (grade(graded, answer), await grade_async(graded, answer)):
         assert {r.name: r.passed for r in outcome.checks} == columns
         assert outcome.passed is passed
         assert outcome.to_dict()["passed"] is passed
@@ -120,7 +120,7 @@ async def test_evaluate_columns(
 async def test_task_without_checks_grades_like_score() -> None:
     plain = task()
     for answer in (wire(EXPECTED), wire(call("route_ticket", queue="X")), "prose"):
-        outcome = await evaluate(plain, answer)
+        outcome = await grade_async(plain, answer)
         (column,) = outcome.checks
         verdict = score(plain, answer)
         assert (column.name, column.reason_code) == ("tool_call", verdict.reason_code)
@@ -129,7 +129,7 @@ async def test_task_without_checks_grades_like_score() -> None:
 
 @pytest.mark.parametrize("answer", [None, 42, {"tool_calls": []}], ids=["none", "int", "dict"])
 def test_non_string_answer_fails_every_column(answer: object) -> None:
-    outcome = evaluate_sync(task(checks=[QUEUE, POLICY]), answer)
+    outcome = grade(task(checks=[QUEUE, POLICY]), answer)
     assert [r.reason_code for r in outcome.checks] == ["not_a_string"] * 3
     assert outcome.passed is False
 
@@ -141,13 +141,13 @@ def test_a_crashing_check_is_an_infrastructure_error(monkeypatch: pytest.MonkeyP
         raise RuntimeError("bug")
 
     monkeypatch.setattr(type(checks_of(graded)[0]), "run", boom)
-    outcome = evaluate_sync(graded, wire(EXPECTED))
+    outcome = grade(graded, wire(EXPECTED))
     assert (outcome.passed, outcome.checks[0].reason_code) == (None, "check_error")
 
 
 def test_explicit_item_overrides_the_task_item() -> None:
     graded = task(checks=[QUEUE])
-    assert evaluate_sync(graded, wire(EXPECTED), item={"queue": "CANCEL"}).passed is False
+    assert grade(graded, wire(EXPECTED), item={"queue": "CANCEL"}).passed is False
 
 
 def test_context_reaches_checks() -> None:
@@ -155,8 +155,8 @@ def test_context_reaches_checks() -> None:
     tools = [
         {"type": "function", "function": {"name": "route_ticket", "parameters": {"type": "object"}}}
     ]
-    assert evaluate_sync(graded, wire(EXPECTED)).passed is None
-    assert evaluate_sync(graded, wire(EXPECTED), context=CheckContext(tools)).passed is True
+    assert grade(graded, wire(EXPECTED)).passed is None
+    assert grade(graded, wire(EXPECTED), context=CheckContext(tools)).passed is True
 
 
 def test_digest_is_sha256_of_canonical_definition_and_rules_version() -> None:
@@ -177,7 +177,7 @@ def test_digest_is_sha256_of_canonical_definition_and_rules_version() -> None:
 
 def test_results_carry_their_check_digest() -> None:
     graded = task(checks=[QUEUE, POLICY])
-    outcome = evaluate_sync(graded, wire(EXPECTED))
+    outcome = grade(graded, wire(EXPECTED))
     assert [r.digest for r in outcome.checks] == [graded.checks[0].digest] + [
         graded.checks[1].digest
     ] * 2
@@ -241,7 +241,7 @@ def test_task_without_expected_loads_when_its_checks_need_none(tmp_path: Path) -
     assert only.expected_call is None
     with pytest.raises(TaskHasChecksError, match=r"grade it with grader\.grade\(\)"):
         score(only, wire(call("f", queue="X")))
-    assert evaluate_sync(only, wire(call("f", queue="X"))).passed is True
+    assert grade(only, wire(call("f", queue="X"))).passed is True
 
 
 def test_sample_round_trips_through_answer() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import grader
 from grader import parse_task
 from grader.checks import (
     CheckContext,
@@ -18,7 +19,7 @@ from grader.checks import (
     model_family,
     pinned_problem,
 )
-from grader.engine import evaluate, evaluate_sync
+from grader.engine import grade_async
 
 Reply = str | BaseException
 
@@ -277,7 +278,7 @@ def test_model_family(model: str | None, family: str | None) -> None:
 )
 async def test_same_family_warning(graded_model: str | None, warned: bool) -> None:
     task = parse_task({"id": "j", "prompt": "Reply.", "checks": [CRITERION]})
-    outcome = await evaluate(
+    outcome = await grade_async(
         task, "Sorry!", context=CheckContext(model=graded_model), judge=FakeJudge("PASS")
     )
     (result,) = outcome.checks
@@ -288,7 +289,7 @@ async def test_same_family_warning(graded_model: str | None, warned: bool) -> No
 
 async def test_without_a_judge_the_check_is_unavailable() -> None:
     task = parse_task({"id": "j", "prompt": "Reply.", "checks": [CRITERION]})
-    for outcome in (evaluate_sync(task, "Sorry!"), await evaluate(task, "Sorry!")):
+    for outcome in (grader.grade(task, "Sorry!"), await grade_async(task, "Sorry!")):
         assert (outcome.passed, outcome.checks[0].reason_code) == (None, "judge_unavailable")
 
 

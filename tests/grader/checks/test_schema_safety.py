@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpClient
 
-from grader._json import dumps
 from grader.checks import CheckContext, CheckDefinitionError, Sample, build_check
+from grader.json import dumps
 from grader.patterns import PatternError, compile_pattern, search
 from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
 from tests.support.backend import Listener

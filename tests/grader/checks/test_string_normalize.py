@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pytest_aiohttp import AiohttpClient
 
+from gradeproxy.cli import main
 from grader.checks import CheckDefinitionError, build_check
 from grader.checks.string_check import exact_match_normalize
-from grader.cli import main
 from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
 from tests.support.checks import run
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from gradeproxy.cli import main
 from grader.checks import CheckContext, Sample
-from grader.cli import main
 from grader.engine import checks_of
 from grader.importers.bfcl import BfclImportError, convert, openai_schema, tool_name
 from grader.loader import load_tasks, parse_task

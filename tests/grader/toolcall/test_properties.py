@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import parse_task, score
-from grader._json import SEARCH_WINDOW, dumps, loads_exact
 from grader.engine import grade
+from grader.json import SEARCH_WINDOW, dumps, loads_exact
 from grader.toolcall.canon import canon, to_plain
 from grader.toolcall.extract import extract
 

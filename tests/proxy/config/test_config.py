@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from grader.cli import main
+from gradeproxy.cli import main
 from proxy.config import ConfigError, load_config
 from tests.support.paths import REPO
 

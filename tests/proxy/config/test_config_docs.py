@@ -52,7 +52,7 @@ def test_the_schema_carries_the_meanings() -> None:
 
 def test_docs_configuration_is_what_the_command_prints() -> None:
     printed = subprocess.run(
-        [sys.executable, "-m", "grader.cli", "config-schema", "--markdown"],
+        [sys.executable, "-m", "gradeproxy.cli", "config-schema", "--markdown"],
         capture_output=True,
         text=True,
         check=True,

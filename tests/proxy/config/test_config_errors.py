@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from grader.cli import main
+from gradeproxy.cli import main
 from proxy.config import Config, ConfigError, load_config, url_warnings
 from proxy.config.schema import config_schema
 from tests.support.paths import REPO

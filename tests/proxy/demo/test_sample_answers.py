@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 
-from grader._json import loads_exact
-from grader.cli import main
+from gradeproxy.cli import main
+from grader.json import loads_exact
 from tests.support.paths import REPO
 
 

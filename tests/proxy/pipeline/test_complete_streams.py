@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from grader._json import dumps
+from grader.json import dumps
 from tests.support.backend import SSE, Reply, ScriptedBackend, wire
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of

@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.cli import shutdown
 from proxy.logs import configure_logging
 from proxy.pipeline import forward
+from proxy.serve import shutdown
 from proxy.state import Lifecycle
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.support.live import Live, live_proxy, raw_exchange, status_of

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader._json import dumps
+from grader.json import dumps
 from proxy.pipeline import child
 from proxy.pipeline.child import HEADER, frames
 from proxy.pipeline.offload import GradingProcess

@@ -15,7 +15,7 @@ from multidict import CIMultiDict
 
 from proxy.logs import configure_logging
 from proxy.pipeline.guard import dot_segment
-from proxy.pipeline.tracecontext import trace_context
+from proxy.telemetry.tracecontext import trace_context
 from tests.support.backend import ScriptedBackend
 from tests.support.live import live_proxy, raw_exchange, status_of
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.pipeline.guard import dot_segment
-from proxy.pipeline.tracecontext import MAX_BAGGAGE, MAX_TRACESTATE, trace_context
+from proxy.telemetry.tracecontext import MAX_BAGGAGE, MAX_TRACESTATE, trace_context
 
 _DECODE = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
 

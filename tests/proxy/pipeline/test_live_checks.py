@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from grader._json import dumps
+from grader.json import dumps
 from tests.support.backend import Reply, ScriptedBackend, wire
 from tests.support.judge import judge_app
 from tests.support.metrics import metric_value

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from grader.cli import main
+from gradeproxy.cli import main
 from grader.episodes.report import EpisodeReport
 from tests.support.backend import SSE, Reply, ScriptedBackend
 from tests.support.episodes import (

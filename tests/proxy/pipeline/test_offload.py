@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from grader._json import dumps
+from grader.json import dumps
 from proxy.pipeline import offload
 from proxy.pipeline.offload import GradingProcess
 from proxy.state import QUEUE, TASKS
@@ -393,7 +393,7 @@ async def test_sigterm_drains_the_jobs_queued_in_the_child(
     )
     serve = await asyncio.create_subprocess_exec(
         sys.executable,
-        *("-m", "grader.cli", "serve", "--config", str(config)),
+        *("-m", "gradeproxy.cli", "serve", "--config", str(config)),
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     base, jobs = f"http://127.0.0.1:{port}", 8

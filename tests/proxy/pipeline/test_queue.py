@@ -213,7 +213,7 @@ async def test_workers_gone_while_stopping_is_unhealthy(make_proxy: ProxyFactory
 
 def test_rows_written_by_hostile_requests_read_back_exactly(tmp_path: Path) -> None:
     """The escape in a row is lossless: the stdlib reads back the very code points."""
-    from grader._json import dumps
+    from grader.json import dumps
 
     row = {"run": "run-\udcff", "model": "gpt-\ud800", "big": 10**30, "text": "Zürich \\ok"}
     path = tmp_path / "rows.jsonl"
@@ -259,7 +259,7 @@ async def test_checks_whose_cost_grows_run_off_the_event_loop(
     grading process, or with ``isolation: thread`` in the grading thread."""
     import threading
 
-    from grader._json import dumps
+    from grader.json import dumps
     from proxy.pipeline import grade as jobs
     from proxy.pipeline import queue as grading
     from proxy.pipeline.record import recording as reduce

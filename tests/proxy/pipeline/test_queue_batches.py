@@ -15,8 +15,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from grader import parse_task
-from grader._json import loads_exact
 from grader.checks import Judge
+from grader.json import loads_exact
 from grader.tasks import Task
 from proxy.pipeline import queue as queue_module
 from proxy.pipeline.grade import GradeJob, grade_job

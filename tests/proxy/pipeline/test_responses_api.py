@@ -16,7 +16,7 @@ import pytest
 import structlog
 from aiohttp.test_utils import TestServer
 
-from grader._json import dumps
+from grader.json import dumps
 from proxy.logs import configure_logging
 from tests.support import responses_wire as rw
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, awkward_cuts

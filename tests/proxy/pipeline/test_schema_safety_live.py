@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader._json import dumps
+from grader.json import dumps
 from tests.support.backend import Listener
 from tests.support.proxy import ProxyFactory, rows_of
 

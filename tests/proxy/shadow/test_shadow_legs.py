@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from grader._json import loads_exact
+from grader.json import loads_exact
 from proxy.state import METRICS, SHADOWS
 from tests.support.metrics import scraped
 from tests.support.plan_backend import Mode, PlanBackend, plan_request, plan_responses_request

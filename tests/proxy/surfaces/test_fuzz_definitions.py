@@ -21,7 +21,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grader._json import dumps
+from grader.json import dumps
 from proxy.surfaces.scoring_http import PREFIX, add_scoring_routes
 
 CHECK_TYPES = [

@@ -21,7 +21,7 @@ from openai import AsyncOpenAI
 from openai.types.fine_tuning.alpha import GraderRunResponse, GraderValidateResponse
 from pytest_aiohttp import AiohttpClient
 
-from grader._json import dumps, loads_exact
+from grader.json import dumps, loads_exact
 from proxy.surfaces import scoring_http as scoring_api
 from proxy.surfaces.scoring_http import ERROR_DETAILS, ERROR_FLAGS, PREFIX, add_scoring_routes
 from tests.support.tasks import POLITE_JUDGE

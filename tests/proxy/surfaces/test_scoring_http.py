@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
 from grader import load_tasks
-from grader._json import dumps, loads_exact
+from grader.json import dumps, loads_exact
 from grader.loader import parse_task
 from grader.tasks import digest_of
 from grader.version import GRADER_RULES_VERSION

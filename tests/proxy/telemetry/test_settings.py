@@ -17,13 +17,13 @@ from opentelemetry.semconv.attributes import error_attributes, http_attributes, 
 from grader.loader import parse_task
 from grader.tasks import TaskSet
 from proxy.config import ConfigError, load_config
+from proxy.config.tracing import Tracing
 from proxy.pipeline.child import job_from_wire, job_wire
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.record.recording import RecordOptions, grade_and_reduce
-from proxy.pipeline.tracecontext import trace_context
 from proxy.telemetry import begin, semconv
 from proxy.telemetry.export import evaluation_count
-from proxy.telemetry.settings import Tracing
+from proxy.telemetry.tracecontext import trace_context
 
 V1 = {"upstream": {"url": "http://127.0.0.1:8000/v1"}}
 
@@ -231,7 +231,7 @@ class NoOtel(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, NoOtel())
 from proxy.app import make_app
 from proxy.config import ConfigError, load_config
-from proxy.pipeline.tracecontext import trace_context
+from proxy.telemetry.tracecontext import trace_context
 
 make_app(load_config(None, {"upstream": {"url": "http://127.0.0.1:9/v1"}}, environ={}))
 try:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from grader import parse_task
-from grader._json import dumps, loads_exact
+from grader.json import dumps, loads_exact
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.record import results
 from proxy.pipeline.record.failures import FailureRing

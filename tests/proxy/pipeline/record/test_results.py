@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from grader._json import loads_exact
+from grader.json import loads_exact
 from proxy.pipeline.record.results import ResultsWriteError, ResultWriter
 from tests.support.backend import Reply, ScriptedBackend, wire
 from tests.support.metrics import metric_value

@@ -11,9 +11,9 @@ from typing import Any
 import openai
 import pytest
 
-from grader._json import dumps, loads_exact
-from grader.cli import main
+from gradeproxy.cli import main
 from grader.engine import grade, offline_context
+from grader.json import dumps, loads_exact
 from grader.loader import load_tasks
 from tests.support.backend import JSON, Reply, ScriptedBackend, wire
 from tests.support.proxy import ProxyFactory, rows_of

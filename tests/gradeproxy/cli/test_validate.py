@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from grader._json import dumps, loads_exact
-from grader.cli import main
+from gradeproxy.cli import main
+from grader.json import dumps, loads_exact
 from tests.support.checks import call
 from tests.support.paths import REPO
 

@@ -1,4 +1,8 @@
-"""Exact-number JSON parsing for the grader.
+"""Exact-number JSON parsing for the grader: the one reader every surface parses answers with.
+
+Public under a plain name (``grader.json``: ``loads_exact``, ``loads_exact_bytes``, ``dumps``,
+``JSONError`` …) because the proxy reads and writes the same values with it. ``import json``
+here is the standard library (absolute imports), never this module.
 
 orjson is the parser, but it silently turns integers wider than 64 bits into floats, so two
 different 20-digit ids would compare equal. Any text holding a run of 19 or more digits is

@@ -31,12 +31,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from grader._json import dumps
+from gradeproxy.cli._io import InputError, Progress, write_atomically
+from gradeproxy.cli.parquet import is_parquet, require_pyarrow, write_rows
 from grader.checks.judge import Judge
-from grader.cli._io import InputError, Progress, write_atomically
-from grader.cli.parquet import is_parquet, require_pyarrow, write_rows
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.intake import InputReason, Intake, Problem, UnusableInputError
+from grader.json import dumps
 from grader.loader import load_tasks
 from grader.report import Report
 from grader.rows import carried_conflicts, input_error_row, offline_row
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out is not None and is_parquet(args.out):
             require_pyarrow()
         if args.judge is not None:
-            from grader.cli.validate import load_judge
+            from gradeproxy.cli.validate import load_judge
 
             try:
                 judge = load_judge(args.judge)

@@ -8,7 +8,7 @@ fields of the wrong type) is skipped and counted by reason (grader/intake.py, ``
 ``--json``). Exit 0 every row read (whatever the comparison says), 1 some rows were skipped
 (the first few named on stderr with ``file:line``), 2 nothing usable (no such file, not JSONL),
 with nothing printed on stdout; ``--strict`` refuses the run at the first bad row (exit 2).
-``--gate GATE.yaml`` turns it into a promotion decision (grader/cli/gate.py,
+``--gate GATE.yaml`` turns it into a promotion decision (gradeproxy/cli/gate.py,
 grader/analysis/gate.py).
 """
 
@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader._json import dumps
+from gradeproxy.cli._io import ExpandGlobs, InputError
 from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
-from grader.cli._io import ExpandGlobs, InputError
 from grader.intake import InputReason, Intake, UnusableInputError
+from grader.json import dumps
 
 
 def register(sub: Any) -> None:
@@ -189,7 +189,7 @@ def render_table(summary: Summary) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.gate is not None:
-        from grader.cli.gate import run_gate
+        from gradeproxy.cli.gate import run_gate
 
         return run_gate(args)
     if not args.results or args.baseline or args.candidate:

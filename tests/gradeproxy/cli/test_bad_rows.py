@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
+from gradeproxy.cli import main
 from grader import score
-from grader._json import dumps, loads_exact
-from grader.cli import main
 from grader.engine import grade
+from grader.json import dumps, loads_exact
 from grader.loader import load_tasks
 from tests.support.episodes import GOOD_BILLING, GOOD_BILLING_FINAL, chat
 from tests.support.files import write_jsonl

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader.cli._io import ExpandGlobs, InputError
-from grader.cli.parquet import require_pyarrow, with_rotations, write_parquet
+from gradeproxy.cli._io import ExpandGlobs, InputError
+from gradeproxy.cli.parquet import require_pyarrow, with_rotations, write_parquet
 from grader.intake import Intake, UnusableInputError
 
 

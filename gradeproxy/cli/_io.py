@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from grader._json import JSONError, dumps, loads_exact
 from grader.errors import GraderError
+from grader.json import JSONError, dumps, loads_exact
 
 
 class InputError(GraderError, ValueError):

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from grader._json import dumps
+from gradeproxy.cli._io import InputError
 from grader.analysis.gate import (
     EXIT_CANNOT_DECIDE,
     GateError,
@@ -30,8 +30,8 @@ from grader.analysis.gate import (
     exit_code,
     parse_gate,
 )
-from grader.cli._io import InputError
 from grader.intake import InputReason, Intake, UnusableInputError
+from grader.json import dumps
 
 GRADED = ("pass", "fail", "stale")
 UNDECIDABLE = EXIT_CANNOT_DECIDE

@@ -25,14 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from grader._json import dumps, loads_exact
-from grader.checks._base import Check, CheckResult
+from grader.checks import Check, CheckResult
 from grader.checks.build import columns_of
 from grader.checks.judge import Judge
 from grader.checks.policy import PolicyCheck
 from grader.checks.sample import CheckContext, Sample, sample_calls
 from grader.checks.templates import TemplateError, resolve, with_value
 from grader.engine import checks_of
+from grader.json import dumps, loads_exact
 from grader.tasks import Task
 
 Level = Literal[

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from grader._json import loads_exact
-from grader.cli import main
+from gradeproxy.cli import main
+from grader.json import loads_exact
 from tests.support.files import write_jsonl
 
 TASKS = [
@@ -120,7 +120,7 @@ def test_bad_answers_under_strict_exit_2_and_write_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``--strict`` keeps the refusal that was the default before issue 37 (a bad row is an
-    error row by default: tests/grader/cli/test_bad_rows.py). A non-string answer is no longer
+    error row by default: tests/gradeproxy/cli/test_bad_rows.py). A non-string answer is no longer
     refused even so: rule 11 grades it (test_bad_rows.py's rule-11 table)."""
     answers = write_jsonl(tmp_path / "answers.jsonl", rows)
     out = tmp_path / "results.jsonl"

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader.cli import main
-from grader.cli.parquet import escape_name
+from gradeproxy.cli import main
+from gradeproxy.cli.parquet import escape_name
 from tests.support.files import write_jsonl
 
 TASKS = [

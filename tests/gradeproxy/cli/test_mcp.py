@@ -19,10 +19,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
-from grader import TaskSet, load_tasks, score_run
-from grader._json import dumps
+from gradeproxy.cli import mcp as mcp_command
+from grader import TaskSet, grade_run, load_tasks
 from grader.api import digest_of
-from grader.cli import mcp as mcp_command
+from grader.json import dumps
 from grader.loader import parse_task
 from tests.support.paths import REPO
 from tests.support.surfaces import (
@@ -52,7 +52,7 @@ def task_set(tasks_file: Path) -> TaskSet:
 
 def stdio_params(*args: str) -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "grader.cli.mcp", *args], cwd=str(REPO)
+        command=sys.executable, args=["-m", "gradeproxy.cli.mcp", *args], cwd=str(REPO)
     )
 
 
@@ -89,12 +89,12 @@ async def test_stdio_server_serves_the_four_tools(tasks_file: Path, task_set: Ta
 
         answer = dumps(FORECAST_STALE).decode()
         verdict = structured(await client.call_tool("score", {"task_id": W, "answer": answer}))
-        expected = score_run(task_set, [(W, answer)]).results[0].to_dict()
+        expected = grade_run(task_set, [(W, answer)]).results[0].to_dict()
         assert verdict == {"verdict": expected}
 
         answers = [{"task_id": case.task_id, "answer": case.answer} for case in WIRE_CASES]
         run = structured(await client.call_tool("score_run", {"answers": answers}))
-        api = score_run(task_set, [(c.task_id, c.answer) for c in WIRE_CASES]).to_dict()
+        api = grade_run(task_set, [(c.task_id, c.answer) for c in WIRE_CASES]).to_dict()
         assert run == api
         assert {"perMutationKind", "staleSchemaUsedRate"} <= run["report"].keys()
 
@@ -116,7 +116,7 @@ async def test_stdio_server_serves_the_four_tools(tasks_file: Path, task_set: Ta
 
 def run_command(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "grader.cli.mcp", *args],
+        [sys.executable, "-m", "gradeproxy.cli.mcp", *args],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -154,7 +154,7 @@ def test_register_adds_the_mcp_command() -> None:
 
 def test_gradeproxy_cli_knows_the_mcp_command() -> None:
     """``gradeproxy mcp`` is registered and routes to the MCP server."""
-    from grader import cli
+    from gradeproxy import cli
 
     args = cli._build_parser().parse_args(["mcp"])
     assert args.handler is mcp_command.run

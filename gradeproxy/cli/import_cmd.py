@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from grader._json import JSONError, dumps, loads_exact
 from grader.importers.bfcl import BfclImportError, convert_all
+from grader.json import JSONError, dumps, loads_exact
 from grader.loader import parse_task
 from grader.tasks import TaskLoadError
 

@@ -1,6 +1,6 @@
 """``gradeproxy replay``: the same rows for every history shape, a per-column report, the last
 row per episode id, and under ``--strict`` exit 2 with nothing written on bad input (bad lines
-without it: tests/grader/cli/test_bad_rows.py)."""
+without it: tests/gradeproxy/cli/test_bad_rows.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from grader.cli import main
+from gradeproxy.cli import main
 from tests.support.episodes import (
     GOOD_BILLING,
     GOOD_BILLING_FINAL,

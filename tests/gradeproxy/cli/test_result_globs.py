@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grader._json import dumps
-from grader.cli import _build_parser, main
-from grader.cli._io import InputError, expand_globs
+from gradeproxy.cli import _build_parser, main
+from gradeproxy.cli._io import InputError, expand_globs
+from grader.json import dumps
 
 FILES = (
     "grades.w0.jsonl",

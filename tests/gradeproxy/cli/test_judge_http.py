@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from grader._json import dumps, loads_exact
+from gradeproxy.cli import main
 from grader.checks import CheckContext, Judge, JudgeConfig, Sample, build_check
-from grader.cli import main
+from grader.json import dumps, loads_exact
 from proxy.judge_client import MAX_REPLY_BYTES, AiohttpJudgeClient, JudgeHTTPError
 from tests.support.backend import serve_in_thread
 from tests.support.paths import REPO

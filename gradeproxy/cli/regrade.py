@@ -24,13 +24,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grader._json import dumps
+from gradeproxy.cli._io import ExpandGlobs, InputError, jsonl_bytes, write_atomically
+from gradeproxy.cli.parquet import with_rotations
 from grader.analysis.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
 from grader.checks.judge import Judge
-from grader.cli._io import ExpandGlobs, InputError, jsonl_bytes, write_atomically
-from grader.cli.parquet import with_rotations
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.intake import InputReason, Intake, Problem, UnusableInputError
+from grader.json import dumps
 from grader.loader import load_tasks
 from grader.tasks import Task, TaskLoadError, TaskSet
 
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     intake = Intake("regrade", strict=args.strict, what="error row")
     try:
         if args.judge is not None:
-            from grader.cli.validate import load_judge
+            from gradeproxy.cli.validate import load_judge
 
             try:
                 judge = load_judge(args.judge)

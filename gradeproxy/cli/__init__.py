@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from grader.cli import (
+from gradeproxy.cli import (
     calibrate,
     compare,
     export,

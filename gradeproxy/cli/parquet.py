@@ -31,8 +31,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader._json import dumps
-from grader.cli._io import InputError, jsonl_bytes, write_atomically
+from gradeproxy.cli._io import InputError, jsonl_bytes, write_atomically
+from grader.json import dumps
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader._json import dumps
+from gradeproxy.cli._io import InputError, write_atomically
 from grader.advisory import CALIBRATION_KIND
 from grader.analysis.calibration import (
     SPLITS,
@@ -44,8 +44,8 @@ from grader.analysis.calibration import (
     labels_by_split,
 )
 from grader.checks.judge import pinned_problem
-from grader.cli._io import InputError, write_atomically
 from grader.intake import InputReason, Intake, UnusableInputError
+from grader.json import dumps
 
 MIN_LABELS = 100  # seed 002 §1: collect human labels for >= 100 items
 

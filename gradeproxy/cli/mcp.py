@@ -17,7 +17,7 @@ definitions) is the offline context of a ``from_request`` schema; without it the
 
 The ``mcp`` package is optional and imported only when the command runs, so ``grader`` and the
 other commands never need it (and never import aiohttp). Also runnable as
-``python -m grader.cli.mcp --tasks PATH``.
+``python -m gradeproxy.cli.mcp --tasks PATH``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader.api import grade_all, task_from_dict
-from grader.loader import load_tasks
+from grader.api import grade_all
+from grader.loader import load_tasks, parse_task
 from grader.score_requests import ScoreRequestError, request_digest, resolve_item, resolve_items
 from grader.tasks import Task, TaskLoadError, TaskSet, build_task_set
 from grader.version import GRADER_RULES_VERSION, __version__
@@ -100,11 +100,11 @@ def _task_summary(task: Task) -> dict[str, Any]:
 def validate_task_definition(task: object) -> dict[str, Any]:
     """What ``validate_task`` answers: never raises for a bad definition, it reports it.
 
-    Validation is :func:`grader.api.task_from_dict`'s, which also builds the task's checks
+    Validation is :func:`grader.parse_task`'s, which also builds the task's checks
     (docs/checks-contract.md), so a definition that loads here loads from a task file too.
     """
     try:
-        parsed = task_from_dict(task, source="task")
+        parsed = parse_task(task, "task")
     except TaskLoadError as exc:
         return {"valid": False, "error": str(exc), "task_id": None, "task": None, "checks": None}
     return {
@@ -168,7 +168,7 @@ def build_server(loaded: TaskSet | None) -> MCPServer:
         try:
             if tasks is not None:
                 task_set = build_task_set(
-                    task_from_dict(raw, source=f"tasks[{i}]") for i, raw in enumerate(tasks)
+                    parse_task(raw, f"tasks[{i}]") for i, raw in enumerate(tasks)
                 )
             pairs = resolve_items(answers, task_set, where="answers")
         except TaskLoadError as exc:

@@ -23,13 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader._json import dumps
+from gradeproxy.cli._io import InputError, jsonl_bytes, write_atomically
 from grader.checks import Judge
-from grader.cli._io import InputError, jsonl_bytes, write_atomically
 from grader.episodes.grade import episode_error_row, episode_row, judge_cause, needs_judge
 from grader.episodes.log import EpisodeLog, from_chat, from_events, from_responses
 from grader.episodes.report import EpisodeReport
 from grader.intake import InputReason, Intake, Problem, UnusableInputError
+from grader.json import dumps
 from grader.loader import load_tasks
 from grader.tasks import Task, TaskLoadError, TaskSet
 
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     intake = Intake("replay", strict=args.strict, what="error row")
     try:
         if args.judge is not None:
-            from grader.cli.validate import load_judge  # the aiohttp judge, as validate-tasks'
+            from gradeproxy.cli.validate import load_judge  # the aiohttp judge, as validate-tasks'
 
             judge = load_judge(args.judge)
         tasks = load_tasks(args.tasks)

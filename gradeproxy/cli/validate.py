@@ -2,7 +2,7 @@
 
 Loads the task files (every check definition validated, errors as ``file:line``), then for every
 column of every check grades the reference answer and its mutations
-(``grader.checks.mutation``). Judge checks are skipped unless ``--judge CONFIG`` names a judge
+(``grader.mutation``). Judge checks are skipped unless ``--judge CONFIG`` names a judge
 (a YAML or JSON file with the ``JudgeConfig`` keys); then they call it.
 
 Exit 0 when every column is connected; 1 when a task is invalid or any column is
@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from grader._json import dumps
 from grader.checks.judge import Judge, JudgeConfig
-from grader.checks.mutation import PROBLEMS, Finding, analyse_task
+from grader.json import dumps
 from grader.loader import load_tasks
+from grader.mutation import PROBLEMS, Finding, analyse_task
 from grader.tasks import TaskLoadError, TaskSet
 
 _SHOWN = {"ok", "info", "skipped"} | set(PROBLEMS)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from proxy.pipeline.record.metrics import ProxyMetrics
-from proxy.shadow.pairs import PairTracker
+from proxy.pipeline.record.pairs import PairTracker
 from proxy.state import PAIRS
 from tests.support.metrics import scraped
 from tests.support.plan_backend import PlanBackend, plan_request
