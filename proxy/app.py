@@ -216,6 +216,7 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         pairs=app[PAIRS],
         judge=judge,
         stuck_after_s=config.grading.stuck_after_s,
+        job_deadline_s=config.grading.job_deadline_s,
         max_answer_chars=config.results.max_answer_chars,
         failures=app[FAILURES],
         isolation=config.grading.isolation,

@@ -40,7 +40,15 @@ del GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR  # we build our own regi
 ROUTES: tuple[str, ...] = get_args(Route)
 SKIP_REASONS: tuple[str, ...] = get_args(SkipReason)
 RESULTS = ("pass", "fail", "stale")
-GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker", "grader_process")
+GRADING_ERROR_KINDS = (
+    "capture",
+    "grader",
+    "check",
+    "results_write",
+    "worker",
+    "grader_process",
+    "grader_deadline",
+)
 CHECK_RESULTS = ("pass", "fail", "error")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
