@@ -30,6 +30,7 @@ from grader.checks import Judge
 from grader.tasks import TaskSet
 from proxy.logs import get_logger
 from proxy.pipeline.grade import Graded, GradeJob, grade_job, runs_off_loop
+from proxy.pipeline.ledger import Ledger
 from proxy.pipeline.offload import (
     GradingDeadlineError,
     GradingProcess,
@@ -123,6 +124,7 @@ class GradeQueue:
         # order: a response with thousands of choices must not stall the loop, nor a slow disk.
         self.writes = WriterThread(self.recorder, self.options)
         self.settle = Settler(metrics, self.writes, pairs, judge)
+        self.use_ledger(Ledger())
         self.process: GradingProcess | None = None
         if isolation == "process":
             self.process = GradingProcess(
@@ -149,8 +151,13 @@ class GradeQueue:
     def telemetry(self, sink: SpanSink | None) -> None:
         self.settle.telemetry = sink
 
+    def use_ledger(self, ledger: Ledger) -> None:
+        """Count submitted and settled jobs in ``ledger`` (a worker's shared slot)."""
+        self.ledger = self.settle.ledger = ledger
+
     def submit(self, job: GradeJob) -> bool:
         """Enqueue without waiting; a full queue drops the job and counts it."""
+        self.ledger.submitted()
         try:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:

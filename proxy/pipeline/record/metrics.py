@@ -248,6 +248,12 @@ class ProxyMetrics:
             "Grade workers that ended and were restarted by the supervisor.",
             registry=reg,
         )
+        self.worker_rows_lost = Counter(
+            "gradeproxy_worker_rows_lost_total",
+            "Jobs of answered requests this --workers slot's killed generations never settled "
+            "(no row, no skip, no error counted): proxy/pipeline/ledger.py.",
+            registry=reg,
+        )
         self.process_restarts = Counter(
             "gradeproxy_grade_process_restarts_total",
             "Grading processes (grading.isolation: process) that ended and were restarted.",
