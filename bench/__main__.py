@@ -50,6 +50,9 @@ SCENARIOS: dict[str, Scenario] = {
     "transport": Scenario(
         "transport_bench.py", "forwarded throughput per upstream client against the floor"
     ),
+    "schema": Scenario(
+        "schema_bench.py", "uniqueItems and long enums through grader.grade against jsonschema"
+    ),
     "grading-ipc": Scenario(
         "grading_ipc_bench.py", "what a grade job costs the proxy: in a thread or the child"
     ),

@@ -26,6 +26,7 @@ from proxy.judge_client import AiohttpJudgeClient
 from proxy.logs import get_logger
 from proxy.pipeline.child import GC_YOUNG_THRESHOLD
 from proxy.pipeline.guard import Guard
+from proxy.pipeline.ledger import Ledger
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
@@ -49,6 +50,7 @@ from proxy.state import (
     TASKS,
     TELEMETRY,
     WATCHDOG,
+    WORKER,
     Lifecycle,
     QueueSlot,
 )
@@ -217,12 +219,18 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         pairs=app[PAIRS],
         judge=judge,
         stuck_after_s=config.grading.stuck_after_s,
+        job_deadline_s=config.grading.job_deadline_s,
         max_answer_chars=config.results.max_answer_chars,
         failures=app[FAILURES],
         isolation=config.grading.isolation,
         batch_max=config.grading.batch_max,
         batch_window_s=config.grading.batch_window_s,
     )
+    worker = app.get(WORKER)
+    if worker is not None and worker.ledger is not None:  # --workers: the slot's shared ledger
+        ledger = Ledger(worker.ledger)
+        queue.use_ledger(ledger)
+        app[METRICS].worker_rows_lost.inc(ledger.lost)
     app[QUEUE] = app[QUEUE_SLOT].queue = queue
     queue.telemetry = app.get(TELEMETRY)
     app[TASKS].listeners.append(queue.on_tasks)  # a reload reaches the grading process

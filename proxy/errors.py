@@ -27,6 +27,7 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     ├── CaptureError                       proxy.pipeline.capture      a response is unreadable
     │   └── UpstreamReportedError          proxy.pipeline.capture      it reports an error
     ├── GradingProcessDiedError(RuntimeError)  proxy.pipeline.offload  the child died with it
+    │   └── GradingDeadlineError               proxy.pipeline.offload  held past its deadline
     ├── GraderError(RuntimeError)          proxy.pipeline.offload      grade_job raised in the child
     ├── NotPicklableError(TypeError)       proxy.pipeline.offload      it cannot cross to the child
     ├── ResultsWriteError(OSError)         proxy.pipeline.record       rows not appended

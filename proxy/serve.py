@@ -39,7 +39,7 @@ from proxy.errors import ProxyError
 from proxy.eventloop import loop_name
 from proxy.logs import get_logger
 from proxy.pipeline.watchdog import WatchedRunner
-from proxy.state import LIFECYCLE, TASKS, WATCHDOG, WORKER, Lifecycle, WorkerInfo
+from proxy.state import LIFECYCLE, QUEUE, TASKS, WATCHDOG, WORKER, Lifecycle, WorkerInfo
 
 # aiohttp cancels what is left this long after shutdown has cut the relays itself.
 CUT_MARGIN_S = 1.0
@@ -184,7 +184,8 @@ def _cut(lifecycle: Lifecycle) -> None:
 
 
 class _Signals:
-    """SIGTERM/SIGINT set ``stop``; a second SIGINT exits at once; SIGHUP reloads the tasks."""
+    """SIGTERM/SIGINT set ``stop``; a second SIGINT exits at once; SIGHUP reloads the tasks and
+    reopens the results file."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event, app: web.Application
@@ -209,6 +210,9 @@ class _Signals:
         self.stop.set()
 
     def _reload(self) -> None:
+        queue = self.app.get(QUEUE)
+        if queue is not None and queue.writer is not None:
+            queue.writer.reopen()  # the results file too, as nginx's USR1 (docs/operations.md)
         task = self.loop.create_task(self.app[TASKS].reload())
         self._reloads.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._reloads.discard)

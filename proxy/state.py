@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -64,6 +64,8 @@ class WorkerInfo:
     index: int
     count: int
     admin_ports: tuple[int, ...]  # every worker's, this one's included, by index
+    # This slot's shared job ledger (proxy/pipeline/ledger.py), outliving each generation.
+    ledger: Any = None
 
 
 CONFIG = web.AppKey("config", Config)

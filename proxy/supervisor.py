@@ -20,7 +20,9 @@ a worker still running past the drain delay + grace period + a margin is killed 
 worker that dies while serving is restarted, up to ``MAX_RESTARTS`` within
 ``RESTART_WINDOW_S``; past that the supervisor stops the others and exits 1, for systemd (or
 whoever started it) to see. A worker whose supervisor is killed drains itself: it watches a
-pipe whose other end only the supervisor holds.
+pipe whose other end only the supervisor holds. The jobs of answered requests a dead worker had
+not settled (its grade queue, its grading process) are counted from the slot's shared ledger
+(proxy/pipeline/ledger.py): logged as ``worker_rows_lost`` and reported by the next generation.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any
 from proxy.config import Config
 from proxy.eventloop import loop_factory
 from proxy.logs import configure_logging, get_logger
+from proxy.pipeline.ledger import RESTARTS, close_generation, new_slot
 from proxy.pipeline.queue import GIL_SWITCH_INTERVAL_S
 from proxy.pipeline.record.results import worker_path
 from proxy.serve import CUT_MARGIN_S, StartupError, serve
@@ -150,8 +153,10 @@ class Supervisor:
         self.config = config
         count, base = config.listen.workers, config.admin.port or 0
         ports = tuple(base + index for index in range(count))
-        self.infos = [WorkerInfo(index, count, ports) for index in range(count)]
         self.context = multiprocessing.get_context("spawn")
+        self.infos = [
+            WorkerInfo(index, count, ports, ledger=new_slot(self.context)) for index in range(count)
+        ]
         self.workers: dict[int, _Worker] = {}
         self.stopping = False
         self.interrupts = 0
@@ -255,6 +260,9 @@ class Supervisor:
             self._message(worker)  # why it could not start, sent just before it exited
         worker.process.join()
         code = worker.process.exitcode
+        lost = close_generation(self.infos[worker.index].ledger)
+        if lost:
+            log.error("worker_rows_lost", worker=worker.index, exitcode=code, rows=lost)
         del self.workers[worker.index]
         worker.ready.close()
         worker.alive.close()
@@ -285,6 +293,7 @@ class Supervisor:
             self.stop(signal.SIGTERM)
             return
         self.restarts.append(now)
+        self.infos[worker.index].ledger[RESTARTS] += 1
         log.error("worker_restarted", worker=worker.index, exitcode=code, error=worker.error)
         self.start(worker.index)
 

@@ -21,10 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-import orjson
-
 from grader.errors import GraderError
-from grader.json import MAX_DEPTH
+from grader.json import MAX_DEPTH, quote
 from grader.values import value_type
 
 
@@ -169,7 +167,7 @@ def _write(value: Any, out: list[str], depth: int) -> None:
     if depth > MAX_DEPTH:
         raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
-        out.append(orjson.dumps(value).decode())
+        out.append(quote(value))
     elif value is True:
         out.append("true")
     elif value is False:
@@ -185,7 +183,7 @@ def _write(value: Any, out: list[str], depth: int) -> None:
         for i, key in enumerate(sorted(value)):
             if i:
                 out.append(",")
-            out.append(orjson.dumps(key).decode())
+            out.append(quote(key))
             out.append(":")
             _write(value[key], out, depth + 1)
         out.append("}")

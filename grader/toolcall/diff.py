@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 
-import orjson
-
+from grader.json import dumps, quote
 from grader.toolcall.canon import Canon, CArray, CObject, kind_of, to_plain
 from grader.values import value_type
 from grader.verdict import ReasonCode
@@ -28,14 +27,11 @@ class Difference:
 def _key_path(parent: str, key: str) -> str:
     if _IDENTIFIER.fullmatch(key):
         return f"{parent}.{key}" if parent else key
-    return f"{parent}[{orjson.dumps(key).decode()}]"
+    return f"{parent}[{quote(key)}]"
 
 
 def _show(value: Canon) -> str:
-    try:
-        text = orjson.dumps(to_plain(value)).decode()
-    except TypeError:  # an integer too wide for orjson
-        text = str(to_plain(value))
+    text = dumps(to_plain(value)).decode()  # wide integers and lone surrogates included
     return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
+from grader.json import quote
 from grader.toolcall.diff import first_difference
 from grader.toolcall.extract import UNPARSED, Call, Extraction, extract
 from grader.verdict import NO_CALL_REASON, Verdict
@@ -27,7 +26,7 @@ _TOO_DEEP = Verdict(0, False, "answer nests deeper than the grader follows", "to
 
 
 def _quoted(name: str) -> str:
-    text = orjson.dumps(name).decode()
+    text = quote(name)
     return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
 
 

@@ -122,6 +122,10 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         ),
     },
     "Grading": {
+        "job_deadline_s": (
+            "the grading process holding one job this long is killed and restarted; the job "
+            'counts as `grading_errors_total{kind="grader_deadline"}` (docs/operations.md)'
+        ),
         "task_header": "request header naming the task",
         "run_header": "optional run id copied into result rows",
         "sample_id_header": (

@@ -117,6 +117,7 @@ def _validate(config: Config) -> Config:
         (config.grading.pair_max_pending >= 1, "grading.pair_max_pending: must be >= 1"),
         (config.grading.pair_ttl_s > 0, "grading.pair_ttl_s: must be > 0"),
         (config.grading.stuck_after_s > 0, "grading.stuck_after_s: must be > 0"),
+        (config.grading.job_deadline_s > 0, "grading.job_deadline_s: must be > 0"),
         (
             0 <= config.grading.batch_window_s <= 1,
             "grading.batch_window_s: must be within 0..1",

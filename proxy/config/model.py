@@ -133,6 +133,10 @@ class Grading:
     pair_ttl_s: float = 900.0  # how long a pair waits for its second leg
     # Jobs waiting while none was taken off the queue for this long: grading is stuck.
     stuck_after_s: float = 30.0
+    # The grading process holding one job longer than this is killed and restarted; the job
+    # counts as a grading error (kind="grader_deadline"). docs/operations.md, "A hung grading
+    # process".
+    job_deadline_s: float = 20.0
     # Agent episodes (docs/episodes.md): the header that ties turns into one episode (its
     # value is the episode id), the role, and the header that marks the last turn.
     episode_header: str = "X-Grade-Episode"

@@ -8,7 +8,8 @@ also times out idle upstream reads; ``decoding`` makes the capture copy) →
 ``delivered`` says whether the client got it whole) → ``grade`` (one grade job through
 ``grader.engine``; ``episodes`` for agent episodes) → ``record`` (``metrics``, ``results``,
 ``failures``, the per-request ``access`` record) → ``queue`` (bounded, off the hot path: it runs
-the grade stage and hands the rows to record). A stage imports earlier stages, never a later
+the grade stage and hands the rows to record; its ``ledger`` counts what a killed worker left
+unsettled). A stage imports earlier stages, never a later
 one: pyproject.toml's ``layers`` contract, checked by ``lint-imports`` in CI. ``proxy/handler.py``
 composes them.
 """

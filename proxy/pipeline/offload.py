@@ -13,7 +13,13 @@ A child that dies (killed, out of memory, a crash in a C extension) is restarted
 backoff, and counted through ``on_restart``; while it is down :attr:`GradingProcess.up` is
 False, so grading reports unhealthy. The first job it had not answered is the one it died on:
 that job fails with :class:`GradingProcessDiedError` (an infrastructure error, never a model
-failure); the jobs sent after it go to the new child. The task set travels once per reload
+failure); the jobs sent after it go to the new child.
+
+A child that hangs (a check stuck in a C call, a loop no bound caught) is ended the same way:
+with ``deadline_s`` set, a job (or call) the child has held longer than that, counted from when
+the child could start it (its answer to the one before, or its own writing), fails with
+:class:`GradingDeadlineError`; the child is killed and restarted, and the rest of the queue goes
+to the new child. The task set travels once per reload
 (:meth:`set_tasks`, pickled once, sent again only to a restarted child); a job whose set the
 child does not hold carries its task itself.
 """
@@ -72,6 +78,10 @@ class GradingProcessDiedError(ProxyError, RuntimeError):
     """The grading process ended while it had this job: nothing was graded."""
 
 
+class GradingDeadlineError(GradingProcessDiedError):
+    """The grading process held this job past ``grading.job_deadline_s``: it was killed."""
+
+
 class NotPicklableError(ProxyError, TypeError):
     """A job or call that cannot cross the pipe (a check holding a compiled validator): the
     caller grades it in a thread instead."""
@@ -115,6 +125,7 @@ class GradingProcess:
         options: RecordOptions | None = None,
         batch_max: int = 64,
         on_restart: Callable[[], None] = lambda: None,
+        deadline_s: float | None = None,
     ) -> None:
         self.capture_answer = capture_answer
         self.max_answer_chars = max_answer_chars
@@ -142,6 +153,11 @@ class GradingProcess:
         self._stopping = False
         self._starting: asyncio.Task[None] | None = None
         self._up = asyncio.Event()
+        self.deadline_s = deadline_s
+        self.deadlines_missed = 0
+        self._head_since = time.monotonic()  # when the child could start the oldest written item
+        self._overdue: int | None = None  # the seq the child was killed over
+        self._watch: asyncio.Task[None] | None = None
 
     @property
     def up(self) -> bool:
@@ -150,6 +166,28 @@ class GradingProcess:
     def start(self) -> None:
         self._stopping = False
         self._starting = asyncio.create_task(self._spawn(0), name="grading-process-start")
+        if self.deadline_s is not None:
+            self._watch = asyncio.create_task(self._keep_deadline(), name="grading-deadline")
+
+    def _written(self) -> int:
+        """Items written to the child and not answered (the oldest is the one it grades)."""
+        return len(self._sent) - len(self._outbox)
+
+    async def _keep_deadline(self) -> None:
+        """Kill a child that holds one item past ``deadline_s``: the reader then sees it end,
+        fails that item (:class:`GradingDeadlineError`) and starts the next child."""
+        assert self.deadline_s is not None
+        tick = min(max(self.deadline_s / 4, 0.01), 1.0)
+        while not self._stopping:
+            await asyncio.sleep(tick)
+            overdue = time.monotonic() - self._head_since > self.deadline_s
+            if not overdue or not self.up or self._written() <= 0 or self._overdue is not None:
+                continue
+            self._overdue = next(iter(self._sent))
+            self.deadlines_missed += 1
+            with contextlib.suppress(Exception):
+                log.error("grading_deadline_missed", pid=self.pid, deadline_s=self.deadline_s)
+                self._process.kill()
 
     async def ready(self) -> None:
         """Wait until a child has started and said so."""
@@ -198,6 +236,7 @@ class GradingProcess:
     def _ready(self, pid: int, writer: asyncio.StreamWriter) -> None:
         """A new child: the current task set first, then what waits (a dead child's jobs)."""
         self.pid, self._writer = pid, writer
+        self._head_since = time.monotonic()
         self._up.set()
         self._child_sets.clear()
         if self._tasks_blob is not None:
@@ -218,6 +257,7 @@ class GradingProcess:
             sent.lines.append(message.lines)
             return
         del self._sent[seq]
+        self._head_since = time.monotonic()  # the child starts the next item now
         if sent.future.done():  # its caller was cancelled
             return
         if isinstance(message, Unpicklable):  # the caller grades it in a thread instead
@@ -239,7 +279,12 @@ class GradingProcess:
 
     def _fail(self, seq: int) -> None:
         sent = self._sent.pop(seq)
-        if not sent.future.done():
+        if sent.future.done():
+            return
+        if seq == self._overdue:
+            reason = f"the grading process held the job over {self.deadline_s} s and was killed"
+            sent.future.set_exception(GradingDeadlineError(reason))
+        else:
             sent.future.set_exception(GradingProcessDiedError("the grading process ended"))
 
     def _died(self, attempt: int) -> None:
@@ -249,9 +294,9 @@ class GradingProcess:
         self._out.clear()  # half a frame means nothing to the next child
         if self._pump is not None:
             self._pump.cancel()
-        written = len(self._sent) - len(self._outbox)
-        if written > 0:  # the first item written and not answered is the one it died on
+        if self._written() > 0:  # the first item written and not answered is the one it died on
             self._fail(next(iter(self._sent)))
+        self._overdue = None
         if self._stopping:  # nothing restarts now: nobody will answer the rest
             for seq in list(self._sent):
                 self._fail(seq)
@@ -357,6 +402,8 @@ class GradingProcess:
         self._flushing = False
         if self._writer is None:  # not up yet: the items wait for the child's "ready"
             return
+        if self._written() <= 0:  # the child was idle: the first of these starts now
+            self._head_since = time.monotonic()
         outbox, self._outbox = self._outbox, []
         batch: list[tuple[int, bytes]] = []
         bodies: list[list[bytes]] = []
@@ -377,6 +424,8 @@ class GradingProcess:
     async def stop(self, timeout_s: float | None) -> None:
         """Let the child finish what it holds (``stop`` is queued behind it), then end it."""
         self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -30,7 +30,13 @@ from grader.checks import Judge
 from grader.tasks import TaskSet
 from proxy.logs import get_logger
 from proxy.pipeline.grade import Graded, GradeJob, grade_job, runs_off_loop
-from proxy.pipeline.offload import GradingProcess, GradingProcessDiedError, NotPicklableError
+from proxy.pipeline.ledger import Ledger
+from proxy.pipeline.offload import (
+    GradingDeadlineError,
+    GradingProcess,
+    GradingProcessDiedError,
+    NotPicklableError,
+)
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.pairs import PairTracker
@@ -90,6 +96,7 @@ class GradeQueue:
         pairs: PairTracker | None = None,
         judge: Judge | None = None,
         stuck_after_s: float = 30.0,
+        job_deadline_s: float | None = None,
         max_answer_chars: int = 65536,
         failures: FailureRing | None = None,
         isolation: Isolation = "thread",
@@ -117,6 +124,7 @@ class GradeQueue:
         # order: a response with thousands of choices must not stall the loop, nor a slow disk.
         self.writes = WriterThread(self.recorder, self.options)
         self.settle = Settler(metrics, self.writes, pairs, judge)
+        self.use_ledger(Ledger())
         self.process: GradingProcess | None = None
         if isolation == "process":
             self.process = GradingProcess(
@@ -125,6 +133,7 @@ class GradeQueue:
                 options=self.options,
                 batch_max=self.batch_max,
                 on_restart=metrics.process_restarts.inc,
+                deadline_s=job_deadline_s,
             )
         self.heavy_in_thread = 0  # heavy calls run in a thread (no process, or unpicklable)
         self.stuck_after_s = stuck_after_s
@@ -142,8 +151,13 @@ class GradeQueue:
     def telemetry(self, sink: SpanSink | None) -> None:
         self.settle.telemetry = sink
 
+    def use_ledger(self, ledger: Ledger) -> None:
+        """Count submitted and settled jobs in ``ledger`` (a worker's shared slot)."""
+        self.ledger = self.settle.ledger = ledger
+
     def submit(self, job: GradeJob) -> bool:
         """Enqueue without waiting; a full queue drops the job and counts it."""
+        self.ledger.submitted()
         try:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -377,6 +391,16 @@ class GradeQueue:
     async def _handle(self, job: GradeJob) -> None:
         try:
             graded, done = await self._grade(job)
+        except GradingDeadlineError as exc:  # hung: killed and restarted, the rest go on
+            self.metrics.grading_errors.labels("grader_deadline").inc()
+            log_quietly(
+                "grading_deadline_missed",
+                request_id=job.request_id,
+                task=job.task.id,
+                reason=str(exc),
+            )
+            self.settle.report(job, None)
+            return
         except GradingProcessDiedError:  # died with this job: infrastructure, not the model
             self.metrics.grading_errors.labels("grader_process").inc()
             log_quietly("grading_process_died", request_id=job.request_id, task=job.task.id)

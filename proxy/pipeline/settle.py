@@ -17,6 +17,7 @@ from grader.rows import live_row
 from proxy.logs import get_logger
 from proxy.pipeline.episodes import judge_episode
 from proxy.pipeline.grade import Graded, GradeJob
+from proxy.pipeline.ledger import Ledger
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.pairs import PairTracker
 from proxy.pipeline.record.recording import Entry, Recording, WriterThread, Written
@@ -49,6 +50,7 @@ class Settler:
         self.pairs = pairs
         self.judge = judge
         self.telemetry: SpanSink | None = None  # tracing on: each job's span ends in report
+        self.ledger = Ledger()  # every job ends in report once: settled there
 
     def failed(self, job: GradeJob) -> None:
         self.metrics.grading_errors.labels("worker").inc()
@@ -97,6 +99,7 @@ class Settler:
     def report(self, job: GradeJob, done: Recording | None) -> None:
         """Tell the pair tracker how a leg of a shadowed request ended (once per leg), and
         the exporter how its request did (the span's evaluation results are its rows)."""
+        self.ledger.settled()
         if self.telemetry is not None and job.span is not None:
             self.telemetry.finish(job.span, None if done is None else done.kept)
         if job.pair_id is None or self.pairs is None:

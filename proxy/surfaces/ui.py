@@ -220,6 +220,14 @@ def add_ui_routes(
 
     latest: list[tuple[float, dict[str, Any]]] = []  # (when, board): shared by open pages
 
+    def restarts_and_losses() -> dict[str, int]:
+        """This worker slot's earlier generations: their counts died with them (the page
+        says so), and the jobs they never settled (proxy/pipeline/ledger.py)."""
+        queue = proxy_app[QUEUE_SLOT].queue
+        if queue is None:
+            return {"restarts": 0, "rows_lost": 0}
+        return {"restarts": queue.ledger.restarts, "rows_lost": queue.ledger.lost}
+
     def rows_written() -> int:
         queue = proxy_app[QUEUE_SLOT].queue
         return queue.graded_rows if queue is not None else 0
@@ -232,15 +240,18 @@ def add_ui_routes(
             samples = await asyncio.to_thread(board_samples, metrics)
             worker = proxy_app.get(WORKER)
             missing: list[int] = []
+            gone = restarts_and_losses()
             if worker is not None and worker.count > 1:  # the whole proxy: every worker's
                 readings, missing = await read_peers(proxy_app[CONFIG], worker)
                 for reading in readings:
                     samples += [(n, labels, v) for n, labels, v in reading["samples"]]
                     rows += reading["rows_written"]
+                    for key in gone:
+                        gone[key] += reading.get(key, 0)
             data = await asyncio.to_thread(fold, samples)
             data["rows_written"] = rows
             if worker is not None:
-                data["workers"] = {"count": worker.count, "missing": missing}
+                data["workers"] = {"count": worker.count, "missing": missing, **gone}
             latest[:] = [(time.monotonic(), data)]
         data = {**latest[0][1], "inspector": inspector_allowed(request, admin, guard)}
         return web.json_response(data, headers={"Cache-Control": "no-store"})
@@ -254,6 +265,7 @@ def add_ui_routes(
                 "worker": worker.index if worker is not None else 0,
                 "samples": samples,
                 "rows_written": rows_written(),
+                **restarts_and_losses(),
             },
             headers={"Cache-Control": "no-store"},
         )

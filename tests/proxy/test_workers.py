@@ -82,7 +82,7 @@ async def test_workers_share_the_port_and_each_writes_its_own_file(
                 return board if board["rows_written"] == sent else None
 
             board = await wait_until(whole, f"worker {index}'s page counts every row")
-            assert board["workers"] == {"count": 2, "missing": []}
+            assert board["workers"] == {"count": 2, "missing": [], "restarts": 0, "rows_lost": 0}
             totals = [(t["variant"], t["graded"], t["pass"]) for t in board["totals"]]
             assert totals == [("primary", sent, sent)]
         run.process.send_signal(signal.SIGTERM)
@@ -172,7 +172,7 @@ async def test_a_worker_that_dies_is_restarted_on_its_own_admin_port(
             board = await run.board(0)
         finally:
             os.kill(victim, signal.SIGCONT)
-        assert board["workers"] == {"count": 2, "missing": [1]}
+        assert board["workers"] == {"count": 2, "missing": [1], "restarts": 0, "rows_lost": 0}
         await asyncio.to_thread(_kill, victim)
         restarted = await run.wait_event("worker_restarted", worker=1)
         assert restarted["exitcode"] == -signal.SIGKILL

@@ -17,9 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final, TypeAlias, TypeGuard
 
-import orjson
-
-from grader.json import JSONError, loads_exact_bytes
+from grader.json import JSONError, dumps, loads_exact_bytes
 from proxy.errors import ProxyError
 
 __all__ = [
@@ -114,8 +112,8 @@ def arguments_text(value: object) -> str:
     if isinstance(value, str):
         return value
     try:
-        return orjson.dumps(value).decode()
-    except TypeError as exc:
+        return dumps(value).decode()  # wide integers and lone surrogates as the stdlib writes them
+    except (TypeError, ValueError) as exc:
         raise CaptureError(f"tool arguments cannot be serialised: {exc}") from None
 
 

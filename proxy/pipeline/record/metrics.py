@@ -40,7 +40,15 @@ del GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR  # we build our own regi
 ROUTES: tuple[str, ...] = get_args(Route)
 SKIP_REASONS: tuple[str, ...] = get_args(SkipReason)
 RESULTS = ("pass", "fail", "stale")
-GRADING_ERROR_KINDS = ("capture", "grader", "check", "results_write", "worker", "grader_process")
+GRADING_ERROR_KINDS = (
+    "capture",
+    "grader",
+    "check",
+    "results_write",
+    "worker",
+    "grader_process",
+    "grader_deadline",
+)
 CHECK_RESULTS = ("pass", "fail", "error")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
@@ -244,6 +252,12 @@ class ProxyMetrics:
         self.worker_restarts = Counter(
             "gradeproxy_grade_worker_restarts_total",
             "Grade workers that ended and were restarted by the supervisor.",
+            registry=reg,
+        )
+        self.worker_rows_lost = Counter(
+            "gradeproxy_worker_rows_lost_total",
+            "Jobs of answered requests this --workers slot's killed generations never settled "
+            "(no row, no skip, no error counted): proxy/pipeline/ledger.py.",
             registry=reg,
         )
         self.process_restarts = Counter(

@@ -7,12 +7,20 @@ way (a full disk) is cut back to where the batch began: the file holds whole row
 and :class:`ResultsWriteError` says how many rows were lost, so the loss is counted once.
 Shutdown drains the grading queue before the writer closes, so a graceful stop loses none.
 
+The file is the operator's: before each append the writer checks that its path still names the
+file it holds open (one ``stat``), and reopens the path when the file was moved or deleted
+(logrotate without ``copytruncate``, an ``rm``), so no row goes into an unlinked inode. SIGHUP
+asks for a reopen at the next append as well (as nginx's USR1 does). A row that cannot be
+written because the path cannot be opened again fails with :class:`ResultsWriteError` and is
+counted, like a row a full disk refused.
+
 The writer does blocking I/O; the grade queue calls it from its writer thread, never from the
 event loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Iterable
@@ -21,6 +29,9 @@ from typing import Any
 
 from grader.json import dumps_line
 from proxy.errors import ProxyError
+from proxy.logs import get_logger
+
+log = get_logger("gradeproxy.results")
 
 _MODE = 0o644  # rows are data for other tools (and other users) to read, as any log file
 
@@ -89,12 +100,49 @@ class ResultWriter:
         self.max_bytes = max_bytes
         self.backups = backups
         self.rows_written = 0
+        self.reopens = 0  # the path named another file, or none, or SIGHUP asked
+        self._reopen = False
+        self._closed = False
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = self._open()
-        self._size = os.fstat(self._fd).st_size
+        self._fd: int | None = None
+        self._identity = (0, 0)  # (st_dev, st_ino) of the open file
+        self._size = 0
+        self._fd = self._open()
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, _MODE)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, _MODE)
+        stat = os.fstat(fd)
+        self._identity = (stat.st_dev, stat.st_ino)
+        self._size = stat.st_size
+        return fd
+
+    def reopen(self) -> None:
+        """Open the path again before the next append (SIGHUP): safe from any thread."""
+        self._reopen = True
+
+    def _moved(self) -> bool:
+        """Whether the path no longer names the open file (moved away, deleted, replaced)."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:  # cannot tell (a permission changed): keep the file we hold
+            return False
+        return (stat.st_dev, stat.st_ino) != self._identity
+
+    def _follow(self) -> None:
+        """Reopen the path if asked or if the file moved; raise OSError if it cannot be opened
+        (then nothing is written into a file no one can read any more)."""
+        asked, self._reopen = self._reopen, False
+        if not asked and not self._moved():
+            return
+        assert self._fd is not None
+        old, self._fd = self._fd, None
+        os.close(old)
+        self._fd = self._open()
+        self.reopens += 1
+        with contextlib.suppress(Exception):
+            log.info("results_reopened", path=str(self.path), signal=asked)
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         """Append rows whole, or none of them (:class:`ResultsWriteError`); rotates first when
@@ -103,14 +151,17 @@ class ResultWriter:
 
     def append(self, pieces: list[bytes], rows: int) -> None:
         """Append ``rows`` already serialised (:func:`jsonl_pieces`), whole or not at all."""
-        if self._fd is None:
+        if self._closed:
             raise RuntimeError("result writer is closed")
         size = sum(len(piece) for piece in pieces)
-        if self._size and self._size + size > self.max_bytes:
-            try:
+        try:
+            if self._fd is None:  # a reopen failed: try again, rows meanwhile counted lost
+                self._fd = self._open()
+            self._follow()
+            if self._size and self._size + size > self.max_bytes:
                 self._rotate()
-            except OSError as exc:
-                raise ResultsWriteError(rows, exc) from exc
+        except OSError as exc:
+            raise ResultsWriteError(rows, exc) from exc
         assert self._fd is not None
         try:
             for piece in pieces:
@@ -173,11 +224,12 @@ class ResultWriter:
                 older = self.path.with_name(f"{self.path.name}.{index}")
                 if older.exists():
                     os.replace(older, self.path.with_name(f"{self.path.name}.{index + 1}"))
-            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+            with contextlib.suppress(FileNotFoundError):  # moved away meanwhile
+                os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
         self._fd = self._open()
-        self._size = 0
 
     def close(self) -> None:
+        self._closed = True
         if self._fd is not None:
             try:
                 os.fsync(self._fd)

@@ -160,3 +160,42 @@ def test_an_envelope_handed_over_parsed_grades_as_its_text(
     assert extract(text, parsed=envelope) == extract(text)
     task = parse_task({"id": "t", "expected": {"name": name, "arguments": expected_args}})
     assert grade(task, text, parsed=envelope) == grade(task, text)
+
+
+# Red team, round 3: a lone surrogate in a tool-call name (with a 19-digit number elsewhere, so
+# the capture took the stdlib's exact path) raised in the reason's quoting: a grader error with
+# no row. Names, keys and values with lone surrogates and integers wider than 64 bits must
+# grade to a verdict, through the parsed value and through the text.
+odd_text = st.lists(
+    st.sampled_from(["\ud800", "\udfff", "\udce9", "a", "é", "_"]) | st.characters(), max_size=8
+).map("".join)
+huge_ints = st.integers(min_value=10**18, max_value=10**40) | st.integers(max_value=-(10**19))
+odd_values = st.recursive(
+    st.none() | st.booleans() | huge_ints | odd_text,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(odd_text, children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(odd_text, st.dictionaries(odd_text, odd_values, max_size=3), tool_names, arguments)
+def test_odd_unicode_and_huge_numbers_grade_to_a_verdict(
+    name: str, args: dict[str, Any], expected_name: str, expected_args: dict[str, Any]
+) -> None:
+    envelope = {"tool_calls": [{"function": {"name": name, "arguments": dumps(args).decode()}}]}
+    text = dumps(envelope).decode()
+    task = parse_task({"id": "t", "expected": {"name": expected_name, "arguments": expected_args}})
+    checked = parse_task(
+        {
+            "id": "c",
+            "expected": {"name": expected_name, "arguments": expected_args},
+            "checks": [{"type": "tool_call", "name": "call"}],
+        }
+    )
+    for graded in (task, checked):
+        # (The text path may read two adjacent lone surrogates back as one code point, so the
+        # two verdicts can differ in what they quote; each must still be a verdict.)
+        for outcome in (grade(graded, text, parsed=envelope), grade(graded, text)):
+            assert outcome.result in ("pass", "fail", "stale")
+            assert all(column.error is None for column in outcome.checks)

@@ -48,6 +48,13 @@ def with_model(model: bytes) -> bytes:
     return body.replace(b'"total_tokens": 99', b'"total_tokens": ' + BIG)
 
 
+def with_tool_name(name: bytes) -> bytes:
+    """The recorded body with another tool-call name and a 23-digit usage number."""
+    body = wire("openai_single_tool.json")
+    body = body.replace(b'"total_tokens": 99', b'"total_tokens": ' + BIG)
+    return body.replace(b'"name": "get_weather"', b'"name": "' + name + b'"')
+
+
 def with_argument(value: bytes) -> bytes:
     body = wire("openai_single_tool.json")
     return body.replace(b'"total_tokens": 99', b'"total_tokens": ' + BIG).replace(b"celsius", value)
@@ -77,6 +84,18 @@ HOSTILE: list[tuple[str, list[tuple[bytes, bytes]], bytes, Field, Any]] = [
         with_argument(b"cel\\udfffsius"),
         lambda r: r["reason_code"],
         "value_mismatch",
+    ),
+    (
+        # Red team round 3: counted as a grader error with no row (the name reached orjson).
+        "upstream_tool_name_lone_surrogate",
+        [],
+        with_tool_name(b"get_\\ud800weather"),
+        lambda r: (r["result"], r["reason_code"], r["reason"]),
+        (
+            "fail",
+            "name_mismatch",
+            'name: name mismatch (expected "get_weather", got "get_\\ud800weather")',
+        ),
     ),
 ]
 
