@@ -40,6 +40,7 @@ from proxy.demo.start import (
 from proxy.listeners import ListenError, held_port
 from proxy.logs import configure_logging
 from proxy.state import QUEUE
+from proxy.surfaces.rounding import percent
 
 CONCURRENCY = 8
 DEMO_FLAGS = {"listen.host": "--host", "listen.port": "--port", "results.path": "--results"}
@@ -110,7 +111,9 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     base = f"http://{host}:{bound_port(sites[0])}"
     print(f"gradeproxy demo: proxy {base}/v1 -> demo backend {upstream}\n", flush=True)
-    driving = asyncio.ensure_future(_drive(base, tasks_path, args.rounds))
+    # With inbound keys set (GRADEPROXY_AUTH_KEYS_ENV), the demo's own client sends the first.
+    key = next(iter(config.inbound_keys()), "demo-key")
+    driving = asyncio.ensure_future(_drive(base, tasks_path, args.rounds, key))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait([driving, stopping], return_when=asyncio.FIRST_COMPLETED)
     if not driving.done():
@@ -122,7 +125,7 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
         driving.result()
         await app[QUEUE].drain(30)
         _print_rows(results)
-        print(await _scoreboard(base), flush=True)
+        print(await _scoreboard(base, key), flush=True)
     if not args.exit and not stop.is_set():
         print(
             f"\nServing. Point any OpenAI client at base_url={base}/v1 and send the header "
@@ -149,13 +152,13 @@ def _config(args: argparse.Namespace, tasks_path: Path, upstream: str) -> Config
     return load_config(None, overrides, flags=DEMO_FLAGS)
 
 
-async def _drive(base: str, tasks_path: Path, rounds: int) -> None:
+async def _drive(base: str, tasks_path: Path, rounds: int, key: str) -> None:
     import openai  # the [demo] extra; run() checked it is installed
 
     files = task_files(tasks_path)
     lines = [line for f in files for line in f.read_text().splitlines() if line.strip()]
     tasks = [t for t in map(loads_exact, lines) if "prompt" in t and "tools" in t]
-    client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="demo-key", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(number: int, task: dict[str, Any]) -> None:
@@ -192,8 +195,12 @@ def _print_rows(results: Path) -> None:
     print()
 
 
-async def _scoreboard(base: str) -> str:
-    async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as response:
+async def _scoreboard(base: str, key: str) -> str:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as session,
+        session.get(f"{base}/metrics") as response,
+    ):
         text = await response.text()
     kinds: dict[str, str] = {}
     grades: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -217,7 +224,7 @@ async def _scoreboard(base: str) -> str:
         n = sum(counts.values())
         if n:
             lines.append(
-                f"  {kind:<26} {int(n):>7} {100 * counts['pass'] / n:>7.1f}"
-                f" {100 * counts['stale'] / n:>8.1f}"
+                f"  {kind:<26} {int(n):>7} {percent(counts['pass'], n):>7}"
+                f" {percent(counts['stale'], n):>8}"
             )
     return "\n".join(lines)

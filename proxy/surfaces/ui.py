@@ -243,7 +243,11 @@ def add_ui_routes(
             if worker is not None:
                 data["workers"] = {"count": worker.count, "missing": missing}
             latest[:] = [(time.monotonic(), data)]
-        data = {**latest[0][1], "inspector": inspector_allowed(request, admin, guard)}
+        data = {
+            **latest[0][1],
+            "inspector": inspector_allowed(request, admin, guard),
+            "keyed": guard is not None and guard.keyed,  # the page offers "Log out"
+        }
         return web.json_response(data, headers={"Cache-Control": "no-store"})
 
     async def reading(request: web.Request) -> web.Response:
