@@ -55,10 +55,9 @@ def run(name: str, args: argparse.Namespace) -> int:
         return fail(name, exc)
     if name == "demo-backend":
         configure_logging("info", "json")
-        print(f"demo backend tasks: {tasks_path}", flush=True)
         app = make_demo_backend(tasks_path)
         try:
-            asyncio.run(serve_backend(app, args.host, args.port))
+            asyncio.run(serve_backend(app, args.host, args.port, tasks_path))
         except DemoStartError as exc:
             return fail(name, exc)
         return 0

@@ -112,7 +112,7 @@ def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Cal
     return remove
 
 
-async def serve_backend(app: web.Application, host: str, port: int) -> None:
+async def serve_backend(app: web.Application, host: str, port: int, tasks: Path) -> None:
     """``gradeproxy demo-backend``: hold the port, serve until SIGINT/SIGTERM."""
     sockets = hold_port(host, port, "--port")
     stop = asyncio.Event()
@@ -122,7 +122,8 @@ async def serve_backend(app: web.Application, host: str, port: int) -> None:
         await runner.setup()
         for sock in sockets:
             await web.SockSite(runner, sock).start()
-        print(f"demo backend on http://{host}:{held_port(sockets)}/v1 (Ctrl-C to stop)", flush=True)
+        where = f"http://{host}:{held_port(sockets)}/v1"
+        print(f"demo backend on {where} (tasks: {tasks}; Ctrl-C to stop)", flush=True)
         await stop.wait()
     finally:
         remove()
