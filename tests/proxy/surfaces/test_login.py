@@ -4,9 +4,11 @@ opens the page's JSON and nothing else; /health and the icon open to all."""
 from __future__ import annotations
 
 from http.cookies import SimpleCookie
+from typing import Any
 
 import pytest
 
+from proxy.app import make_admin_app
 from proxy.pipeline.guard import KEY_HEADER
 from proxy.uisession import COOKIE
 from tests.support.proxy import Client, ProxyFactory
@@ -144,3 +146,20 @@ async def test_the_icon_is_an_svg(make_proxy: ProxyFactory) -> None:
     assert answer.status == 200
     assert answer.content_type == "image/svg+xml"
     assert (await answer.read()).startswith(b"<svg")
+
+
+async def test_the_admin_port_has_the_same_login(
+    make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, aiohttp_client: Any
+) -> None:
+    """With admin.port the page lives there, behind the same form, even with /metrics open."""
+    client = await _keyed_proxy(make_proxy, monkeypatch, protect_metrics=False)
+    admin: Client = await aiohttp_client(make_admin_app(client.app))
+    assert 'action="/ui/login"' in await (await admin.get("/ui")).text()
+    assert (await admin.get("/ui/scoreboard.json")).status == 401
+    assert (await admin.get("/health")).status == 200
+    status, cookie = await _log_in(admin)
+    assert status == 303
+    board = await admin.get(
+        "/ui/scoreboard.json", headers={"Cookie": f"{COOKIE}={cookie[COOKIE].value}"}
+    )
+    assert board.status == 200
