@@ -37,6 +37,7 @@ from proxy.app import make_admin_app, make_app
 from proxy.config import Config
 from proxy.errors import ProxyError
 from proxy.eventloop import loop_name
+from proxy.listeners import Held, ListenError, hold
 from proxy.logs import get_logger
 from proxy.pipeline.watchdog import WatchedRunner
 from proxy.state import LIFECYCLE, QUEUE, TASKS, WATCHDOG, WORKER, Lifecycle, WorkerInfo
@@ -53,13 +54,19 @@ log = get_logger("gradeproxy.serve")
 
 
 async def start_sites(
-    config: Config, app: web.Application
-) -> tuple[list[web.AppRunner], list[web.TCPSite]]:
+    config: Config, app: web.Application, held: Held | None = None
+) -> tuple[list[web.AppRunner], list[web.BaseSite]]:
     """Start the proxy (and admin) sites; return them so the caller controls shutdown.
 
-    Raises :class:`StartupError` (after undoing what started) when a port is taken or a file
-    the app opens at start cannot be opened.
+    The ports are held first (``held``, or :func:`hold_ports` here), so nothing the app opens
+    at start (the results file) is touched by a start that cannot listen. Raises
+    :class:`StartupError` (after undoing what started) when a port is taken or a file the app
+    opens at start cannot be opened.
     """
+    try:
+        held = held or hold_ports(config)
+    except ListenError as exc:
+        raise StartupError(str(exc)) from None
     watchdog = app[WATCHDOG]
     client = config.client
     options = {
@@ -76,28 +83,37 @@ async def start_sites(
     try:
         runners.append(runner)  # cleaned up even when setup fails half-way
         await runner.setup()
-        # Workers share the traffic port (proxy/supervisor.py); the kernel spreads connections.
-        reuse_port = True if config.listen.workers > 1 else None
-        sites = [web.TCPSite(runner, config.listen.host, config.listen.port, reuse_port=reuse_port)]
-        if config.admin.port is not None:
+        sites: list[web.BaseSite] = [web.SockSite(runner, sock) for sock in held.traffic]
+        if held.admin:
             admin_runner = WatchedRunner(make_admin_app(app), watchdog, **options)
             runners.append(admin_runner)
             await admin_runner.setup()
-            sites.append(
-                web.TCPSite(
-                    admin_runner, config.admin.host or config.listen.host, config.admin.port
-                )
-            )
+            sites += [web.SockSite(admin_runner, sock) for sock in held.admin]
         for site in sites:
             await _start_site(site)
     except (OSError, StartupError) as exc:
         for started in reversed(runners):
             await started.cleanup()
+        held.close()
         raise StartupError(str(exc) if isinstance(exc, StartupError) else _os_error(exc)) from None
     return runners, sites
 
 
-async def _start_site(site: web.TCPSite) -> None:
+def hold_ports(config: Config) -> Held:
+    """Bind the traffic (and admin) ports, listening; :class:`ListenError` if one is taken."""
+    # Workers share the traffic port (proxy/supervisor.py); the kernel spreads connections.
+    traffic = hold(config.listen.host, config.listen.port, reuse_port=config.listen.workers > 1)
+    if config.admin.port is None:
+        return Held(traffic)
+    try:
+        admin = hold(config.admin.host or config.listen.host, config.admin.port)
+    except ListenError:
+        Held(traffic).close()
+        raise
+    return Held(traffic, admin)
+
+
+async def _start_site(site: web.BaseSite) -> None:
     try:
         await site.start()
     except OSError as exc:
@@ -109,7 +125,7 @@ def _os_error(exc: OSError) -> str:
     return f"{where}{exc.strerror or exc}"
 
 
-def bound_port(site: web.TCPSite) -> int:
+def bound_port(site: web.BaseSite) -> int:
     server = site._server  # aiohttp exposes no public accessor for an ephemeral port
     if server is None or not hasattr(server, "sockets"):
         raise RuntimeError("the site is not listening")
@@ -126,8 +142,12 @@ async def serve(
     """Run until SIGTERM/SIGINT (or ``stop``), then shut down gracefully; ``worker``: this is
     one of ``listen.workers`` processes (proxy/supervisor.py)."""
     try:
+        held = hold_ports(config)  # before anything opens a file
         app = make_app(config)
+    except ListenError as exc:
+        raise StartupError(str(exc)) from None
     except OSError as exc:
+        held.close()
         raise StartupError(_os_error(exc)) from None
     if worker is not None:
         app[WORKER] = worker
@@ -135,7 +155,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     signals = _Signals(loop, stop, app)
     with signals:
-        runners, sites = await start_sites(config, app)
+        runners, sites = await start_sites(config, app, held)
         log.info(
             "listening",
             url=f"http://{config.listen.host}:{bound_port(sites[0])}/v1",

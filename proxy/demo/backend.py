@@ -46,6 +46,8 @@ from proxy.demo.requests import (
     parse_request,
     simulated_error,
 )
+from proxy.demo.responses import answer as responses_answer
+from proxy.demo.responses import parse_responses_request, stream_events
 from proxy.demo.wire import (
     _finish_reason,
     _stream_frames,
@@ -112,10 +114,17 @@ _STATE: Final = web.AppKey("gradeproxy_demo_state", _State)
 def _plan(state: _State, request: DemoRequest, raw: bytes) -> tuple[str, list[dict[str, Any]]]:
     """The completion id and one assistant message per choice."""
     text, answered = last_user_turn(request.messages)
+    return _plan_turn(state, text, answered, request.n, raw)
+
+
+def _plan_turn(
+    state: _State, text: str | None, answered: bool, n: int, raw: bytes
+) -> tuple[str, list[dict[str, Any]]]:
+    """The answers to a user turn (chat or Responses): the task's plan, one counter per task."""
     task = state.recognise(text) if text is not None else None
     if task is not None and not answered:
-        start = state.take(task.id, request.n)
-        messages = [planned_message(task, start + i) for i in range(request.n)]
+        start = state.take(task.id, n)
+        messages = [planned_message(task, start + i) for i in range(n)]
         return "chatcmpl-" + _hex("completion", task.id, str(start))[:29], messages
     number = state.take_other()
     if task is not None:
@@ -126,7 +135,7 @@ def _plan(state: _State, request: DemoRequest, raw: bytes) -> tuple[str, list[di
             f"try this one: {state.tasks[0].prompt}"
         )
     key = _hex("other", str(number), raw.decode("utf-8", "replace"))
-    return "chatcmpl-" + key[:29], [_text_message(content) for _ in range(request.n)]
+    return "chatcmpl-" + key[:29], [_text_message(content) for _ in range(n)]
 
 
 async def _chat_completions(request: web.Request) -> web.StreamResponse:
@@ -180,6 +189,40 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def _responses(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/responses`` (proxy/demo/responses.py has the wire format)."""
+    state = request.app[_STATE]
+    raw = await request.read()
+    parsed = parse_responses_request(raw)
+    simulated = simulated_error(parsed.model)
+    if simulated is not None:
+        raise simulated
+    completion_id, [message] = _plan_turn(state, parsed.text, parsed.answered, 1, raw)
+    key = completion_id.removeprefix("chatcmpl-")
+    response_id = "resp_" + _hex("response", key)[:50]
+    tokens = _tokens(raw.decode("utf-8", "replace"))
+    headers = {"X-Request-Id": "req_" + key}
+    if not parsed.stream:
+        body = responses_answer(response_id, key, parsed, message, tokens)
+        return web.Response(
+            body=orjson.dumps(body), content_type="application/json", headers=headers
+        )
+    response = web.StreamResponse(
+        headers={
+            **headers,
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+        }
+    )
+    await response.prepare(request)
+    for frame in stream_events(response_id, key, parsed, message, tokens):
+        await response.write(frame)
+        if state.chunk_delay:
+            await asyncio.sleep(state.chunk_delay)
+    await response.write_eof()
+    return response
+
+
 def _model_object(model: str) -> dict[str, Any]:
     return {"id": model, "object": "model", "created": _MODEL_CREATED, "owned_by": "gradeproxy"}
 
@@ -214,6 +257,7 @@ def make_demo_backend(tasks_path: Path, *, chunk_delay: float = 0.0) -> web.Appl
     app = web.Application(middlewares=[openai_errors])
     app[_STATE] = _State(tasks=tasks, fingerprint=fingerprint, chunk_delay=chunk_delay)
     app.router.add_post("/v1/chat/completions", _chat_completions)
+    app.router.add_post("/v1/responses", _responses)
     app.router.add_get("/v1/models", _list_models)
     app.router.add_get("/v1/models/{model}", _get_model)
     return app

@@ -12,8 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
-import os
-import signal
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -26,100 +24,141 @@ from prometheus_client.parser import text_string_to_metric_families
 from grader.json import loads_exact
 from grader.tasks import task_files
 from proxy.app import make_app
-from proxy.config import load_config
+from proxy.config import Config, ConfigError, load_config
+from proxy.serve import StartupError, bound_port, hold_ports, shutdown, start_sites
 from proxy.demo.answers import SAMPLE_TASKS_PATH
-from proxy.demo.backend import DEMO_MODELS, make_demo_backend, run_demo_backend
+from proxy.demo.backend import DEMO_MODELS, make_demo_backend
+from proxy.demo.start import (
+    DemoStartError,
+    ResultsClaim,
+    check_tasks,
+    fail,
+    hold_port,
+    serve_backend,
+    stop_on_signals,
+)
+from proxy.listeners import ListenError, held_port
 from proxy.logs import configure_logging
 from proxy.serve import bound_port, shutdown, start_sites
 from proxy.state import QUEUE
+from proxy.surfaces.rounding import percent
 
 CONCURRENCY = 8
+DEMO_FLAGS = {"listen.host": "--host", "listen.port": "--port", "results.path": "--results"}
 OPENAI_HINT = "the demo drives traffic with the openai SDK: pip install 'gradeproxy[demo]'"
 
 
 def run(name: str, args: argparse.Namespace) -> int:
     tasks_path: Path = args.tasks or SAMPLE_TASKS_PATH
+    try:
+        check_tasks(tasks_path)
+    except DemoStartError as exc:
+        return fail(name, exc)
     if name == "demo-backend":
         configure_logging("info", "json")
-        print(
-            f"demo backend on http://{args.host}:{args.port}/v1 (tasks: {tasks_path})", flush=True
-        )
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(run_demo_backend(args.host, args.port, tasks_path))
+        app = make_demo_backend(tasks_path)
+        try:
+            asyncio.run(serve_backend(app, args.host, args.port, tasks_path))
+        except DemoStartError as exc:
+            return fail(name, exc)
         return 0
     # Only the traffic driver needs the SDK; the backend above runs without the [demo] extra.
     if importlib.util.find_spec("openai") is None:
         print(f"gradeproxy demo: {OPENAI_HINT}", file=sys.stderr)
         return 1
     configure_logging("warning", "json")
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         asyncio.run(demo(args, tasks_path))
+    except (DemoStartError, StartupError) as exc:
+        return fail(name, exc)
+    except ConfigError as exc:
+        return fail(name, f"config error: {exc}")
     return 0
 
 
 async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
+    stop = asyncio.Event()
+    stop_on_signals(asyncio.get_running_loop(), stop)  # also while the traffic runs
+    results: Path = args.results
+    # The upstream is the backend's, known once its port is held.
+    config = _config(args, tasks_path, "http://127.0.0.1:9/v1")
+    # Both ports first, the results file last: a second demo started by mistake stops here.
+    # The backend stays on loopback even when the proxy listens on 0.0.0.0 (the Docker image).
+    backend_sockets = hold_port("127.0.0.1", args.backend_port, "--backend-port")
+    try:
+        held = hold_ports(config)
+    except ListenError as exc:
+        for sock in backend_sockets:
+            sock.close()
+        raise DemoStartError(f"--port: {exc}") from None
+    try:
+        claim = ResultsClaim(results)
+    except DemoStartError:
+        held.close()
+        for sock in backend_sockets:
+            sock.close()
+        raise
+    claim.start_fresh()
     backend = web.AppRunner(make_demo_backend(tasks_path), access_log=None)
     await backend.setup()
-    # The backend stays on loopback even when the proxy listens on 0.0.0.0 (the Docker image).
-    backend_site = web.TCPSite(backend, "127.0.0.1", args.backend_port)
-    await backend_site.start()
-    upstream = f"http://127.0.0.1:{bound_port(backend_site)}/v1"
-    results: Path = args.results
-    await asyncio.to_thread(results.unlink, missing_ok=True)
-    config = load_config(
-        None,
-        {
-            "upstream": {"url": upstream},
-            "tasks": {"path": str(tasks_path)},
-            "listen": {"host": args.host, "port": args.port},
-            "results": {"path": str(results)},
-            "shutdown": {"drain_delay_s": 0.0, "grace_period_s": 10.0},
-            "logging": {"level": "warning"},
-        },
-    )
+    for sock in backend_sockets:
+        await web.SockSite(backend, sock).start()
+    upstream = f"http://127.0.0.1:{held_port(backend_sockets)}/v1"
+    config = _config(args, tasks_path, upstream)
     app = make_app(config)
-    runners, sites = await start_sites(config, app)
+    runners, sites = await start_sites(config, app, held)
     # Listening on every address (the Docker image): drive and print through loopback.
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     base = f"http://{host}:{bound_port(sites[0])}"
     print(f"gradeproxy demo: proxy {base}/v1 -> demo backend {upstream}\n", flush=True)
-    await _drive(base, tasks_path, args.rounds)
-    await app[QUEUE].drain(30)
-    _print_rows(results)
-    print(await _scoreboard(base), flush=True)
-    if args.exit:
-        await shutdown(config, app, runners)
-        await backend.cleanup()
-        return
-    print(
-        f"\nServing. Point any OpenAI client at base_url={base}/v1 and send the header "
-        f"'X-Grade-Task: <task id>' (ids in {tasks_path}).\n"
-        f"Live page (scoreboard, failure inspector): {base}/ui\n"
-        f"Metrics: {base}/metrics   Results: {results}   Stop: Ctrl-C",
-        flush=True,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def interrupt() -> None:
-        if stop.is_set():  # a second Ctrl-C: do not wait for the shutdown (as `serve`)
-            os._exit(130)
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupt)
-    await stop.wait()
+    # With inbound keys set (GRADEPROXY_AUTH_KEYS_ENV), the demo's own client sends the first.
+    key = next(iter(config.inbound_keys()), "demo-key")
+    driving = asyncio.ensure_future(_drive(base, tasks_path, args.rounds, key))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([driving, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if not driving.done():
+        driving.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await driving
+    else:
+        stopping.cancel()
+        driving.result()
+        await app[QUEUE].drain(30)
+        _print_rows(results)
+        print(await _scoreboard(base, key), flush=True)
+    if not args.exit and not stop.is_set():
+        print(
+            f"\nServing. Point any OpenAI client at base_url={base}/v1 and send the header "
+            f"'X-Grade-Task: <task id>' (ids in {tasks_path}).\n"
+            f"Live page (scoreboard, failure inspector): {base}/ui\n"
+            f"Metrics: {base}/metrics   Results: {results}   Stop: Ctrl-C",
+            flush=True,
+        )
+        await stop.wait()
     await shutdown(config, app, runners)
     await backend.cleanup()
+    claim.release()
 
 
-async def _drive(base: str, tasks_path: Path, rounds: int) -> None:
+def _config(args: argparse.Namespace, tasks_path: Path, upstream: str) -> Config:
+    overrides: dict[str, dict[str, Any]] = {
+        "upstream": {"url": upstream},
+        "tasks": {"path": str(tasks_path)},
+        "listen": {"host": args.host, "port": args.port},
+        "results": {"path": str(args.results)},
+        "shutdown": {"drain_delay_s": 0.0, "grace_period_s": 10.0},
+        "logging": {"level": "warning"},
+    }
+    return load_config(None, overrides, flags=DEMO_FLAGS)
+
+
+async def _drive(base: str, tasks_path: Path, rounds: int, key: str) -> None:
     import openai  # the [demo] extra; run() checked it is installed
 
     files = task_files(tasks_path)
     lines = [line for f in files for line in f.read_text().splitlines() if line.strip()]
     tasks = [t for t in map(loads_exact, lines) if "prompt" in t and "tools" in t]
-    client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="demo-key", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(number: int, task: dict[str, Any]) -> None:
@@ -156,8 +195,12 @@ def _print_rows(results: Path) -> None:
     print()
 
 
-async def _scoreboard(base: str) -> str:
-    async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as response:
+async def _scoreboard(base: str, key: str) -> str:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as session,
+        session.get(f"{base}/metrics") as response,
+    ):
         text = await response.text()
     kinds: dict[str, str] = {}
     grades: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -181,7 +224,7 @@ async def _scoreboard(base: str) -> str:
         n = sum(counts.values())
         if n:
             lines.append(
-                f"  {kind:<26} {int(n):>7} {100 * counts['pass'] / n:>7.1f}"
-                f" {100 * counts['stale'] / n:>8.1f}"
+                f"  {kind:<26} {int(n):>7} {percent(counts['pass'], n):>7}"
+                f" {percent(counts['stale'], n):>8}"
             )
     return "\n".join(lines)

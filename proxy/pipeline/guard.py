@@ -9,9 +9,11 @@ In order, each step cheap and before the body is read:
    resolve it to a path the proxy never routed. 400 in OpenAI's error shape, before the /v1
    check, so no such request reaches the upstream or the admin routes.
 2. **Inbound keys** (``auth.keys_env``): a key in ``X-Gradeproxy-Key`` or ``Authorization:
-   Bearer``, compared in constant time with every configured key; 401 otherwise. /livez and
-   /readyz are always open, /metrics unless ``auth.protect_metrics``. The header that carried
-   the key is never forwarded (see :data:`STRIP`).
+   Bearer``, compared in constant time with every configured key; 401 otherwise. /livez,
+   /readyz and /health are always open, /metrics unless ``auth.protect_metrics``; so are the
+   page's shell, its login form and its icon, while the page's JSON also takes the login
+   session's cookie (proxy/uisession.py). The header that carried the key is never forwarded
+   (see :data:`STRIP`).
 3. **Trace headers**, validated once (proxy/telemetry/tracecontext.py) into ``request[TRACE]``.
 4. **An early 413** from a declared ``Content-Length`` over ``limits.max_body_bytes``, before
    one byte of the body is read, with ``Connection: close``.
@@ -36,13 +38,14 @@ from proxy.errors import (
 )
 from proxy.pipeline.watchdog import BodyReadTimeoutError, Conn, Phase, Watchdog
 from proxy.telemetry.tracecontext import TraceContext, trace_context
+from proxy.uisession import COOKIE, SESSION_PATHS, Sessions
 
 __all__ = ["KEY_HEADER", "STRIP", "TRACE", "Guard", "dot_segment"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 KEY_HEADER = "X-Gradeproxy-Key"
-OPEN_PATHS = frozenset({"/livez", "/readyz"})
+OPEN_PATHS = frozenset({"/livez", "/readyz", "/health", "/ui", "/ui/login", "/favicon.ico"})
 TRACE = web.RequestKey("trace", TraceContext)
 # Names of request headers that must not be forwarded (the one that carried the inbound key).
 STRIP = web.RequestKey("strip_headers", tuple)
@@ -93,6 +96,8 @@ class Guard:
         watchdog: Watchdog | None,
     ) -> None:
         self._keys = tuple(key.encode("utf-8") for key in keys)
+        self.keyed = bool(keys)
+        self.sessions = Sessions(keys)
         self._open = OPEN_PATHS if protect_metrics else OPEN_PATHS | {"/metrics"}
         self.max_body_bytes = max_body_bytes
         self.watchdog = watchdog
@@ -120,8 +125,16 @@ class Guard:
         given = self._presented(request)[1]
         return given is not None and self._matches(given)
 
+    def has_session(self, request: web.Request) -> bool:
+        """Whether ``request`` is for the page's JSON and carries a valid login cookie."""
+        return request.path in SESSION_PATHS and self.sessions.valid(request.cookies.get(COOKIE))
+
+    def key_is_valid(self, given: str) -> bool:
+        """Whether ``given`` is one of the inbound keys (the page's login form)."""
+        return bool(self._keys) and self._matches(given)
+
     def _authorise(self, request: web.Request) -> None:
-        if not self._keys or request.path in self._open:
+        if not self._keys or request.path in self._open or self.has_session(request):
             return
         via, given = self._presented(request)
         if given is None:

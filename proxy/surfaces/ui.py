@@ -11,8 +11,9 @@ serves the page).
 Raw answers are customer content (seed 003), so ``/ui/failures.json`` is served on the admin
 port, or on the traffic port only to a loopback client or to a request carrying a valid inbound
 key (``auth.keys_env``, checked by the guard's own
-:meth:`~proxy.pipeline.guard.Guard.has_valid_key`); anyone else gets 403 and the page says where to
-look. The scoreboard's counts carry no content and stay open. Also here: ``/`` (links to the page,
+:meth:`~proxy.pipeline.guard.Guard.has_valid_key`) or the page's login session
+(proxy/surfaces/login.py); anyone else gets 403 and the page says where to look. The
+scoreboard's counts carry no content and stay open. Also here: ``/`` (links to the page,
 ``/metrics`` and ``/readyz``) and
 ``/health`` (the answer of ``/readyz``).
 """
@@ -34,6 +35,7 @@ from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.state import CONFIG, METRICS, QUEUE_SLOT, WORKER
 from proxy.surfaces.health import readyz
+from proxy.surfaces.login import add_login_routes
 from proxy.surfaces.peers import read_peers
 
 FAILURES = web.AppKey("failures", FailureRing)
@@ -193,8 +195,10 @@ def _rated(counts: dict[str, float], results: tuple[str, ...] = RESULTS) -> dict
 
 def inspector_allowed(request: web.Request, admin: bool, guard: Guard | None = None) -> bool:
     """Raw answers go to the admin port, to a client on this machine, or to a request with a
-    valid inbound key (when ``auth.keys_env`` is configured)."""
-    if admin or (guard is not None and guard.has_valid_key(request)):
+    valid inbound key or the page's login session (when ``auth.keys_env`` is configured)."""
+    if admin:
+        return True
+    if guard is not None and (guard.has_valid_key(request) or guard.has_session(request)):
         return True
     try:
         return request.remote is not None and ipaddress.ip_address(request.remote).is_loopback
@@ -211,9 +215,6 @@ def add_ui_routes(
     """The page and its JSON on ``target`` (the admin app, or the proxy app without one);
     ``guard`` is the request guard, whose key check may open the inspector."""
     metrics = proxy_app[METRICS]
-
-    async def page(request: web.Request) -> web.Response:
-        return web.Response(body=PAGE, content_type="text/html", charset="utf-8")
 
     async def index(request: web.Request) -> web.Response:
         return web.Response(body=INDEX, content_type="text/html", charset="utf-8")
@@ -253,7 +254,11 @@ def add_ui_routes(
             if worker is not None:
                 data["workers"] = {"count": worker.count, "missing": missing, **gone}
             latest[:] = [(time.monotonic(), data)]
-        data = {**latest[0][1], "inspector": inspector_allowed(request, admin, guard)}
+        data = {
+            **latest[0][1],
+            "inspector": inspector_allowed(request, admin, guard),
+            "keyed": guard is not None and guard.keyed,  # the page offers "Log out"
+        }
         return web.json_response(data, headers={"Cache-Control": "no-store"})
 
     async def reading(request: web.Request) -> web.Response:
@@ -282,7 +287,7 @@ def add_ui_routes(
 
     target.router.add_get("/", index)
     target.router.add_get("/health", readyz)
-    target.router.add_get("/ui", page)
+    add_login_routes(target, guard, PAGE)  # /ui itself, its login form, the icon
     target.router.add_get("/ui/scoreboard.json", board)
     target.router.add_get("/ui/failures.json", failures)
     target.router.add_get("/ui/worker.json", reading)

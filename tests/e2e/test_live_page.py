@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.surfaces.rounding import percent
 from tests.support.paths import REPO
 from tests.support.process import free_port
 from tests.support.tools import unavailable
@@ -174,7 +175,7 @@ def test_numbers_shown_equal_metrics_and_rows(
     passed = sum(n for (_, result), n in from_rows.items() if result == "pass")
     assert page.locator("#total-primary-graded .n").inner_text() == str(total)
     assert page.locator("#total-primary-pass .n").inner_text() == (
-        f"{100 * passed / total:.1f}% ({passed})"
+        f"{percent(passed, total)}% ({passed})"
     )
     # No sideways scrolling, and the totals are on screen without it.
     scroll_width = page.evaluate("document.documentElement.scrollWidth")

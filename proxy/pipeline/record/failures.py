@@ -147,7 +147,11 @@ def failure_entry(task: Task, row: dict[str, Any], capture_answer: bool) -> dict
 
     Pure, so the grading process builds it beside the row and the proxy only keeps it.
     """
-    if not capture_answer or "answer" not in row:
+    if not capture_answer:
+        return None
+    if row.get("kind") == "episode":
+        return episode_entry(task, row)
+    if "answer" not in row:
         return None
     answer = str(row["answer"])
     return {
@@ -173,12 +177,46 @@ def failure_entry(task: Task, row: dict[str, Any], capture_answer: bool) -> dict
     }
 
 
+def episode_entry(task: Task, row: dict[str, Any]) -> dict[str, Any]:
+    """The inspector's entry for a failing episode: it has no single answer to show, so the
+    entry names the columns that failed (and why), the turns and calls, and the outcome the
+    episode's replay reached. Finished as it is (:func:`rendered` leaves it alone)."""
+    return {
+        "kind": "episode",
+        "request_id": row.get("request_id") or row.get("episode_id"),
+        "episode_id": row.get("episode_id"),
+        "time": row.get("time"),
+        "task_id": task.id,
+        "mutation_kind": task.mutation_kind,
+        "model": row.get("model"),
+        "variant": row.get("variant"),
+        "choice": row.get("choice"),
+        "result": row["result"],
+        "reason_code": next(
+            (c.get("reason_code") for c in row.get("columns", []) if c.get("passed") is False),
+            None,
+        ),
+        "turns": row.get("turns"),
+        "calls": row.get("calls"),
+        "columns": [
+            {k: c.get(k) for k in ("name", "passed", "reason", "reason_code")}
+            for c in row.get("columns", [])
+        ],
+        "outcome": row.get("outcome"),
+        "replay_problems": row.get("replay_problems") or [],
+        "answer_runs": [],
+        "truncated": False,
+    }
+
+
 def rendered(entry: dict[str, Any]) -> dict[str, Any]:
     """A draft entry finished as ``/ui/failures.json`` shows it: the answer as runs of visible
     and invisible characters, and the first path where the call differs from the expected one
     when the grader named none. The work is kept in the draft, so an entry is finished once
     however often the page is read; two readers finishing one entry at once write the same
     values, one key at a time, so neither sees a half-finished entry."""
+    if entry.get("kind") == "episode":
+        return entry
     if entry["answer_runs"] is None:
         expected, got = entry["expected"], entry["got"]
         if entry["path"] is None and expected is not None and isinstance(got, dict):

@@ -125,6 +125,27 @@ async def test_a_delete_earlier_in_the_history_fails_the_episode(
     assert failed[f'gradeproxy_episodes_total{{result="fail",task="{BILLING}"}}'] == 1
 
 
+async def test_a_failing_episode_is_shown_in_the_failure_inspector(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
+) -> None:
+    """It used to be counted as seen and never shown ("0 shown, 1 seen"): an episode row has no
+    single answer; its entry names the failed column and why."""
+    client = await make_proxy()
+    steps: list[Step] = [
+        ("get_payment", {"payment_id": "pay_1002"}, {"id": "pay_1002"}),
+        ("delete_payment", {"payment_id": "pay_1002"}, {"ok": True}),
+    ]
+    await drive(client, backend, steps, "Done.", {"X-Grade-Episode": "ep-shown"})
+    await rows_of(client, results_path)
+    inspector = await (await client.get("/ui/failures.json")).json()
+    [entry] = inspector["failures"]
+    assert inspector["seen"] == 1
+    assert (entry["kind"], entry["task_id"], entry["result"]) == ("episode", BILLING, "fail")
+    failed = {c["name"]: c for c in entry["columns"] if c["passed"] is False}
+    assert "'delete_payment' is not an allowed action" in failed["authority_ok"]["reason"]
+    assert entry["reason_code"] in {c["reason_code"] for c in failed.values()}
+
+
 async def test_role_header_decides_authority(
     make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
 ) -> None:
