@@ -25,7 +25,6 @@ from grader.json import loads_exact
 from grader.tasks import task_files
 from proxy.app import make_app
 from proxy.config import Config, ConfigError, load_config
-from proxy.serve import StartupError, bound_port, hold_ports, shutdown, start_sites
 from proxy.demo.answers import SAMPLE_TASKS_PATH
 from proxy.demo.backend import DEMO_MODELS, make_demo_backend
 from proxy.demo.start import (
@@ -39,7 +38,7 @@ from proxy.demo.start import (
 )
 from proxy.listeners import ListenError, held_port
 from proxy.logs import configure_logging
-from proxy.serve import bound_port, shutdown, start_sites
+from proxy.serve import StartupError, bound_port, hold_ports, shutdown, start_sites
 from proxy.state import QUEUE
 from proxy.surfaces.rounding import percent
 
