@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -23,6 +24,8 @@ from proxy.config.model import ENV_PREFIX, Config, Judge, Shadow
 from proxy.config.urls import check_base_url
 from proxy.config.yamlpos import field_line, yaml_error_line
 from proxy.telemetry.settings import tracing_problems
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP field name (RFC 9110 token)
 
 
 def _check_secret(where: str, name: str | None) -> None:
@@ -126,6 +129,9 @@ def _validate(config: Config) -> Config:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
+    for name in config.upstream.strip_client_credentials:
+        if not _TOKEN.fullmatch(name):
+            raise ConfigError(f"upstream.strip_client_credentials: not a header name: {name!r}")
     _check_secret("upstream.api_key_env", config.upstream.api_key_env)
     _check_secret("auth.keys_env", config.auth.keys_env)
     if config.auth.keys_env and not config.inbound_keys():
