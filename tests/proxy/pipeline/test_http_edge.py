@@ -72,6 +72,7 @@ async def raw_upstream(answer: RawUpstream) -> AsyncIterator[Live]:
             )
             await reader.readexactly(length)
             await answer(reader, writer)
+            await reader.read()  # the connection stays open until the proxy closes it
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
