@@ -113,7 +113,8 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
             _collector,
         ]
     )
-    app.router.add_route("*", "/v1/{tail:.*}", proxy_handler, expect_handler=expect_handler)
+    expecting = expect_handler(metrics)  # a bad Expect: a 400 or 417 of ours, not aiohttp's 500
+    app.router.add_route("*", "/v1/{tail:.*}", proxy_handler, expect_handler=expecting)
     if config.scoring.enabled and not config.scoring.on_admin_port:
         add_scoring_routes(app, max_batch=config.scoring.max_batch)
     if config.admin.port is None:

@@ -18,7 +18,7 @@ Never raises from a log call: aiohttp calls it while answering the client.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from aiohttp import web
@@ -27,9 +27,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 from proxy.errors import ProxyError
 from proxy.logs import escape_text, get_logger
 from proxy.pipeline.record.metrics import ProxyMetrics
-from proxy.state import METRICS, REQUEST_ID
 
 __all__ = ["REASON_CHARS", "ServerLog", "expect_handler", "server_log"]
+
+ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
 REASON_CHARS = 200  # the longest reason a line keeps (aiohttp quotes the offending bytes)
 
@@ -107,23 +108,25 @@ class BadExpectError(ProxyError):
     code: ClassVar[str] = "invalid_expect_header"
 
 
-async def expect_handler(request: web.Request) -> web.StreamResponse | None:
-    """The proxied routes' ``Expect`` handling (aiohttp calls it before any middleware)."""
-    expect = request.headers.get("Expect", "")
-    if request.version != (1, 1):
-        return None
-    if expect.lower() == "100-continue":
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0  # the interim response is not the answer (as aiohttp)
-        return None
-    error: ProxyError
-    if not expect.isascii():
-        error = BadExpectError("the Expect header holds a byte that is not ASCII")
-    else:
-        shown = expect[:REASON_CHARS]
-        error = ExpectationError(f"unknown Expect: {shown}")
-    log.info("malformed_request", status=error.status, reason=error.message, error=error.code)
-    metrics = request.app.get(METRICS)
-    if metrics is not None:
+def expect_handler(metrics: ProxyMetrics) -> ExpectHandler:
+    """The proxied routes' ``Expect`` handling (aiohttp calls it before any middleware, so
+    before the request has an id), counting what it refuses in ``metrics``."""
+
+    async def handle(request: web.Request) -> web.StreamResponse | None:
+        expect = request.headers.get("Expect", "")
+        if request.version != (1, 1):
+            return None
+        if expect.lower() == "100-continue":
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the interim response is not the answer (aiohttp)
+            return None
+        error: ProxyError
+        if not expect.isascii():
+            error = BadExpectError("the Expect header holds a byte that is not ASCII")
+        else:
+            error = ExpectationError(f"unknown Expect: {expect[:REASON_CHARS]}")
+        log.info("malformed_request", status=error.status, reason=error.message, error=error.code)
         metrics.request_done("other", error.status, 0.0, None, 0.0)
-    return error.response(request.get(REQUEST_ID))
+        return error.response()
+
+    return handle
