@@ -28,7 +28,8 @@ EXAMPLES = sorted((REPO / "config").glob("*.yaml")) + sorted(
     [
         pytest.param(
             {"GRADEPROXY_UPSTREAM_API_KEY": "sk-x"},
-            "connect_timeout_s, idle_timeout_s, shadow, url); did you mean upstream.api_key_env?"
+            "connect_timeout_s, idle_timeout_s, shadow, strip_client_credentials, url); "
+            "did you mean upstream.api_key_env?"
             " (from environment variable GRADEPROXY_UPSTREAM_API_KEY)",
             id="misspelt_secret_variable",
         ),
