@@ -19,12 +19,12 @@ Never raises from a log call: aiohttp calls it while answering the client.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from proxy.errors import ProxyError
+from proxy.errors import BadExpectError, ExpectationError, ProxyError
 from proxy.logs import escape_text, get_logger
 from proxy.pipeline.record.metrics import ProxyMetrics
 
@@ -90,22 +90,6 @@ class ServerLog:
 def server_log(metrics: ProxyMetrics) -> ServerLog:
     """The server's logger, counting each refused request in the request metrics."""
     return ServerLog(lambda status: metrics.request_done("other", status, 0.0, None, 0.0))
-
-
-class ExpectationError(ProxyError):
-    """An ``Expect`` other than ``100-continue`` (417, as aiohttp answers it)."""
-
-    status: ClassVar[int] = 417
-    type: ClassVar[str] = "invalid_request_error"
-    code: ClassVar[str] = "expectation_failed"
-
-
-class BadExpectError(ProxyError):
-    """An ``Expect`` value that is not ASCII: a malformed request."""
-
-    status: ClassVar[int] = 400
-    type: ClassVar[str] = "invalid_request_error"
-    code: ClassVar[str] = "invalid_expect_header"
 
 
 def expect_handler(metrics: ProxyMetrics) -> ExpectHandler:
