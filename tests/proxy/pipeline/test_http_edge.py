@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -37,7 +38,7 @@ def status_line(response: bytes) -> int:
 
 @contextlib.asynccontextmanager
 async def scripted(
-    tasks: Path | None = None, results: Path | None = None, **sections: object
+    tasks: Path | None = None, results: Path | None = None, **sections: dict[str, Any]
 ) -> AsyncIterator[tuple[ScriptedBackend, Live]]:
     backend = ScriptedBackend()
     runner = web.AppRunner(backend.app())
