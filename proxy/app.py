@@ -27,6 +27,7 @@ from proxy.logs import get_logger
 from proxy.pipeline.child import GC_YOUNG_THRESHOLD
 from proxy.pipeline.guard import Guard
 from proxy.pipeline.ledger import Ledger
+from proxy.pipeline.malformed import expect_handler
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
@@ -115,7 +116,8 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
             _collector,
         ]
     )
-    app.router.add_route("*", "/v1/{tail:.*}", proxy_handler)
+    expecting = expect_handler(metrics)  # a bad Expect: a 400 or 417 of ours, not aiohttp's 500
+    app.router.add_route("*", "/v1/{tail:.*}", proxy_handler, expect_handler=expecting)
     if config.scoring.enabled and not config.scoring.on_admin_port:
         add_scoring_routes(app, max_batch=config.scoring.max_batch)
     if config.admin.port is None:

@@ -15,6 +15,8 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     │   └── UpstreamProtocolError      502 upstream_protocol_error  protocol
     ├── BodyTooLargeError           413 request_too_large   proxy.errors
     ├── BadTargetError              400 invalid_request_target
+    ├── BadExpectError              400 invalid_expect_header (not ASCII)
+    ├── ExpectationError            417 expectation_failed (not 100-continue)
     ├── InvalidKeyError             401 invalid_api_key
     ├── ClientTimeoutError          408 request_timeout
     ├── DrainingError               503 server_draining (with Retry-After)
@@ -132,6 +134,22 @@ class BadTargetError(ProxyError):
     status = 400
     type = "invalid_request_error"
     code = "invalid_request_target"
+
+
+class BadExpectError(ProxyError):
+    """An ``Expect`` value that is not ASCII: a malformed request (proxy/pipeline/malformed.py)."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_expect_header"
+
+
+class ExpectationError(ProxyError):
+    """An ``Expect`` other than ``100-continue`` (417, as aiohttp answers it)."""
+
+    status = 417
+    type = "invalid_request_error"
+    code = "expectation_failed"
 
 
 class InvalidKeyError(ProxyError):

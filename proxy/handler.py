@@ -25,11 +25,11 @@ from typing import NoReturn
 from aiohttp import web
 from multidict import CIMultiDict
 
-from proxy.config import Grading
+from proxy.config import Config
 from proxy.errors import UPSTREAM_KIND_OF, DrainingError, ProxyError, UpstreamError
 from proxy.pipeline.admit import Admission, SkipReason, admit, sampled
 from proxy.pipeline.capture.delivered import answered, relay_skip
-from proxy.pipeline.episodes import turn_of
+from proxy.pipeline.episodes import header_role, turn_of
 from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.guard import STRIP, TRACE
@@ -70,7 +70,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     )
     body = await request.read()
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
-    headers = _upstream_headers(request, grading, target.api_key, request_id)
+    headers = _upstream_headers(request, app[CONFIG], target.api_key, request_id)
     exchange = _Exchange(request, request_id, admitted, target, body, started)
     span = exchange.span = _span(request, headers, admitted.route, body, target.url)
     if target.shadow is not None and admitted.task is not None:
@@ -91,8 +91,11 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
 
 
 def _upstream_headers(
-    request: web.Request, grading: Grading, api_key: str | None, request_id: str
+    request: web.Request, config: Config, api_key: str | None, request_id: str
 ) -> CIMultiDict[str]:
+    grading = config.grading
+    # With the proxy's own key injected, the client's credentials are not the upstream's.
+    credentials = config.upstream.strip_client_credentials if api_key is not None else ()
     return request_headers(
         request.headers,
         private_prefixes=("x-grade-", "x-gradeproxy-", grading.meta_header_prefix),
@@ -102,6 +105,7 @@ def _upstream_headers(
             grading.run_header,
             grading.sample_id_header,
             *request.get(STRIP, ()),
+            *credentials,
         ),
         api_key=api_key,
         request_id=request_id,
@@ -275,7 +279,7 @@ class _Exchange:
             pair_id=self.pair_id,
             api=admitted.api or "chat_completions",
             episode=turn_of(request.headers, task, grading),
-            role=(request.headers.get(grading.role_header) or "")[:256] or None,
+            role=header_role(request.headers, grading),
             sample_id=request.headers.get(grading.sample_id_header),
             upstream_request_id=outcome.upstream_request_id,
             span=self.span,

@@ -39,8 +39,9 @@ from proxy.errors import ProxyError
 from proxy.eventloop import loop_name
 from proxy.listeners import Held, ListenError, hold
 from proxy.logs import get_logger
+from proxy.pipeline.malformed import server_log
 from proxy.pipeline.watchdog import WatchedRunner
-from proxy.state import LIFECYCLE, QUEUE, TASKS, WATCHDOG, WORKER, Lifecycle, WorkerInfo
+from proxy.state import LIFECYCLE, METRICS, QUEUE, TASKS, WATCHDOG, WORKER, Lifecycle, WorkerInfo
 
 # aiohttp cancels what is left this long after shutdown has cut the relays itself.
 CUT_MARGIN_S = 1.0
@@ -75,6 +76,8 @@ async def start_sites(
         "auto_decompress": False,  # request bodies are forwarded as the client encoded them
         # aiohttp's own idle close is only a backstop behind the watchdog's phases.
         "keepalive_timeout": client.idle_timeout_s + client.header_timeout_s + 5,
+        # A request aiohttp refuses: one JSON line and a count, not a traceback.
+        "logger": server_log(app[METRICS]),
     }
     runner = WatchedRunner(
         app, watchdog, shutdown_timeout=config.shutdown.grace_period_s + CUT_MARGIN_S, **options

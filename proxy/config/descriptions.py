@@ -48,6 +48,10 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         "host": "address for the admin port",
     },
     "Upstream": {
+        "strip_client_credentials": (
+            "with an injected key (`api_key_env`), the client's headers of these names are not "
+            "forwarded (docs/operations.md, client credentials)"
+        ),
         "client": (
             "the upstream client of every route and shadow that names none: `fast` (the "
             "proxy's own HTTP/1.1 client) or `aiohttp` (aiohttp's ClientSession)"
@@ -122,6 +126,10 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         ),
     },
     "Grading": {
+        "trust_role_header": (
+            "believe a client's `role_header`; off, the role is the episode record's or "
+            "`item.role` (docs/operations.md, the role header)"
+        ),
         "job_deadline_s": (
             "the grading process holding one job this long is killed and restarted; the job "
             'counts as `grading_errors_total{kind="grader_deadline"}` (docs/operations.md)'

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -24,6 +25,8 @@ from proxy.config.tls import ssl_context
 from proxy.config.tracing import tracing_problems
 from proxy.config.urls import check_base_url
 from proxy.config.yamlpos import field_line, yaml_error_line
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP field name (RFC 9110 token)
 
 
 def _check_secret(where: str, name: str | None) -> None:
@@ -134,6 +137,9 @@ def _validate(config: Config) -> Config:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
+    for name in config.upstream.strip_client_credentials:
+        if not _TOKEN.fullmatch(name):
+            raise ConfigError(f"upstream.strip_client_credentials: not a header name: {name!r}")
     _check_secret("upstream.api_key_env", config.upstream.api_key_env)
     ssl_context("upstream.tls", config.upstream.tls)
     _check_secret("auth.keys_env", config.auth.keys_env)

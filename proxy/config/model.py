@@ -82,6 +82,9 @@ class Upstream:
     # A request past the cap waits for one, within connect_timeout_s.
     max_connections_per_origin: int = 0
     tls: Tls = field(default_factory=Tls)
+    # The client's own credentials, never sent upstream when the proxy injects its key (an
+    # api_key_env, here or on the route); Authorization is always replaced then.
+    strip_client_credentials: tuple[str, ...] = ("api-key", "X-Api-Key", "Cookie")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,9 @@ class Grading:
     # value is the episode id), the role, and the header that marks the last turn.
     episode_header: str = "X-Grade-Episode"
     role_header: str = "X-Grade-Role"
+    # Whether a client's role_header is believed (it can turn policy authority_ok true): off,
+    # the role is the task's record's or item's; on only where clients are trusted to say it.
+    trust_role_header: bool = False
     episode_end_header: str = "X-Grade-Episode-End"
     episode_max_turns: int = 200
     episode_max_calls: int = 1000

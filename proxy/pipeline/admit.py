@@ -31,6 +31,8 @@ SkipReason = Literal[
     "empty_response",
     "unsupported_route",
     "shutdown",
+    # the decoded answer is over ``limits.max_capture_bytes``: the proxy kept only part of it
+    "capture_limit",
     # agent episodes (proxy/pipeline/episodes.py): a turn that is not the last of an
     # episode-only task, an episode whose history the request does not carry whole, an episode
     # over a limit

@@ -9,9 +9,10 @@ episode gives the same row both ways.
 
 The ``X-Grade-Episode`` value is the row's ``episode_id``: a retried final turn writes a second
 row with the same id and reports keep the last. Without the header the id is a digest of the
-task and the log. ``X-Grade-Role`` is the episode's role; it wins over the record's and the
-item's. A history the proxy cannot see whole — ``previous_response_id`` or ``conversation``
-(server-side state), or a tool result whose call is not in it (trimmed) — is never graded as
+task and the log. ``X-Grade-Role`` is the episode's role, read only with
+``grading.trust_role_header``; then it wins over the record's and the item's. A history the
+proxy cannot see whole — ``previous_response_id`` or ``conversation`` (server-side state), or
+a tool result whose call is not in it (trimmed) — is never graded as
 if whole: it is counted as ``episode_incomplete``. Turns, calls and bytes are bounded.
 
 Never raises for any request or response: a body that does not parse is ``episode_incomplete``.
@@ -65,16 +66,25 @@ async def judge_episode(outcome: EpisodeOutcome, task: Task, judge: Judge | None
         await judge_cause(outcome.row, task.episode, outcome.log, judge, task.item)
 
 
+def header_role(headers: Mapping[str, str], grading: Any) -> str | None:
+    """The request's role header, cut at ``MAX_HEADER``, when ``grading.trust_role_header``
+    allows it; otherwise None, and the role is the record's or the item's: a client must not
+    name its own authority (``authority_ok``) unless the deployment trusts it to."""
+    if not grading.trust_role_header:
+        return None
+    role = headers.get(grading.role_header)
+    return role[:MAX_HEADER] if role else None
+
+
 def turn_of(headers: Mapping[str, str], task: Task | None, grading: Any) -> EpisodeTurn | None:
     """The episode turn of a request for a task with a grader record, else None."""
     if task is None or task.episode is None:
         return None
     episode_id = headers.get(grading.episode_header)
-    role = headers.get(grading.role_header)
     end = headers.get(grading.episode_end_header, "")
     return EpisodeTurn(
         episode_id[:MAX_HEADER] if episode_id else None,
-        role[:MAX_HEADER] if role else None,
+        header_role(headers, grading),
         end.strip().lower() in _TRUE,
         grading.episode_max_turns,
         grading.episode_max_calls,

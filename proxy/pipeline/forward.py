@@ -20,6 +20,7 @@ from yarl import URL
 from proxy.errors import DrainingError, UpstreamError, UpstreamTimeoutError, in_band_error
 from proxy.logs import escape_text
 from proxy.pipeline.decoding import CaptureBuffer
+from proxy.pipeline.rawhead import RawHeadResponse, RawHeadStreamResponse
 from proxy.pipeline.transport.base import Reply, Transport
 from proxy.pipeline.upstream import Origin, Timeouts
 
@@ -143,6 +144,7 @@ class Relay:
     client_disconnected: bool = False
     headers_sent: bool = False  # the response's status line reached the client's socket
     capture_truncated: bool = False  # the capture copy was cut at the limit (or undecodable)
+    capture_over_limit: bool = False  # cut at the limit (not a decoding error): a skip
     cut: str | None = None  # set by shutdown when it ends this relay at the end of the grace
     at_event_boundary: bool = True  # whether the bytes relayed so far end an SSE event
     started_at: float = 0.0  # perf_counter when the upstream request was sent
@@ -187,6 +189,7 @@ async def relay(
             return await _streamed(request, upstream, headers_out, out, copy, capture)
         finally:
             out.capture_truncated = copy.truncated
+            out.capture_over_limit = copy.truncated and copy.error is None
     finally:
         upstream.close()
 
@@ -211,7 +214,8 @@ async def _buffered(
     out.body_bytes = len(data)
     if capture:
         copy.add(data)
-    response = web.Response(status=upstream.status, body=data, headers=headers)
+    kind = RawHeadResponse if upstream.raw_values else web.Response
+    response = kind(status=upstream.status, body=data, headers=headers)
     if client_gone(request):
         # Nobody will read this answer: not delivered, so neither logged 200 nor graded.
         out.client_disconnected = True
@@ -241,7 +245,8 @@ async def _streamed(
     if out.stream:
         headers.setdefault("Cache-Control", "no-cache")
         headers["X-Accel-Buffering"] = "no"
-    response = web.StreamResponse(status=upstream.status, headers=headers)
+    kind = RawHeadStreamResponse if upstream.raw_values else web.StreamResponse
+    response = kind(status=upstream.status, headers=headers)
     try:
         await response.prepare(request)
     except ConnectionResetError:  # the client left before the response headers

@@ -44,4 +44,6 @@ def relay_skip(outcome: Relay, body: bytes, api: Api) -> SkipReason | None:
         return "client_disconnected"
     if outcome.status >= 400 or outcome.upstream_failed is not None:
         return "upstream_error"
+    if outcome.capture_over_limit:  # only part of the answer was kept: not gradable
+        return "capture_limit"
     return None

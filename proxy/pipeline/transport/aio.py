@@ -124,6 +124,12 @@ class AiohttpReply:
     def headers(self) -> CIMultiDictProxy[str]:
         return self._response.headers
 
+    @property
+    def raw_values(self) -> bool:
+        # aiohttp's client hands header values over decoded; bytes that are not UTF-8 are relayed
+        # as it decoded them (only the fast client relays them byte for byte).
+        return False
+
     async def read(self) -> bytes:
         try:
             data = await self._response.read()

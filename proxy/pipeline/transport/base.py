@@ -39,6 +39,11 @@ class Reply(Protocol):
     @property
     def content_length(self) -> int | None: ...
 
+    @property
+    def raw_values(self) -> bool:
+        """Some header value is not valid UTF-8: the relay writes the head itself, as sent."""
+        ...
+
     async def read(self) -> bytes:
         """The whole body (the relay asks only for a sized one, within its buffering limit)."""
         ...

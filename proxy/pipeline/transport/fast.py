@@ -103,6 +103,10 @@ class _Capped:
     def content_length(self) -> int | None:
         return self._open.content_length
 
+    @property
+    def raw_values(self) -> bool:
+        return self._open.raw_values
+
     async def read(self) -> bytes:
         return await self._open.read()
 

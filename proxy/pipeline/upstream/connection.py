@@ -32,7 +32,15 @@ class UpstreamResponse:
     """The response's status and headers; its body read whole or as it arrives. ``close``
     gives the connection back to the pool when the response ended on a keep-alive exchange."""
 
-    __slots__ = ("_conn", "_release", "content_length", "content_type", "headers", "status")
+    __slots__ = (
+        "_conn",
+        "_release",
+        "content_length",
+        "content_type",
+        "headers",
+        "raw_values",
+        "status",
+    )
 
     def __init__(self, conn: Connection, release: Callable[[Connection], None]) -> None:
         self._conn, self._release = conn, release
@@ -41,6 +49,9 @@ class UpstreamResponse:
         # Values decoded as aiohttp's parser does (obs-text kept by surrogateescape).
         pairs = [(n.decode("latin-1"), v.decode("utf-8", "surrogateescape")) for n, v in raw]
         headers: CIMultiDict[str] = CIMultiDict(pairs)
+        # A value that is not valid UTF-8 holds escapes aiohttp's writer would drop: the relay
+        # writes that head itself (proxy/pipeline/rawhead.py). ASCII heads skip the check.
+        self.raw_values = not all(v.isascii() for _, v in raw) and not all(_utf8(v) for _, v in raw)
         self.headers = CIMultiDictProxy(headers)
         kind = headers.get("Content-Type")
         media = kind.split(";", 1)[0].strip().lower() if kind else ""
@@ -276,6 +287,9 @@ class Connection(asyncio.Protocol):
             return
         assert self.parser is not None
         status = self.parser.get_status_code()
+        if status < 100:  # "000" and the like: no status at all, a 502 now (not a 1xx wait)
+            self.fail(UpstreamProtocolError(f"the upstream sent an invalid status: {status:03d}"))
+            return
         if status < 200:  # 1xx: informational, the real response follows
             self.raw = []
             return
@@ -308,6 +322,14 @@ class Connection(asyncio.Protocol):
     def _complete(self, keep_alive: bool) -> None:
         self.done, self.keep_alive = True, keep_alive and not self.unsent
         self._wake()
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _framed(raw: list[tuple[bytes, bytes]]) -> bool:

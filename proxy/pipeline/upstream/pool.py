@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import ssl
 from dataclasses import dataclass
 from typing import Final
@@ -161,7 +162,13 @@ class UpstreamPool:
             fresh = now - conn.idle_since < self.keepalive_s
             # A closing transport (the upstream's close seen, its loss not yet delivered) would
             # take the request and fail it: a POST is never sent again.
-            if not conn.lost and fresh and transport is not None and not transport.is_closing():
+            if (
+                not conn.lost
+                and fresh
+                and transport is not None
+                and not transport.is_closing()
+                and not _readable(transport)
+            ):
                 return conn
             conn.shut()
         return None
@@ -185,6 +192,22 @@ class UpstreamPool:
         except OSError as exc:
             raise UpstreamUnreachableError(f"cannot connect to the upstream: {exc}") from None
         return conn
+
+
+def _readable(transport: asyncio.Transport) -> bool:
+    """Whether an idle connection's socket holds bytes (or its close) the event loop has not
+    read yet: an unrequested response sent late would otherwise be taken for the answer to
+    the next request (nginx has the same window; this narrows it to the moment of reuse).
+    One ``poll`` with no wait; a socket that cannot be polled counts as not readable."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _head(method: str, path: str, host: str, headers: CIMultiDict[str], body: bytes) -> bytes:

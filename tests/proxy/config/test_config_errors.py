@@ -28,7 +28,8 @@ EXAMPLES = sorted((REPO / "config").glob("*.yaml")) + sorted(
     [
         pytest.param(
             {"GRADEPROXY_UPSTREAM_API_KEY": "sk-x"},
-            "shadow, tls, trust_env, url); did you mean upstream.api_key_env?"
+            "shadow, strip_client_credentials, tls, trust_env, url); "
+            "did you mean upstream.api_key_env?"
             " (from environment variable GRADEPROXY_UPSTREAM_API_KEY)",
             id="misspelt_secret_variable",
         ),

@@ -86,7 +86,8 @@ async def test_decompression_bomb_is_relayed_as_sent_and_cut_for_grading(
     make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path, chunked: bool
 ) -> None:
     """64 MiB of zeros in ~64 KB of gzip: the client gets the 64 KB; the capture stops at 1 MiB
-    and the response is reported ungradable, not graded from a partial copy."""
+    and the response is skipped as ``capture_limit``, not graded from a partial copy nor
+    counted as a grading error (issue 39)."""
     bomb = gzip.compress(b'{"choices":[{"message":{"content":"' + b"0" * (64 * 1024 * 1024))
     backend.replies.append(Reply(body=bomb, headers={"Content-Encoding": "gzip"}, chunked=chunked))
     client = await make_proxy(limits={"max_capture_bytes": 1024 * 1024})
@@ -99,7 +100,8 @@ async def test_decompression_bomb_is_relayed_as_sent_and_cut_for_grading(
     assert await response.read() == bomb
     assert await rows_of(client, results_path) == []
     metrics = await (await client.get("/metrics")).text()
-    assert 'gradeproxy_grading_errors_total{kind="capture"} 1.0' in metrics
+    assert 'gradeproxy_grading_skipped_total{reason="capture_limit"} 1.0' in metrics
+    assert 'gradeproxy_grading_errors_total{kind="capture"} 0.0' in metrics
 
 
 @pytest.mark.parametrize(

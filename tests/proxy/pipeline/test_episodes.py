@@ -18,6 +18,7 @@ BILLING = task("billing.duplicate_charge.episode")
 GRADING = SimpleNamespace(
     episode_header="X-Grade-Episode",
     role_header="X-Grade-Role",
+    trust_role_header=True,
     episode_end_header="X-Grade-Episode-End",
     episode_max_turns=50,
     episode_max_calls=50,
@@ -40,6 +41,10 @@ def test_turn_of_reads_the_headers_only_for_tasks_with_a_record() -> None:
     assert turn is not None
     assert (len(turn.episode_id or ""), turn.role, turn.ends) == (256, "lead", True)
     assert turn_of(headers, None, GRADING) is None
+    untrusted = SimpleNamespace(**{**vars(GRADING), "trust_role_header": False})
+    turn = turn_of(headers, BILLING, untrusted)
+    assert turn is not None
+    assert turn.role is None  # the record's role decides, not the client's header
 
 
 @pytest.mark.parametrize(

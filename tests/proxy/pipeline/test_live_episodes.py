@@ -146,10 +146,22 @@ async def test_a_failing_episode_is_shown_in_the_failure_inspector(
     assert entry["reason_code"] in {c["reason_code"] for c in failed.values()}
 
 
-async def test_role_header_decides_authority(
-    make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
+@pytest.mark.parametrize(
+    ("trusted", "second"),
+    [
+        pytest.param(True, ("billing_lead", True), id="trusted_header_wins"),
+        # Issue 39: any client could name itself billing_lead and turn authority_ok true.
+        pytest.param(False, ("billing_specialist", False), id="untrusted_header_ignored"),
+    ],
+)
+async def test_role_header_decides_authority_only_when_trusted(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    trusted: bool,
+    second: tuple[str, bool],
 ) -> None:
-    client = await make_proxy()
+    client = await make_proxy(grading={"trust_role_header": trusted})
     steps: list[Step] = [
         ("refund_payment", {"payment_id": "pay_1002"}, {"ok": True}),
         ("cancel_invoice", {"invoice_id": "inv_501"}, {"ok": True}),
@@ -160,7 +172,7 @@ async def test_role_header_decides_authority(
     rows = await rows_of(client, results_path)
     assert [(r["role"], r["authority_ok"], r["outcome"]) for r in rows] == [
         ("billing_specialist", False, "accepted_alternatives[0]"),
-        ("billing_lead", True, "accepted_alternatives[0]"),
+        (*second, "accepted_alternatives[0]"),
     ]
 
 
@@ -313,16 +325,25 @@ async def test_a_task_with_turn_checks_keeps_its_turn_rows_beside_the_episode_ro
     assert skipped['gradeproxy_grading_skipped_total{reason="episode_turn"}'] == 0
 
 
-@pytest.mark.parametrize(("role", "authorised"), [(None, True), ("trainee", False)])
+@pytest.mark.parametrize(
+    ("role", "trusted", "authorised"),
+    [
+        pytest.param(None, True, True, id="item_role"),
+        pytest.param("trainee", True, False, id="trusted_header_over_item_role"),
+        pytest.param("trainee", False, True, id="untrusted_header_ignored"),
+    ],
+)
 async def test_role_header_reaches_the_per_turn_policy_check(
     make_proxy: ProxyFactory,
     backend: ScriptedBackend,
     results_path: Path,
     tasks_file: Path,
     role: str | None,
+    trusted: bool,
     authorised: bool,
 ) -> None:
-    """The one-response case: the same role rule as episodes, X-Grade-Role over item.role."""
+    """The one-response case: the same role rule as episodes, X-Grade-Role over item.role
+    when ``grading.trust_role_header`` allows it."""
     examples = REPO / "config" / "tasks" / "checks-examples.jsonl"
     lines = (await asyncio.to_thread(examples.read_text)).splitlines()
     policy = next(line for line in lines if '"payments.new_required_field.policy"' in line)
@@ -337,7 +358,7 @@ async def test_role_header_reaches_the_per_turn_policy_check(
         },
     }
     backend.replies.append(Reply(body=completion({"role": "assistant", "tool_calls": [call]})))
-    client = await make_proxy()
+    client = await make_proxy(grading={"trust_role_header": trusted})
     headers = {"X-Grade-Task": "payments.new_required_field.policy"}
     headers |= {"X-Grade-Role": role} if role else {}
     response = await client.post("/v1/chat/completions", json={"messages": []}, headers=headers)
