@@ -22,7 +22,9 @@ what each rule means for a value in :mod:`grader.checks.call_rules`):
   one with ``duplicate_call``). Each entry may carry its own ``acceptable``, ``optional``,
   ``strings`` and ``numbers`` beside ``name`` and ``arguments``; check-level options apply to
   every entry, an entry's own ones are added to them;
-* ``expect_no_call: true`` — passes only when the answer carries no call at all.
+* ``expect_no_call: true`` — passes only when the answer carries no call at all;
+* ``expect_call: true`` — passes when the answer carries a call, whatever its function and
+  arguments (BFCL's relevance entries: the model should not refuse).
 
 Paths are written as the grader reports them: ``arguments.filters.status``,
 ``arguments.items[0].qty``.
@@ -74,6 +76,7 @@ class ToolCallCheck(BaseCheck):
     expect_no_call: bool = False
     count: str = "last"
     numbers_from_request: bool = False
+    expect_call: bool = False
     # Results of outcomes that never vary (see _constant); not part of the check's identity.
     results: dict[str, CheckResult] = field(
         default_factory=dict, compare=False, hash=False, repr=False
@@ -90,7 +93,9 @@ class ToolCallCheck(BaseCheck):
         spec = Spec(
             definition,
             where,
-            frozenset({"expected", "parallel", "expect_no_call", "count", *RULE_KEYS}),
+            frozenset(
+                {"expected", "parallel", "expect_no_call", "expect_call", "count", *RULE_KEYS}
+            ),
         )
         expected, stale = task_expected, task_stale
         if "expected" in definition:
@@ -100,6 +105,11 @@ class ToolCallCheck(BaseCheck):
         no_call = definition.get("expect_no_call", False)
         if not isinstance(no_call, bool):
             raise spec.error("expect_no_call", "must be true or false")
+        any_call = definition.get("expect_call", False)
+        if not isinstance(any_call, bool):
+            raise spec.error("expect_call", "must be true or false")
+        if any_call and len(definition.keys() - {"name", "type", "expect_call"}) > 0:
+            raise spec.error("expect_call", "cannot be combined with other options")
         count = definition.get("count", "last")
         if count not in COUNTS:
             raise spec.error("count", f"must be one of {', '.join(COUNTS)}")
@@ -110,7 +120,7 @@ class ToolCallCheck(BaseCheck):
             raise spec.error("expect_no_call", "cannot be combined with other options")
         if parallel and "count" in definition:
             raise spec.error("count", "applies to the single-call form: 'parallel' is exact")
-        if not no_call and not parallel and expected is None:
+        if not no_call and not any_call and not parallel and expected is None:
             raise spec.error(
                 "expected", "is missing: give the task an 'expected' call or the check one"
             )
@@ -128,6 +138,7 @@ class ToolCallCheck(BaseCheck):
             no_call,
             count,
             definition.get("numbers") == FROM_REQUEST,
+            any_call,
         )
 
     # --- grading ----------------------------------------------------------------------------
@@ -138,6 +149,12 @@ class ToolCallCheck(BaseCheck):
             if name is not None:
                 return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
             return self._constant("expected_no_call", True, "no call, as expected", "match")
+        if self.expect_call:
+            if _first_call_name(sample) is None:
+                return self._constant(
+                    "expected_call", False, "expected a call, got none", "no_call"
+                )
+            return self._constant("a_call", True, "a call, as expected", "match")
         if self.numbers_from_request and not context.request_tools:
             reason = "numbers is 'from_request' but the request declared no tools"
             return self.result(None, reason, "no_request_tools", error=reason)
@@ -201,7 +218,7 @@ class ToolCallCheck(BaseCheck):
 
     def verdict(self, sample: Sample) -> Verdict | None:
         """The tool-call verdict of a single-call check (None for parallel and no-call forms)."""
-        if self.expect_no_call or self.parallel or self.expected is None:
+        if self.expect_no_call or self.expect_call or self.parallel or self.expected is None:
             return None
         return self._grade(self.expected, self.stale, sample.answer)
 
