@@ -272,8 +272,31 @@ def grade(
         verdict = None if task.expected_call is None else match_call(task.expected, None, answer)
         return _outcome(task, [r for c in checks for r in _not_a_string(c, answer)], verdict)
     sample, row, ctx = _prepare(task, answer, item, context)
-    results = [run_check(c, sample, row, ctx) for c in checks]
-    return _outcome(task, results, _verdict_of(task, checks, sample))
+    results, verdict = _run_checks(checks, sample, row, ctx)
+    if verdict is None:
+        verdict = _verdict_of(task, checks, sample)
+    return _outcome(task, results, verdict)
+
+
+def _run_checks(
+    checks: Sequence[Check], sample: Sample, row: Mapping[str, Any], ctx: CheckContext
+) -> tuple[list[CheckResult], Verdict | None]:
+    """Every check's column, and the first single-call ``tool_call`` check's verdict from the
+    same match (one match per answer: :meth:`ToolCallCheck.graded`); None when no check gave
+    one, and :func:`_verdict_of` decides."""
+    results: list[CheckResult] = []
+    verdict: Verdict | None = None
+    for check in checks:
+        if verdict is None and isinstance(check, ToolCallCheck):
+            try:
+                result, verdict = check.graded(sample, ctx)
+            except Exception as exc:  # as run_check: a bug is a check_error column
+                results.append(_crashed(check, exc))
+                continue
+            results.append(_with_context(result, ctx))
+        else:
+            results.append(run_check(check, sample, row, ctx))
+    return results, verdict
 
 
 # The columns of the checks that need no judge, in the task's check order (None where a judge

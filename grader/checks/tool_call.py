@@ -57,7 +57,7 @@ from grader.checks.json_schema import FROM_REQUEST, request_schema
 from grader.checks.sample import CheckContext, Sample
 from grader.toolcall.extract import Call, call_from_value, extract
 from grader.toolcall.match import match_call, no_call_verdict
-from grader.verdict import Verdict
+from grader.verdict import REASON_CODES, ReasonCode, Verdict
 
 # The details of a verdict without a path or stale call; read-only, since results that hold it
 # are shared (ToolCallCheck._constant).
@@ -65,6 +65,7 @@ _NOT_STALE: Mapping[str, Any] = MappingProxyType({"path": None, "staleSchemaUsed
 _CONSTANT_VERDICTS = frozenset({"no_call", "too_deep"})
 DEFAULT_DEFINITION: Mapping[str, Any] = {"name": "tool_call", "type": "tool_call"}
 COUNTS = ("last", "exactly_one")
+VERDICT_CODES: Mapping[str, ReasonCode] = {code: code for code in REASON_CODES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,28 +145,41 @@ class ToolCallCheck(BaseCheck):
     # --- grading ----------------------------------------------------------------------------
 
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
-        if self.expect_no_call:
-            name = _first_call_name(sample)
-            if name is not None:
-                return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
-            return self._constant("expected_no_call", True, "no call, as expected", "match")
+        return self.graded(sample, context)[0]
+
+    def graded(self, sample: Sample, context: CheckContext) -> tuple[CheckResult, Verdict | None]:
+        """The check's result and, for the single-call form, the tool-call verdict of the same
+        match (None for the parallel and call/no-call forms): the engine fills the outcome's
+        verdict from it instead of matching the answer a second time."""
+        if self.expect_no_call or self.expect_call:
+            return self._run_presence(sample), None
+        if self.numbers_from_request and not context.request_tools:
+            reason = "numbers is 'from_request' but the request declared no tools"
+            error = self.result(None, reason, "no_request_tools", error=reason)
+            return error, self.verdict(sample)
+        tools = (context.request_tools or []) if self.numbers_from_request else None
+        if self.parallel:
+            return self._run_parallel(answer_calls(sample), tools), None
+        if self.expected is None:  # build() refuses this; kept total for the type checker
+            error = self.result(None, "no expected call", "check_error", error="no expected call")
+            return error, None
+        if self.matcher is not None:
+            return self._run_rules(self.matcher, self.expected, sample, tools)
+        verdict = self._grade(self.expected, self.stale, sample.answer)
+        return self._from_verdict(verdict), verdict
+
+    def _run_presence(self, sample: Sample) -> CheckResult:
+        """``expect_no_call`` and ``expect_call``: whether the answer carries a call at all."""
+        name = _first_call_name(sample)
         if self.expect_call:
-            if _first_call_name(sample) is None:
+            if name is None:
                 return self._constant(
                     "expected_call", False, "expected a call, got none", "no_call"
                 )
             return self._constant("a_call", True, "a call, as expected", "match")
-        if self.numbers_from_request and not context.request_tools:
-            reason = "numbers is 'from_request' but the request declared no tools"
-            return self.result(None, reason, "no_request_tools", error=reason)
-        tools = (context.request_tools or []) if self.numbers_from_request else None
-        if self.parallel:
-            return self._run_parallel(answer_calls(sample), tools)
-        if self.expected is None:  # build() refuses this; kept total for the type checker
-            return self.result(None, "no expected call", "check_error", error="no expected call")
-        if self.matcher is not None:
-            return self._run_rules(self.matcher, self.expected, sample, tools)
-        return self._from_verdict(self._grade(self.expected, self.stale, sample.answer))
+        if name is not None:
+            return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
+        return self._constant("expected_no_call", True, "no call, as expected", "match")
 
     def _grade(self, expected: Call, stale: Call | None, answer: str) -> Verdict:
         """:func:`grader.toolcall.match.match_call` against ``expected``: grading.md's grader,
@@ -174,37 +188,41 @@ class ToolCallCheck(BaseCheck):
 
     def _run_rules(
         self, matcher: ExpectedCall, expected: Call, sample: Sample, tools: list[Any] | None
-    ) -> CheckResult:
+    ) -> tuple[CheckResult, Verdict | None]:
         """The single-call form with options: the last usable call (or the only call).
 
         Calls are read once (``answer_calls``): a ``tool_calls`` answer is not re-serialised
         and re-extracted, and pre-parsed ``output_tools`` arguments are not parsed at all. A
         text answer is extracted once: without a call, its extraction gives the verdict.
+        The verdict is this match's, options applied (:func:`_rules_verdict`).
         """
         found = None if sample.output_tools else extract(sample.answer)
         calls = answer_calls(sample, found)
         if self.count == "exactly_one" and len(calls) > 1:
             dup = any(_same(calls[0], c) for c in calls[1:])
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
-            return self.result(False, f"expected exactly one call, got {len(calls)}", code)
+            extra = self.result(False, f"expected exactly one call, got {len(calls)}", code)
+            return extra, self.verdict(sample)
         got = _last_usable(calls)
         if got is None:
             if found is not None:  # text: extract's own no-call verdict
-                return self._from_verdict(no_call_verdict(found))
-            return self._from_verdict(self._grade(expected, None, sample.answer))
+                verdict = no_call_verdict(found)
+            else:
+                verdict = self._grade(expected, None, sample.answer)
+            return self._from_verdict(verdict), verdict
         miss = matcher.mismatch(got) or _typed(got, tools)
         if miss is None:
-            return self._rules_result(None)
+            return self._rules_result(None), _rules_verdict(got, None)
         if self.stale is not None:
             stale_found = call_from_value({"name": got.name, "arguments": got.arguments})
             if stale_found is not None and stale_found.canonical == self.stale.canonical:
-                return self.result(
-                    False,
-                    "staleSchemaUsed: the call matches the pre-migration schema",
-                    "stale_schema",
-                    details={"path": None, "staleSchemaUsed": True},
+                reason = "staleSchemaUsed: the call matches the pre-migration schema"
+                stale = self.result(
+                    False, reason, "stale_schema", details={"path": None, "staleSchemaUsed": True}
                 )
-        return self._rules_result(miss)
+                return stale, Verdict(0, True, reason, "stale_schema", None, _graded(got))
+        ruled = _rules_verdict(got, miss)
+        return self._rules_result(miss), ruled if ruled is not None else self.verdict(sample)
 
     def _rules_result(self, miss: Mismatch | None) -> CheckResult:
         if miss is None:
@@ -217,7 +235,9 @@ class ToolCallCheck(BaseCheck):
         )
 
     def verdict(self, sample: Sample) -> Verdict | None:
-        """The tool-call verdict of a single-call check (None for parallel and no-call forms)."""
+        """grading.md's plain tool-call verdict of a single-call check, options not applied
+        (None for parallel and call/no-call forms): :meth:`graded` gives it where a rule's
+        outcome has no verdict code (an extra call, a numeric type)."""
         if self.expect_no_call or self.expect_call or self.parallel or self.expected is None:
             return None
         return self._grade(self.expected, self.stale, sample.answer)
@@ -301,6 +321,19 @@ def _first_call_name(sample: Sample) -> str | None:
         return name if isinstance(name, str) and name else "<unnamed>"
     found = extract(sample.answer).call
     return None if found is None else found.name or "<unnamed>"
+
+
+def _graded(call: AnswerCall) -> dict[str, Any]:
+    return {"name": call.name, "arguments": call.arguments}
+
+
+def _rules_verdict(call: AnswerCall, miss: Mismatch | None) -> Verdict | None:
+    """The verdict of a rules match, options applied: a pass, or the mismatch where its code
+    is a verdict's (None otherwise: the caller falls back to the plain verdict)."""
+    if miss is None:
+        return Verdict(1, False, "matches the expected call", "match", None, _graded(call))
+    code = VERDICT_CODES.get(miss.code)
+    return None if code is None else Verdict(0, False, miss.reason, code, miss.path, _graded(call))
 
 
 def _typed(call: AnswerCall, tools: list[Any] | None) -> Mismatch | None:
