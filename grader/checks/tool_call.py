@@ -65,7 +65,11 @@ _NOT_STALE: Mapping[str, Any] = MappingProxyType({"path": None, "staleSchemaUsed
 _CONSTANT_VERDICTS = frozenset({"no_call", "too_deep"})
 DEFAULT_DEFINITION: Mapping[str, Any] = {"name": "tool_call", "type": "tool_call"}
 COUNTS = ("last", "exactly_one")
-VERDICT_CODES: Mapping[str, ReasonCode] = {code: code for code in REASON_CODES}
+# A rule mismatch's code as a verdict's (grading.md's codes; a strict number is a type).
+VERDICT_CODES: Mapping[str, ReasonCode] = {
+    **{code: code for code in REASON_CODES},
+    "numeric_type_mismatch": "type_mismatch",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +206,11 @@ class ToolCallCheck(BaseCheck):
             dup = any(_same(calls[0], c) for c in calls[1:])
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             extra = self.result(False, f"expected exactly one call, got {len(calls)}", code)
+            last = _last_usable(calls)
+            if last is not None and self.stale is None:  # the verdict grades the last call
+                ruled = _rules_verdict(last, matcher.mismatch(last) or _typed(last, tools))
+                if ruled is not None:
+                    return extra, ruled
             return extra, self.verdict(sample)
         got = _last_usable(calls)
         if got is None:
@@ -237,7 +246,7 @@ class ToolCallCheck(BaseCheck):
     def verdict(self, sample: Sample) -> Verdict | None:
         """grading.md's plain tool-call verdict of a single-call check, options not applied
         (None for parallel and call/no-call forms): :meth:`graded` gives it where a rule's
-        outcome has no verdict code (an extra call, a numeric type)."""
+        outcome has no verdict code, or the task a stale call and several calls."""
         if self.expect_no_call or self.expect_call or self.parallel or self.expected is None:
             return None
         return self._grade(self.expected, self.stale, sample.answer)

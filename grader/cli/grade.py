@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,13 @@ def _grade_all(answers: list[Answer], judge: Judge | None, progress: Progress) -
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    finally:
+        gc.unfreeze()  # called in process (tests, the Python API's users): leave gc as it was
+
+
+def _run(args: argparse.Namespace) -> int:
     judge = None
     try:
         if args.out is not None and is_parquet(args.out):
@@ -173,8 +181,15 @@ def run(args: argparse.Namespace) -> int:
                 judge = load_judge(args.judge)
             except ValueError as exc:
                 raise InputError(str(exc)) from None
-        tasks = load_tasks(args.tasks)
-        answers = read_answers(args.answers, tasks)
+        collecting = gc.isenabled()
+        gc.disable()  # loading builds no garbage cycles, only what lives to the end
+        try:
+            tasks = load_tasks(args.tasks)
+            answers = read_answers(args.answers, tasks)
+        finally:
+            gc.freeze()  # the tasks and answers: the collector need not scan them again
+            if collecting:
+                gc.enable()
         show = args.progress
         if show is None:
             show = sys.stderr.isatty() and len(answers) >= PROGRESS_MIN_ROWS
