@@ -38,7 +38,6 @@ one, never a fail. A check that raises is a bug: a ``check_error`` column, never
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -332,6 +331,8 @@ async def grade_async(
     client = as_judge(judge)
     if client is None or not needs_judge(task) or not isinstance(answer, str):
         return grade(task, answer, context, item)
+    import asyncio  # imported here: asyncio is a good part of the command line's start-up
+
     checks = checks_of(task)
     sample, row, ctx = _prepare(task, answer, item, context)
     judged = iter(

@@ -18,7 +18,6 @@ nothing written: every input row is validated before the first byte of output.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import sys
 from pathlib import Path
@@ -158,6 +157,8 @@ def _grade_all(answers: list[Answer], judge: Judge | None, progress: Progress) -
                 graded.append(_grade_one(where, task, answer, row))
             progress.update(done)
         return graded
+
+    import asyncio
 
     return asyncio.run(judged())
 

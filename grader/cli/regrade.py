@@ -13,7 +13,6 @@ unusable task set or judge config, or an unwritable output, with nothing written
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -90,6 +89,8 @@ def _grade_all(items: list[tuple[Task, dict[str, Any]]], judge: Judge | None) ->
             else one(task, row)
             for task, row in items
         ]
+
+    import asyncio
 
     return asyncio.run(judged())
 

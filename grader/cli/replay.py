@@ -14,7 +14,6 @@ record, with nothing written: every line is validated before the first byte of o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,6 +115,8 @@ async def judge_rows(
     judge: Judge,
 ) -> None:
     """Settle judge-form ``cause_correct`` columns, concurrently within the judge's limit."""
+    import asyncio
+
     await asyncio.gather(
         *(
             judge_cause(row, task.episode, log, judge, task.item)
@@ -173,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     if judge is not None and any(
         task.episode is not None and needs_judge(task.episode, log) for task, log, _ in episodes
     ):
+        import asyncio
+
         asyncio.run(judge_rows(episodes, rows, judge))
     report = EpisodeReport(tasks.digest)
     report.extend(rows)
