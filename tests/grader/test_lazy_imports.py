@@ -1,7 +1,8 @@
 """The command line starts without the libraries only some task sets need.
 
 ``gradeproxy grade`` imports the grader's check registry; jsonschema (a good part of the start-up)
-is imported when a ``json_schema`` check first builds a validator, not before. Checked in a
+is imported when a ``json_schema`` check first builds a validator, asyncio when a judge is
+used, yaml when a judge config is read — not before. Checked in a
 fresh interpreter, since the test process has long imported everything.
 """
 
@@ -14,8 +15,9 @@ import pytest
 
 PROBE = """
 import sys
+LIBRARIES = ("asyncio", "jsonschema", "referencing", "yaml")
 {setup}
-print(",".join(sorted(m for m in ("jsonschema", "referencing") if m in sys.modules)))
+print(",".join(sorted(m for m in LIBRARIES if m in sys.modules)))
 """
 
 
@@ -39,7 +41,7 @@ print(",".join(sorted(m for m in ("jsonschema", "referencing") if m in sys.modul
         ),
     ],
 )
-def test_jsonschema_is_imported_only_when_a_check_needs_it(setup: str, loaded: str) -> None:
+def test_libraries_are_imported_only_when_needed(setup: str, loaded: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", PROBE.format(setup=setup)],
         capture_output=True,
