@@ -214,12 +214,19 @@ def _not_a_string(check: Check, answer: object) -> tuple[CheckResult, ...]:
     )
 
 
-def _verdict_of(task: Task, checks: Sequence[Check], sample: Sample) -> Verdict | None:
+def _verdict_of(
+    task: Task, checks: Sequence[Check], sample: Sample, ctx: CheckContext
+) -> Verdict | None:
+    """The first single-call ``tool_call`` check's verdict (as :func:`grade` gets it from the
+    check's run), else :func:`_task_verdict`."""
     for check in checks:
-        if isinstance(check, ToolCallCheck):
-            verdict = check.verdict(sample)
-            if verdict is not None:
-                return verdict
+        if isinstance(check, ToolCallCheck) and check.gives_verdict:
+            return check.graded(sample, ctx)[1]
+    return _task_verdict(task, sample)
+
+
+def _task_verdict(task: Task, sample: Sample) -> Verdict | None:
+    """grading.md's verdict on the task's own expected call, when no check gave one."""
     if task.expected_call is None:
         return None
     return match_call(task.expected_call, task.stale, sample.answer)
@@ -273,7 +280,7 @@ def grade(
     sample, row, ctx = _prepare(task, answer, item, context)
     results, verdict = _run_checks(checks, sample, row, ctx)
     if verdict is None:
-        verdict = _verdict_of(task, checks, sample)
+        verdict = _task_verdict(task, sample)
     return _outcome(task, results, verdict)
 
 
@@ -282,7 +289,7 @@ def _run_checks(
 ) -> tuple[list[CheckResult], Verdict | None]:
     """Every check's column, and the first single-call ``tool_call`` check's verdict from the
     same match (one match per answer: :meth:`ToolCallCheck.graded`); None when no check gave
-    one, and :func:`_verdict_of` decides."""
+    one (then the task's own expected call decides: :func:`_task_verdict`)."""
     results: list[CheckResult] = []
     verdict: Verdict | None = None
     for check in checks:
@@ -348,7 +355,7 @@ async def grade_async(
             results.append(next(judged))
         else:  # a column the caller did not bring is computed here
             results.append(column or run_check(check, sample, row, ctx))
-    return _outcome(task, results, _verdict_of(task, checks, sample))
+    return _outcome(task, results, _verdict_of(task, checks, sample, ctx))
 
 
 def _tool_list(value: object) -> list[dict[str, Any]] | None:

@@ -243,11 +243,18 @@ class ToolCallCheck(BaseCheck):
             details={"path": miss.path, "staleSchemaUsed": False},
         )
 
+    @property
+    def gives_verdict(self) -> bool:
+        """Whether :meth:`graded` gives a verdict: the single-call form."""
+        return not (self.expect_no_call or self.expect_call or self.parallel) and (
+            self.expected is not None
+        )
+
     def verdict(self, sample: Sample) -> Verdict | None:
         """grading.md's plain tool-call verdict of a single-call check, options not applied
         (None for parallel and call/no-call forms): :meth:`graded` gives it where a rule's
         outcome has no verdict code, or the task a stale call and several calls."""
-        if self.expect_no_call or self.expect_call or self.parallel or self.expected is None:
+        if not self.gives_verdict or self.expected is None:
             return None
         return self._grade(self.expected, self.stale, sample.answer)
 

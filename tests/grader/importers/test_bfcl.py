@@ -13,6 +13,7 @@ from grader.checks import CheckContext, Sample
 from grader.cli import main
 from grader.engine import checks_of
 from grader.engine import grade as engine_grade
+from grader.engine import grade_async as engine_grade_async
 from grader.importers.bfcl import (
     BfclImportError,
     category_of,
@@ -400,3 +401,36 @@ def test_outcome_verdict_comes_from_the_checks_own_match(answer: str, code: str)
 def test_expect_call_takes_no_other_option(definition: dict[str, Any]) -> None:
     with pytest.raises(TaskLoadError, match="expect_call"):
         parse_task({"id": "t", "checks": [definition]})
+
+
+class _Passes:
+    """A judge client that always answers PASS."""
+
+    async def complete(self, model: str, messages: list[dict[str, str]], temperature: float) -> str:
+        return "PASS"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(hypot(x=3, y=4, unit="M"), id="accepted_alternative_value"),
+        pytest.param(hypot(x=3, y=4, unit="km"), id="wrong_value"),
+        pytest.param(wire(call("math_hypot", x=3, y=4), call("math_hypot", x=3, y=4)), id="two"),
+    ],
+)
+async def test_verdict_is_the_same_graded_with_a_judge(answer: str) -> None:
+    """grade_async (a task with a judge check) gives the verdict grade gives: the check's."""
+    task_dict = convert(QUESTION, ANSWER)
+    judged = {
+        "type": "label_model",
+        "name": "polite",
+        "model": "judge-2024-08-06",
+        "criterion": "is polite",
+        "pass_examples": ["Thanks!"],
+        "fail_examples": ["Go away."],
+    }
+    task = parse_task({**task_dict, "checks": [*task_dict["checks"], judged]})
+    sync = engine_grade(task, answer)
+    judged_outcome = await engine_grade_async(task, answer, judge=_Passes())
+    assert judged_outcome.verdict == sync.verdict
+    assert sync.verdict is not None
