@@ -43,6 +43,9 @@ SCENARIOS: dict[str, Scenario] = {
     "episodes": Scenario("episodes_bench.py", "agent-episode grading by episode length"),
     "offline": Scenario("offline_bench.py", "rows per second for grade, export, regrade, gate"),
     "bfcl": Scenario("bfcl_bench.py", "gradeproxy against BFCL's own checker, same answers"),
+    "bfcl-checker": Scenario(
+        "bfcl_checker_process.py", "BFCL's own checker as a process (bfcl's anchor)"
+    ),
     "otel": Scenario("otel_bench.py", "OpenTelemetry export's cost, off against on"),
     "shadow": Scenario("shadow_bench.py", "primary latency with and without a shadow"),
     "ui": Scenario("ui_bench.py", "what the live page costs to build and read"),

@@ -1,132 +1,251 @@
-"""BFCL's AST checker vs our tool_call check, timed from the same input.
+"""BFCL's checker vs gradeproxy on the public surfaces a user runs, the same answers, one run.
 
-Input: every answer of the conformance corpus (tests/support/bfcl.py: BFCL_v4 python and
-irrelevance items, ten mutation kinds, about 18,400 answers), as the tool-call JSON a client
-receives. Two figures per checker, answers per second, best of ``--repeat`` runs:
+Answers: ``--answers`` (default 10,000) of the conformance corpus (tests/support/bfcl.py:
+BFCL_v4 simple_python, multiple, parallel, parallel_multiple and irrelevance items, ten mutation
+kinds), picked evenly, each the tool-call JSON a client receives. Tasks: those items through
+``grader.importers.bfcl.convert`` (what ``gradeproxy import bfcl`` writes), as a task file.
 
-* end to end — BFCL: its OpenAI FC decode step (``json.loads`` of the answer and of each
-  call's ``arguments``) then ``ast_checker``; ours: ``Sample.from_answer`` then ``check.run``;
-* match only — BFCL: ``ast_checker`` on the decoded calls; ours: ``check.run`` on a sample whose
-  ``output_tools`` already hold parsed arguments (no JSON text is read).
+Three pairs, each printed with its ratio (BFCL's time over ours: above 1x, ours is faster):
 
-Timing: CPU time of this process, a chunk of answers at a time, the two checkers taking turns on
-every chunk, each chunk's best of ``--repeat`` runs summed (see ``_rates``): on a shared machine
-this is steadier than the best whole run, which one burst of load can spoil.
+* ``grader.grade(task, answer)`` per answer, tasks loaded once, vs BFCL in process: its OpenAI FC
+  decode (``json.loads`` of the answer and of each call's ``arguments``) then ``ast_checker``
+  (``is_empty_output`` for irrelevance items) per answer;
+* ``grader.grade_run(tasks, answers)`` over the whole answers list (rows and report built) vs
+  the same BFCL loop;
+* ``gradeproxy grade --tasks --answers --out --report`` as a whole process (start-up, task
+  file, answers file, rows written) vs ``bench/bfcl_checker_process.py`` (BFCL's checker as a
+  process over the same answers file, a result line per answer written).
 
-Reported for parallel items (parallel, parallel_multiple) and the whole corpus. Needs bfcl-eval
-(scripts/install-bfcl.sh). Run: ``python bench/bfcl_bench.py [--repeat N]``.
+In process: CPU time of this process, the two sides taking turns ``--repeat`` times, best of
+each. Processes: CPU time (user + system) of the child, and wall time, best of ``--repeat``.
+Also printed: the start-up of ``gradeproxy --help`` and of a bare interpreter, and the load of
+the task file. Needs bfcl-eval (scripts/install-bfcl.sh). Run:
+``python bench/bfcl_bench.py [--answers N] [--repeat N]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import resource
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader.checks import CheckContext, Sample
-from grader.engine import checks_of
+import grader
+from grader.importers.bfcl import convert
+from grader.json import dumps
 from tests.support.bfcl import MODEL, Case, Conformance
 
-CONTEXT = CheckContext()
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _prepared(conf: Conformance, cases: list[Case]) -> list[dict[str, Any]]:
-    rows = []
-    for case in cases:
-        (check,) = checks_of(conf.task(case.item))
-        decoded = [] if case.calls is None else conf.decode(case.wire)
-        tools = [
-            {"type": "function", "function": {"name": n, "arguments": a}}
-            for n, a in (case.calls or [])
-        ]
-        parsed = Sample("" if case.calls is not None else case.wire, None, tools, None)
-        rows.append({"case": case, "wire": case.wire, "decoded": decoded, "check": check,
-                     "parsed": parsed})  # fmt: skip
-    return rows
+def _pick(cases: list[Case], count: int) -> list[Case]:
+    """``count`` cases spread evenly over the corpus (every kind and category represented)."""
+    if count >= len(cases):
+        return cases
+    return [cases[i * len(cases) // count] for i in range(count)]
 
 
-def _bfcl(conf: Conformance, decode: bool) -> Callable[[dict[str, Any]], object]:
-    checker, python, is_empty = conf.ast_checker, conf.language.PYTHON, conf.is_empty
-
-    def one(row: dict[str, Any]) -> object:
-        case: Case = row["case"]
-        if decode:
-            decoded = [] if case.calls is None else conf.decode(row["wire"])
-        else:
-            decoded = row["decoded"]
-        if case.item.answer is None:
-            return is_empty(decoded)
-        question = case.item.question
-        truth = case.item.answer["ground_truth"]
-        return checker(question["function"], decoded, truth, python, case.item.category, MODEL)
-
-    return one
+def _write_inputs(conf: Conformance, cases: list[Case], folder: Path) -> tuple[Path, Path]:
+    tasks = folder / "tasks.jsonl"
+    with tasks.open("wb") as out:
+        for item in conf.items:
+            out.write(dumps(convert(item.question, item.answer)) + b"\n")
+    answers = folder / "answers.jsonl"
+    with answers.open("wb") as out:
+        for case in cases:
+            out.write(dumps({"task_id": case.item.question["id"], "answer": case.wire}) + b"\n")
+    return tasks, answers
 
 
-def _ours(decode: bool) -> Callable[[dict[str, Any]], object]:
-    def one(row: dict[str, Any]) -> object:
-        sample = Sample.from_answer(row["wire"]) if decode else row["parsed"]
-        return row["check"].run(sample, {}, CONTEXT)
+def _bfcl_loop(conf: Conformance, cases: list[Case]) -> Callable[[], object]:
+    """BFCL in process over ``cases``: decode, then ``ast_checker`` (or ``is_empty_output``)."""
+    checker, python, is_empty, decode = (
+        conf.ast_checker,
+        conf.language.PYTHON,
+        conf.is_empty,
+        conf.decode,
+    )
+    work = [(c.wire, c.calls is None, c.item) for c in cases]
 
-    return one
+    def run() -> object:
+        results = []
+        for wire, text, item in work:
+            decoded = [] if text else decode(wire)
+            if item.answer is None:
+                results.append({"valid": bool(is_empty(decoded))})
+                continue
+            truth = item.answer["ground_truth"]
+            function = item.question["function"]
+            results.append(checker(function, decoded, truth, python, item.category, MODEL))
+        return results
+
+    return run
+
+
+def _cpu(fn: Callable[[], object]) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.process_time()
+        fn()
+        return time.process_time() - start
+    finally:
+        gc.enable()
+
+
+def _best_pair(
+    theirs: Callable[[], object], ours: Callable[[], object], repeat: int
+) -> tuple[float, float]:
+    """Each side's best CPU time of ``repeat`` runs, the two taking turns."""
+    best = [float("inf"), float("inf")]
+    for run in range(repeat):
+        order = [(0, theirs), (1, ours)] if run % 2 == 0 else [(1, ours), (0, theirs)]
+        for index, fn in order:
+            best[index] = min(best[index], _cpu(fn))
+    return best[0], best[1]
 
 
 CHUNK = 200  # answers timed at once: a few milliseconds, short against the load's swings
 
 
-def _rates(
-    fns: tuple[Callable[[dict[str, Any]], object], ...], rows: list[dict[str, Any]], repeat: int
-) -> list[float]:
-    """Answers/s of each function: this process's CPU time over the rows, a chunk of
-    :data:`CHUNK` answers at a time, each chunk's best of ``repeat`` runs summed.
-
-    The functions take turns on every chunk (the order flipping between runs), with the
-    collector paused, so that load from other processes on a shared machine falls on both
-    alike, and a burst that slows a few chunks of one run is left out by the other runs of
-    those chunks instead of spoiling a whole run."""
-    chunks = [rows[i : i + CHUNK] for i in range(0, len(rows), CHUNK)]
-    best = [[float("inf")] * len(chunks) for _ in fns]
+def _chunked_pair(
+    theirs: Callable[[list[Case]], object],
+    ours: Callable[[list[Case]], object],
+    cases: list[Case],
+    repeat: int,
+    prepare: Callable[[list[Case]], object],
+) -> tuple[float, float]:
+    """CPU time of each side over ``cases``, a chunk of :data:`CHUNK` answers at a time (each
+    chunk first given to ``prepare``, untimed), the sides taking turns on every chunk, each
+    chunk's best of ``repeat`` runs summed: on a shared machine a burst of load then spoils a
+    few chunks of one run instead of a whole run."""
+    chunks = [cases[i : i + CHUNK] for i in range(0, len(cases), CHUNK)]
+    for chunk in chunks:
+        prepare(chunk)
+    best = [[float("inf")] * len(chunks), [float("inf")] * len(chunks)]
     for run in range(repeat):
-        order = list(enumerate(fns)) if run % 2 == 0 else list(enumerate(fns))[::-1]
+        order = [(0, theirs), (1, ours)] if run % 2 == 0 else [(1, ours), (0, theirs)]
         gc.collect()
         gc.disable()
         for c, chunk in enumerate(chunks):
             for index, fn in order:
                 start = time.process_time()
-                for row in chunk:
-                    fn(row)
+                fn(chunk)
                 best[index][c] = min(best[index][c], time.process_time() - start)
         gc.enable()
-    return [len(rows) / sum(b) for b in best]
+    return sum(best[0]), sum(best[1])
+
+
+def _child(argv: list[str]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one child process run to completion."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, check=False, cwd=ROOT)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall
+
+
+def _best_children(argvs: list[list[str]], repeat: int) -> list[tuple[float, float]]:
+    best = [(float("inf"), float("inf"))] * len(argvs)
+    for run in range(repeat):
+        order = list(range(len(argvs)))
+        if run % 2:
+            order.reverse()
+        for index in order:
+            cpu, wall = _child(argvs[index])
+            best[index] = (min(best[index][0], cpu), min(best[index][1], wall))
+    return best
+
+
+def _line(label: str, n: int, theirs: float, ours: float, unit: str = "CPU") -> None:
+    print(
+        f"{label:34} {n:6} answers: BFCL {theirs * 1000:8.1f} ms  ours {ours * 1000:8.1f} ms"
+        f"  {unit}  ({theirs / ours:.2f}x)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--answers", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     conf = Conformance()
-    cases = list(conf.cases())
-    corpora = {
-        "parallel items": [c for c in cases if c.item.category.startswith("parallel")],
-        "whole corpus": cases,
-    }
-    print(
-        f"bfcl-eval checker vs tool_call check, per-chunk best of {args.repeat} runs, one process"
-    )
-    for label, subset in corpora.items():
-        rows = _prepared(conf, subset)
-        for mode, decode in (("end to end", True), ("match only", False)):
-            theirs, ours = _rates((_bfcl(conf, decode), _ours(decode)), rows, args.repeat)
-            print(
-                f"{label:15} {mode:11} {len(rows):6} answers: BFCL {theirs:9,.0f}/s  "
-                f"ours {ours:9,.0f}/s  ({ours / theirs:.2f}x)"
-            )
+    cases = _pick(list(conf.cases()), args.answers)
+    gradeproxy = shutil.which("gradeproxy", path=str(Path(sys.executable).parent))
+    if gradeproxy is None:
+        raise SystemExit("the gradeproxy command is not installed beside this interpreter")
+    with tempfile.TemporaryDirectory(prefix="bfcl-bench-") as tmp:
+        folder = Path(tmp)
+        tasks_path, answers_path = _write_inputs(conf, cases, folder)
+        load = min(_cpu(lambda: grader.load_tasks(tasks_path)) for _ in range(args.repeat))
+        tasks = grader.load_tasks(tasks_path)
+        rows = [{"task_id": c.item.question["id"], "answer": c.wire} for c in cases]
+        grade = grader.grade
+
+        by_id = {c.item.question["id"]: tasks.get(c.item.question["id"]) for c in cases}
+
+        def ours_grade(chunk: list[Case]) -> object:
+            return [grade(by_id[c.item.question["id"]], c.wire) for c in chunk]  # type: ignore[arg-type]
+
+        prepared: dict[int, Callable[[], object]] = {}  # per chunk, built before its timing
+
+        def bfcl_chunk(chunk: list[Case]) -> object:
+            return prepared[id(chunk)]()
+
+        def prepare(chunk: list[Case]) -> object:
+            prepared[id(chunk)] = _bfcl_loop(conf, chunk)
+            return None
+
+        def ours_run() -> object:
+            return grader.grade_run(tasks, rows)
+
+        bfcl = _bfcl_loop(conf, cases)
+        print(
+            f"BFCL (bfcl-eval checker) vs gradeproxy, {len(cases)} answers over "
+            f"{len(conf.items)} tasks, best of {args.repeat}; ratio = BFCL time / ours"
+        )
+        _line(
+            "grader.grade vs ast_checker",
+            len(cases),
+            *_chunked_pair(bfcl_chunk, ours_grade, cases, args.repeat, prepare),
+        )
+        _line(
+            "grader.grade_run vs ast_checker", len(cases), *_best_pair(bfcl, ours_run, args.repeat)
+        )
+        ours_cmd = [
+            gradeproxy, "grade", "--tasks", str(tasks_path), "--answers", str(answers_path),
+            "--out", str(folder / "rows.jsonl"), "--report", str(folder / "report.json"),
+        ]  # fmt: skip
+        theirs_cmd = [
+            sys.executable, str(ROOT / "bench" / "bfcl_checker_process.py"),
+            "--answers", str(answers_path), "--out", str(folder / "bfcl.jsonl"),
+        ]  # fmt: skip
+        start_cmds = [[sys.executable, "-c", "pass"], [gradeproxy, "--help"]]
+        (t_cpu, t_wall), (o_cpu, o_wall) = _best_children([theirs_cmd, ours_cmd], args.repeat)
+        _line("gradeproxy grade vs BFCL process", len(cases), t_cpu, o_cpu)
+        _line("gradeproxy grade vs BFCL process", len(cases), t_wall, o_wall, "wall")
+        (bare, _), (helped, _) = _best_children(start_cmds, args.repeat)
+        print(
+            f"start-up CPU: bare interpreter {bare * 1000:.0f} ms, gradeproxy --help "
+            f"{helped * 1000:.0f} ms; task file load ({len(tasks)} tasks) {load * 1000:.0f} ms"
+        )
+        verdicts = [json.loads(line)["result"] for line in (folder / "rows.jsonl").open()]
+        theirs_ok = [json.loads(line)["valid"] for line in (folder / "bfcl.jsonl").open()]
+        agree = sum((v == "pass") == t for v, t in zip(verdicts, theirs_ok, strict=True))
+        print(f"verdicts of the two processes agree on {agree} of {len(cases)} answers")
 
 
 if __name__ == "__main__":

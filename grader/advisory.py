@@ -106,7 +106,6 @@ def split_advisory(task: Mapping[str, Any], source: str) -> Advice:
     checks = task.get("checks")
     if not isinstance(checks, list):
         return Advice(dict(task))
-    base = _base_dir(source)
     names: set[str] = set()
     digests: dict[int, str] = {}
     stripped: list[Any] = []
@@ -118,6 +117,8 @@ def split_advisory(task: Mapping[str, Any], source: str) -> Advice:
         flag = definition.get("advisory", False)
         if not isinstance(flag, bool):
             raise AdvisoryError(f"{label}: 'advisory' must be true or false")
+        # The file is looked up only for a check citing a record (a stat per task otherwise).
+        base = _base_dir(source) if "calibration" in definition else None
         record = _cited(definition, label, base) if "calibration" in definition else None
         if record is not None:
             flag = flag or record.get("advisory_only") is True

@@ -144,11 +144,18 @@ def _items(pairs: Iterable[Sequence[Any]]) -> list[Item]:
     return items
 
 
-def _run(graded: list[tuple[Task, Outcome]], digest: str) -> RunResult:
+def _run(
+    graded: list[tuple[Task, Outcome]],
+    digest: str,
+    sources: Sequence[Mapping[str, Any] | None] | None = None,
+) -> RunResult:
     report = Report(digest)
     for task, outcome in graded:
         report.add(task, outcome)
-    return RunResult(tuple(GradedAnswer(t, o, digest) for t, o in graded), report)
+    if sources is None:
+        return RunResult(tuple(GradedAnswer(t, o, digest) for t, o in graded), report)
+    pairs = zip(graded, sources, strict=True)
+    return RunResult(tuple(GradedAnswer(t, o, digest, s) for (t, o), s in pairs), report)
 
 
 def grade_all(pairs: Iterable[Sequence[Any]], tasks_digest: str) -> RunResult:
@@ -214,7 +221,7 @@ def grade_run(tasks: TaskSet | Iterable[Task], answers: Iterable[AnswerInput]) -
     set's digest, the same digest ``gradeproxy grade`` prints for the same task file.
     """
     task_set, items, sources = _resolve(tasks, answers)
-    return _carrying(grade_all(items, task_set.digest), sources)
+    return _run([(t, grade(t, a, c)) for t, a, c in items], task_set.digest, sources)
 
 
 async def grade_run_async(

@@ -38,7 +38,6 @@ one, never a fail. A check that raises is a bug: a ``check_error`` column, never
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -211,12 +210,19 @@ def _not_a_string(check: Check, answer: object) -> tuple[CheckResult, ...]:
     )
 
 
-def _verdict_of(task: Task, checks: Sequence[Check], sample: Sample) -> Verdict | None:
+def _verdict_of(
+    task: Task, checks: Sequence[Check], sample: Sample, ctx: CheckContext
+) -> Verdict | None:
+    """The first single-call ``tool_call`` check's verdict (as :func:`grade` gets it from the
+    check's run), else :func:`_task_verdict`."""
     for check in checks:
-        if isinstance(check, ToolCallCheck):
-            verdict = check.verdict(sample)
-            if verdict is not None:
-                return verdict
+        if isinstance(check, ToolCallCheck) and check.gives_verdict:
+            return check.graded(sample, ctx)[1]
+    return _task_verdict(task, sample)
+
+
+def _task_verdict(task: Task, sample: Sample) -> Verdict | None:
+    """grading.md's verdict on the task's own expected call, when no check gave one."""
     if task.expected_call is None:
         return None
     return match_call(task.expected_call, task.stale, sample.answer)
@@ -268,8 +274,31 @@ def grade(
         verdict = None if task.expected_call is None else match_call(task.expected, None, answer)
         return _outcome(task, [r for c in checks for r in _not_a_string(c, answer)], verdict)
     sample, row, ctx = _prepare(task, answer, item, context)
-    results = [run_check(c, sample, row, ctx) for c in checks]
-    return _outcome(task, results, _verdict_of(task, checks, sample))
+    results, verdict = _run_checks(checks, sample, row, ctx)
+    if verdict is None:
+        verdict = _task_verdict(task, sample)
+    return _outcome(task, results, verdict)
+
+
+def _run_checks(
+    checks: Sequence[Check], sample: Sample, row: Mapping[str, Any], ctx: CheckContext
+) -> tuple[list[CheckResult], Verdict | None]:
+    """Every check's column, and the first single-call ``tool_call`` check's verdict from the
+    same match (one match per answer: :meth:`ToolCallCheck.graded`); None when no check gave
+    one (then the task's own expected call decides: :func:`_task_verdict`)."""
+    results: list[CheckResult] = []
+    verdict: Verdict | None = None
+    for check in checks:
+        if verdict is None and isinstance(check, ToolCallCheck):
+            try:
+                result, verdict = check.graded(sample, ctx)
+            except Exception as exc:  # as run_check: a bug is a check_error column
+                results.append(_crashed(check, exc))
+                continue
+            results.append(_with_context(result, ctx))
+        else:
+            results.append(run_check(check, sample, row, ctx))
+    return results, verdict
 
 
 # The columns of the checks that need no judge, in the task's check order (None where a judge
@@ -305,6 +334,8 @@ async def grade_async(
     client = as_judge(judge)
     if client is None or not needs_judge(task) or not isinstance(answer, str):
         return grade(task, answer, context, item)
+    import asyncio  # imported here: asyncio is a good part of the command line's start-up
+
     checks = checks_of(task)
     sample, row, ctx = _prepare(task, answer, item, context)
     judged = iter(
@@ -320,7 +351,7 @@ async def grade_async(
             results.append(next(judged))
         else:  # a column the caller did not bring is computed here
             results.append(column or run_check(check, sample, row, ctx))
-    return _outcome(task, results, _verdict_of(task, checks, sample))
+    return _outcome(task, results, _verdict_of(task, checks, sample, ctx))
 
 
 def _tool_list(value: object) -> list[dict[str, Any]] | None:

@@ -1,5 +1,8 @@
 """Run reports over outcomes: pass and stale rates overall, per mutation kind and per check.
 
+Tasks whose metadata names a ``category`` (``gradeproxy import bfcl`` writes BFCL's) are also
+counted per category (``perCategory``, only when some task has one).
+
 The same report rides on every surface (CLI, Python API, HTTP, MCP), so it is built here once
 from :class:`~grader.engine.Outcome` s. ``error`` rows (no verdict reached: an unresolved item
 field, a judge that did not answer) are counted apart, in ``errors``, and left out of every
@@ -90,6 +93,7 @@ class Report:
     per_kind: dict[str, Tally] = field(default_factory=dict)
     per_check: dict[str, CheckTally] = field(default_factory=dict)
     reasons: Counter[str] = field(default_factory=Counter)
+    per_category: dict[str, Tally] = field(default_factory=dict)
     # Advisory columns (grader/advisory.py): counted for review, never given a pass rate.
     advisory: dict[str, CheckTally] = field(default_factory=dict)
 
@@ -97,6 +101,9 @@ class Report:
         self.total.add(outcome.result)
         kind = task.mutation_kind or NO_KIND
         self.per_kind.setdefault(kind, Tally()).add(outcome.result)
+        category = task.metadata.get("category")
+        if isinstance(category, str):
+            self.per_category.setdefault(category, Tally()).add(outcome.result)
         for column in outcome.checks:
             tallies = self.advisory if column.advisory else self.per_check
             tallies.setdefault(column.name, CheckTally()).add(column.passed)
@@ -116,9 +123,13 @@ class Report:
             "perMutationKind": {k: self.per_kind[k].to_dict() for k in sorted(self.per_kind)},
             "perCheck": {k: self.per_check[k].to_dict() for k in sorted(self.per_check)},
             "reasons": dict(sorted(self.reasons.items())),
+            **({"perCategory": self._categories()} if self.per_category else {}),
             "tasks_digest": self.tasks_digest,
             **({"advisory": self._advisory()} if self.advisory else {}),
         }
+
+    def _categories(self) -> dict[str, Any]:
+        return {k: self.per_category[k].to_dict() for k in sorted(self.per_category)}
 
     def _advisory(self) -> dict[str, Any]:
         """Advisory columns' counts, without a pass rate (seed 002 §7: not counted into one)."""
@@ -146,6 +157,19 @@ class Report:
                 f"  {_pct(tally.passed, tally.n):>7}  {tally.stale:>6}"
                 f"  {_pct(tally.stale, tally.n):>7}  {tally.errors:>6}"
             )
+        if self.per_category:
+            lines.append("")
+            cat_width = max(len("category"), *(len(name) for name in self.per_category))
+            lines.append(
+                f"{'category':<{cat_width}}  {'n':>6}  {'pass':>6}  {'pass %':>7}  {'errors':>6}"
+            )
+            lines.append("-" * len(lines[-1]))
+            for name in sorted(self.per_category):
+                t = self.per_category[name]
+                lines.append(
+                    f"{name:<{cat_width}}  {t.n:>6}  {t.passed:>6}  {_pct(t.passed, t.n):>7}"
+                    f"  {t.errors:>6}"
+                )
         if set(self.per_check) - {"tool_call"}:
             lines.append("")
             cwidth = max(len("check"), *(len(name) for name in self.per_check))

@@ -25,7 +25,7 @@ first bad row instead (exit 2, nothing written).
 from __future__ import annotations
 
 import argparse
-import asyncio
+import gc
 import sys
 from collections import Counter
 from pathlib import Path
@@ -190,10 +190,19 @@ def _grade_all(
             progress.update(done)
         return graded
 
+    import asyncio
+
     return asyncio.run(judged())
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    finally:
+        gc.unfreeze()  # called in process (tests, the Python API's users): leave gc as it was
+
+
+def _run(args: argparse.Namespace) -> int:
     judge = None
     intake = Intake("grade", strict=args.strict, what="error row")
     try:
@@ -206,8 +215,15 @@ def run(args: argparse.Namespace) -> int:
                 judge = load_judge(args.judge)
             except ValueError as exc:
                 raise InputError(str(exc)) from None
-        tasks = load_tasks(args.tasks)
-        entries = read_answers(args.answers, tasks, intake)
+        collecting = gc.isenabled()
+        gc.disable()  # loading builds no garbage cycles, only what lives to the end
+        try:
+            tasks = load_tasks(args.tasks)
+            entries = read_answers(args.answers, tasks, intake)
+        finally:
+            gc.freeze()  # the tasks and answers: the collector need not scan them again
+            if collecting:
+                gc.enable()
         answers = [e for e in entries if len(e) == 4]
         show = args.progress
         if show is None:

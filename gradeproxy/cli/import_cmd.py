@@ -3,7 +3,9 @@
 BFCL's files are JSON Lines (one entry a line). The questions file is required; the answers
 file is optional for irrelevance files, whose entries have no possible answer. Every written
 task is loaded back through the task loader before the file is replaced, so a conversion that
-the grader would refuse never reaches disk. Exit 0 on success, 2 on unusable input.
+the grader would refuse never reaches disk. Exit 0 on success, 2 on unusable input or a category
+the importer does not support (one line on stderr naming it). The summary counts the tasks per
+BFCL category and the entries flagged ``bfcl_reference_fails``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import os
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +48,24 @@ def read_jsonl(path: Path) -> list[Any]:
             try:
                 rows.append(loads_exact(line))
             except JSONError as exc:
+                if lineno == 1 and _one_object(text):
+                    raise ValueError(f"{path}: {NOT_ENTRIES}") from None
                 raise ValueError(f"{path}:{lineno}: not valid JSON: {exc}") from None
     return rows
+
+
+NOT_ENTRIES = (
+    "one JSON object, not BFCL entries (one object a line): BFCL's format_sensitivity file "
+    "(ids of other categories' entries to ask again in other prompt formats) is not supported"
+)
+
+
+def _one_object(text: str) -> bool:
+    """Whether the whole text is one JSON object (BFCL's format_sensitivity file)."""
+    try:
+        return isinstance(loads_exact(text), dict)
+    except JSONError:
+        return False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,5 +84,19 @@ def run(args: argparse.Namespace) -> int:
         for task in tasks:
             handle.write(dumps(task) + b"\n")
     os.replace(tmp, out)
-    print(f"wrote {len(tasks)} tasks to {out}")
+    print(summary(tasks, out))
     return 0
+
+
+def summary(tasks: list[dict[str, Any]], out: Path) -> str:
+    """``wrote N tasks to OUT (category: n, ...)``, and the flagged entries when any."""
+    categories = Counter(str(t["metadata"].get("category")) for t in tasks)
+    per = ", ".join(f"{name}: {n}" for name, n in sorted(categories.items()))
+    line = f"wrote {len(tasks)} tasks to {out} ({per})"
+    flagged = [t["id"] for t in tasks if "bfcl_reference_fails" in t["metadata"]]
+    if flagged:
+        line += (
+            f"; {len(flagged)} flagged bfcl_reference_fails (BFCL's checker fails their own "
+            f"possible answer): {', '.join(flagged)}"
+        )
+    return line

@@ -18,7 +18,6 @@ unwritable output), with nothing written. ``--strict`` refuses the run at the fi
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -133,6 +132,8 @@ def _grade_all(items: list[tuple[Task, dict[str, Any]]], judge: Judge | None) ->
             else one(task, row)
             for task, row in items
         ]
+
+    import asyncio
 
     return asyncio.run(judged())
 

@@ -18,7 +18,6 @@ first bad line (exit 2, nothing written).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -161,6 +160,8 @@ async def judge_rows(
     judge: Judge,
 ) -> None:
     """Settle judge-form ``cause_correct`` columns, concurrently within the judge's limit."""
+    import asyncio
+
     await asyncio.gather(
         *(
             judge_cause(row, task.episode, log, judge, task.item)
@@ -220,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
     if judge is not None and any(
         task.episode is not None and needs_judge(task.episode, log) for task, log, _ in episodes
     ):
+        import asyncio
+
         asyncio.run(judge_rows(episodes, graded, judge))
     report = EpisodeReport(tasks.digest)
     report.extend(graded)

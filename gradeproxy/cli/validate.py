@@ -13,12 +13,9 @@ path, an unreadable or invalid judge config).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from grader.checks.judge import Judge, JudgeConfig
 from grader.json import dumps
@@ -47,6 +44,8 @@ def register(sub: Any) -> None:
 def load_judge(path: Path) -> Judge:
     """The judge a config file names, over ``proxy.judge_client`` (aiohttp, imported only
     here, when a command is given ``--judge``); raise ``ValueError`` with a clear message."""
+    import yaml  # lazily too: only a judge config is YAML
+
     from proxy.judge_client import AiohttpJudgeClient  # lazily: the one judge client
 
     try:
@@ -90,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     except TaskLoadError as exc:
         print(f"INVALID  {exc}")
         return 1
+    import asyncio
+
     findings = asyncio.run(analyse(tasks, judge))
     problems = [f for f in findings if f.level in PROBLEMS]
     for finding in findings:

@@ -31,6 +31,7 @@ from typing import Any
 import jsonschema
 import referencing
 import referencing.exceptions
+from jsonschema.exceptions import SchemaError as SchemaError  # json_schema.py reads it here
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 

@@ -32,16 +32,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from jsonschema.exceptions import SchemaError
-from jsonschema.protocols import Validator
+from typing import TYPE_CHECKING, Any
 
 from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec, sample_calls
-from grader.checks._schema import PatternError, UnresolvableRefError, safe_validator, schema_errors
 from grader.json import JSONError, loads_exact
 from grader.toolcall.canon import TooDeepError, canonical_json
 from grader.toolcall.extract import top_level_object_spans
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 FROM_REQUEST = "from_request"
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object"}
@@ -49,10 +48,25 @@ _SHOWN = 200  # characters of a validation message kept in a reason (it can quot
 _CACHE_SIZE = 256  # validators for request schemas: requests repeat the same tools
 
 
+_SCHEMA: Any = None
+
+
+def _schema() -> Any:
+    """:mod:`grader.checks._schema` (and jsonschema), imported on first use: jsonschema is a
+    good part of ``gradeproxy``'s start-up, and most task sets have no json_schema check."""
+    global _SCHEMA
+    if _SCHEMA is None:
+        from grader.checks import _schema as module
+
+        _SCHEMA = module
+    return _SCHEMA
+
+
 def _validator(schema: Any) -> Validator:
     """A validator for ``schema``; raise ``SchemaError`` when the schema is invalid and
     ``PatternError`` when one of its patterns cannot be matched in bounded time."""
-    return safe_validator(schema)
+    validator: Validator = _schema().safe_validator(schema)
+    return validator
 
 
 class _ValidatorCache:
@@ -144,9 +158,9 @@ class JsonSchemaCheck(BaseCheck):
             raise spec.error("schema", f"must be a JSON Schema object or {FROM_REQUEST!r}")
         try:
             validator = _validator(schema)
-        except SchemaError as exc:
+        except _schema().SchemaError as exc:
             raise spec.error("schema", f"is not a valid JSON Schema: {exc.message}") from None
-        except PatternError as exc:
+        except _schema().PatternError as exc:
             raise spec.error("schema", str(exc)) from None
         return cls(spec.name, "json_schema", spec.digest(), schema, validator, target, extract)
 
@@ -156,8 +170,8 @@ class JsonSchemaCheck(BaseCheck):
             how = "holds no JSON object" if self.extract else "is not JSON as a whole"
             return self.result(False, f"the answer {how}", "not_json")
         try:
-            error = schema_errors(validator, value)
-        except UnresolvableRefError as exc:
+            error = _schema().schema_errors(validator, value)
+        except _schema().UnresolvableRefError as exc:
             reason = f"{exc} (references are never fetched)"
             return self.result(None, reason, "schema_ref_unresolvable", error=str(exc))
         if error is not None:
@@ -191,15 +205,15 @@ class JsonSchemaCheck(BaseCheck):
                     )
                 try:
                     validator = _REQUEST_VALIDATORS.get(schema)
-                except (SchemaError, TooDeepError, TypeError) as exc:
+                except (_schema().SchemaError, TooDeepError, TypeError) as exc:
                     reason = f"{label}: the request's parameters schema is invalid"
                     return self.result(None, reason, "request_schema_invalid", error=str(exc))
-                except PatternError as exc:
+                except _schema().PatternError as exc:
                     reason = f"{label}: {exc}"
                     return self.result(None, reason, "pattern_refused", error=str(exc))
             try:
-                error = schema_errors(validator, call.arguments)
-            except UnresolvableRefError as exc:
+                error = _schema().schema_errors(validator, call.arguments)
+            except _schema().UnresolvableRefError as exc:
                 reason = f"{label}: {exc} (references are never fetched)"
                 return self.result(None, reason, "schema_ref_unresolvable", error=str(exc))
             if error is not None:

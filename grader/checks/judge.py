@@ -20,7 +20,6 @@ Rules (seed 002, docs/grading.md "LLM judge"):
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -183,12 +182,16 @@ class Judge:
     def __init__(self, client: JudgeClient, config: JudgeConfig | None = None) -> None:
         self.client = client
         self.config = config or JudgeConfig()
+        import asyncio  # imported here: asyncio is a good part of the command line's start-up
+
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
 
     async def ask(
         self, model: str, messages: list[dict[str, str]], parse: Callable[[str], T]
     ) -> JudgeAnswer:
         """Ask until a reply parses, at most ``1 + retries`` times; never raises for a reply."""
+        import asyncio
+
         code: JudgeFailure = "judge_error"
         error = "not attempted"
         attempts = 0

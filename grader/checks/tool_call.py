@@ -22,7 +22,9 @@ what each rule means for a value in :mod:`grader.checks.call_rules`):
   one with ``duplicate_call``). Each entry may carry its own ``acceptable``, ``optional``,
   ``strings`` and ``numbers`` beside ``name`` and ``arguments``; check-level options apply to
   every entry, an entry's own ones are added to them;
-* ``expect_no_call: true`` — passes only when the answer carries no call at all.
+* ``expect_no_call: true`` — passes only when the answer carries no call at all;
+* ``expect_call: true`` — passes when the answer carries a call, whatever its function and
+  arguments (BFCL's relevance entries: the model should not refuse).
 
 Paths are written as the grader reports them: ``arguments.filters.status``,
 ``arguments.items[0].qty``.
@@ -55,7 +57,7 @@ from grader.checks.json_schema import FROM_REQUEST, request_schema
 from grader.checks.sample import CheckContext, Sample
 from grader.toolcall.extract import Call, call_from_value, extract
 from grader.toolcall.match import match_call, no_call_verdict
-from grader.verdict import Verdict
+from grader.verdict import REASON_CODES, ReasonCode, Verdict
 
 # The details of a verdict without a path or stale call; read-only, since results that hold it
 # are shared (ToolCallCheck._constant).
@@ -63,6 +65,11 @@ _NOT_STALE: Mapping[str, Any] = MappingProxyType({"path": None, "staleSchemaUsed
 _CONSTANT_VERDICTS = frozenset({"no_call", "too_deep"})
 DEFAULT_DEFINITION: Mapping[str, Any] = {"name": "tool_call", "type": "tool_call"}
 COUNTS = ("last", "exactly_one")
+# A rule mismatch's code as a verdict's (grading.md's codes; a strict number is a type).
+VERDICT_CODES: Mapping[str, ReasonCode] = {
+    **{code: code for code in REASON_CODES},
+    "numeric_type_mismatch": "type_mismatch",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +81,7 @@ class ToolCallCheck(BaseCheck):
     expect_no_call: bool = False
     count: str = "last"
     numbers_from_request: bool = False
+    expect_call: bool = False
     # Results of outcomes that never vary (see _constant); not part of the check's identity.
     results: dict[str, CheckResult] = field(
         default_factory=dict, compare=False, hash=False, repr=False
@@ -90,7 +98,9 @@ class ToolCallCheck(BaseCheck):
         spec = Spec(
             definition,
             where,
-            frozenset({"expected", "parallel", "expect_no_call", "count", *RULE_KEYS}),
+            frozenset(
+                {"expected", "parallel", "expect_no_call", "expect_call", "count", *RULE_KEYS}
+            ),
         )
         expected, stale = task_expected, task_stale
         if "expected" in definition:
@@ -100,6 +110,11 @@ class ToolCallCheck(BaseCheck):
         no_call = definition.get("expect_no_call", False)
         if not isinstance(no_call, bool):
             raise spec.error("expect_no_call", "must be true or false")
+        any_call = definition.get("expect_call", False)
+        if not isinstance(any_call, bool):
+            raise spec.error("expect_call", "must be true or false")
+        if any_call and len(definition.keys() - {"name", "type", "expect_call"}) > 0:
+            raise spec.error("expect_call", "cannot be combined with other options")
         count = definition.get("count", "last")
         if count not in COUNTS:
             raise spec.error("count", f"must be one of {', '.join(COUNTS)}")
@@ -110,7 +125,7 @@ class ToolCallCheck(BaseCheck):
             raise spec.error("expect_no_call", "cannot be combined with other options")
         if parallel and "count" in definition:
             raise spec.error("count", "applies to the single-call form: 'parallel' is exact")
-        if not no_call and not parallel and expected is None:
+        if not no_call and not any_call and not parallel and expected is None:
             raise spec.error(
                 "expected", "is missing: give the task an 'expected' call or the check one"
             )
@@ -128,27 +143,47 @@ class ToolCallCheck(BaseCheck):
             no_call,
             count,
             definition.get("numbers") == FROM_REQUEST,
+            any_call,
         )
 
     # --- grading ----------------------------------------------------------------------------
 
     def run(self, sample: Sample, item: Mapping[str, Any], context: CheckContext) -> CheckResult:
-        if self.expect_no_call:
-            name = _first_call_name(sample)
-            if name is not None:
-                return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
-            return self._constant("expected_no_call", True, "no call, as expected", "match")
+        return self.graded(sample, context)[0]
+
+    def graded(self, sample: Sample, context: CheckContext) -> tuple[CheckResult, Verdict | None]:
+        """The check's result and, for the single-call form, the tool-call verdict of the same
+        match (None for the parallel and call/no-call forms): the engine fills the outcome's
+        verdict from it instead of matching the answer a second time."""
+        if self.expect_no_call or self.expect_call:
+            return self._run_presence(sample), None
         if self.numbers_from_request and not context.request_tools:
             reason = "numbers is 'from_request' but the request declared no tools"
-            return self.result(None, reason, "no_request_tools", error=reason)
+            error = self.result(None, reason, "no_request_tools", error=reason)
+            return error, self.verdict(sample)
         tools = (context.request_tools or []) if self.numbers_from_request else None
         if self.parallel:
-            return self._run_parallel(answer_calls(sample), tools)
+            return self._run_parallel(answer_calls(sample), tools), None
         if self.expected is None:  # build() refuses this; kept total for the type checker
-            return self.result(None, "no expected call", "check_error", error="no expected call")
+            error = self.result(None, "no expected call", "check_error", error="no expected call")
+            return error, None
         if self.matcher is not None:
             return self._run_rules(self.matcher, self.expected, sample, tools)
-        return self._from_verdict(self._grade(self.expected, self.stale, sample.answer))
+        verdict = self._grade(self.expected, self.stale, sample.answer)
+        return self._from_verdict(verdict), verdict
+
+    def _run_presence(self, sample: Sample) -> CheckResult:
+        """``expect_no_call`` and ``expect_call``: whether the answer carries a call at all."""
+        name = _first_call_name(sample)
+        if self.expect_call:
+            if name is None:
+                return self._constant(
+                    "expected_call", False, "expected a call, got none", "no_call"
+                )
+            return self._constant("a_call", True, "a call, as expected", "match")
+        if name is not None:
+            return self.result(False, f"expected no call, got {name!r}", "unexpected_call")
+        return self._constant("expected_no_call", True, "no call, as expected", "match")
 
     def _grade(self, expected: Call, stale: Call | None, answer: str) -> Verdict:
         """:func:`grader.toolcall.match.match_call` against ``expected``: grading.md's grader,
@@ -157,37 +192,46 @@ class ToolCallCheck(BaseCheck):
 
     def _run_rules(
         self, matcher: ExpectedCall, expected: Call, sample: Sample, tools: list[Any] | None
-    ) -> CheckResult:
+    ) -> tuple[CheckResult, Verdict | None]:
         """The single-call form with options: the last usable call (or the only call).
 
         Calls are read once (``answer_calls``): a ``tool_calls`` answer is not re-serialised
         and re-extracted, and pre-parsed ``output_tools`` arguments are not parsed at all. A
         text answer is extracted once: without a call, its extraction gives the verdict.
+        The verdict is this match's, options applied (:func:`_rules_verdict`).
         """
         found = None if sample.output_tools else extract(sample.answer)
         calls = answer_calls(sample, found)
         if self.count == "exactly_one" and len(calls) > 1:
             dup = any(_same(calls[0], c) for c in calls[1:])
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
-            return self.result(False, f"expected exactly one call, got {len(calls)}", code)
+            extra = self.result(False, f"expected exactly one call, got {len(calls)}", code)
+            last = _last_usable(calls)
+            if last is not None and self.stale is None:  # the verdict grades the last call
+                ruled = _rules_verdict(last, matcher.mismatch(last) or _typed(last, tools))
+                if ruled is not None:
+                    return extra, ruled
+            return extra, self.verdict(sample)
         got = _last_usable(calls)
         if got is None:
             if found is not None:  # text: extract's own no-call verdict
-                return self._from_verdict(no_call_verdict(found))
-            return self._from_verdict(self._grade(expected, None, sample.answer))
+                verdict = no_call_verdict(found)
+            else:
+                verdict = self._grade(expected, None, sample.answer)
+            return self._from_verdict(verdict), verdict
         miss = matcher.mismatch(got) or _typed(got, tools)
         if miss is None:
-            return self._rules_result(None)
+            return self._rules_result(None), _rules_verdict(got, None)
         if self.stale is not None:
             stale_found = call_from_value({"name": got.name, "arguments": got.arguments})
             if stale_found is not None and stale_found.canonical == self.stale.canonical:
-                return self.result(
-                    False,
-                    "staleSchemaUsed: the call matches the pre-migration schema",
-                    "stale_schema",
-                    details={"path": None, "staleSchemaUsed": True},
+                reason = "staleSchemaUsed: the call matches the pre-migration schema"
+                stale = self.result(
+                    False, reason, "stale_schema", details={"path": None, "staleSchemaUsed": True}
                 )
-        return self._rules_result(miss)
+                return stale, Verdict(0, True, reason, "stale_schema", None, _graded(got))
+        ruled = _rules_verdict(got, miss)
+        return self._rules_result(miss), ruled if ruled is not None else self.verdict(sample)
 
     def _rules_result(self, miss: Mismatch | None) -> CheckResult:
         if miss is None:
@@ -199,9 +243,18 @@ class ToolCallCheck(BaseCheck):
             details={"path": miss.path, "staleSchemaUsed": False},
         )
 
+    @property
+    def gives_verdict(self) -> bool:
+        """Whether :meth:`graded` gives a verdict: the single-call form."""
+        return not (self.expect_no_call or self.expect_call or self.parallel) and (
+            self.expected is not None
+        )
+
     def verdict(self, sample: Sample) -> Verdict | None:
-        """The tool-call verdict of a single-call check (None for parallel and no-call forms)."""
-        if self.expect_no_call or self.parallel or self.expected is None:
+        """grading.md's plain tool-call verdict of a single-call check, options not applied
+        (None for parallel and call/no-call forms): :meth:`graded` gives it where a rule's
+        outcome has no verdict code, or the task a stale call and several calls."""
+        if not self.gives_verdict or self.expected is None:
             return None
         return self._grade(self.expected, self.stale, sample.answer)
 
@@ -284,6 +337,19 @@ def _first_call_name(sample: Sample) -> str | None:
         return name if isinstance(name, str) and name else "<unnamed>"
     found = extract(sample.answer).call
     return None if found is None else found.name or "<unnamed>"
+
+
+def _graded(call: AnswerCall) -> dict[str, Any]:
+    return {"name": call.name, "arguments": call.arguments}
+
+
+def _rules_verdict(call: AnswerCall, miss: Mismatch | None) -> Verdict | None:
+    """The verdict of a rules match, options applied: a pass, or the mismatch where its code
+    is a verdict's (None otherwise: the caller falls back to the plain verdict)."""
+    if miss is None:
+        return Verdict(1, False, "matches the expected call", "match", None, _graded(call))
+    code = VERDICT_CODES.get(miss.code)
+    return None if code is None else Verdict(0, False, miss.reason, code, miss.path, _graded(call))
 
 
 def _typed(call: AnswerCall, tools: list[Any] | None) -> Mismatch | None:

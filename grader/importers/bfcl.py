@@ -22,8 +22,17 @@ Dotted function names (``math.factorial``) are not valid OpenAI tool names
 BFCL's checker does the same when a model's ``underscore_to_dot`` flag is set.
 
 The reference answer (every first possible value, in the proxy's wire shape; a refusal text for
-an irrelevance entry) is stored as a passing fixture, so ``validate-tasks`` can grade parallel
-and no-call tasks.
+an irrelevance entry, a call for a relevance one) is stored as a passing fixture, so
+``validate-tasks`` can grade parallel and no-call tasks.
+
+Categories (:data:`CATEGORIES`, docs/bfcl-conformance.md): the single-turn AST ones are imported;
+``live_relevance`` entries pass when the answer calls a function (any function, any arguments:
+BFCL's relevance check); ``irrelevance`` and ``live_irrelevance`` ones when it calls none. Java,
+JavaScript, the multi-turn, memory, web-search and format-sensitivity files are refused with a
+:class:`BfclImportError` naming what is unsupported (see :data:`REFUSED`). Every task keeps
+BFCL's ``category``, ``bfcl_id`` and ``question`` in its metadata; an entry whose own possible
+answer BFCL's checker cannot pass (:func:`reference_fails`) is flagged there
+(``bfcl_reference_fails``) and still imported.
 """
 
 from __future__ import annotations
@@ -217,26 +226,124 @@ def _wire(calls: list[dict[str, Any]]) -> str:
     return dumps({"tool_calls": wire}).decode()
 
 
+# BFCL's categories (bfcl-eval 2026.3.23's data files) and how each is imported.
+AST_CATEGORIES = (
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+)
+NO_CALL_CATEGORIES = ("irrelevance", "live_irrelevance")
+CALL_CATEGORIES = ("live_relevance",)
+# Categories refused, with why: the importer writes single-answer tool-call tasks.
+REFUSED = {
+    "simple_java": "BFCL grades Java arguments as Java source strings (its own typing rules), "
+    "not yet expressed by the tool_call check",
+    "simple_javascript": "BFCL grades JavaScript arguments as JavaScript source strings (its own "
+    "typing rules), not yet expressed by the tool_call check",
+    "multi_turn_base": "multi-turn entries (a conversation graded on executed state) need agent "
+    "episodes",
+    "multi_turn_long_context": "multi-turn entries (a conversation graded on executed state) "
+    "need agent episodes",
+    "multi_turn_miss_func": "multi-turn entries (a conversation graded on executed state) need "
+    "agent episodes",
+    "multi_turn_miss_param": "multi-turn entries (a conversation graded on executed state) need "
+    "agent episodes",
+    "memory": "memory entries (an agent with a memory backend, graded on its final text) need "
+    "agent episodes",
+    "web_search": "web-search entries (an agent with a search tool, graded on its final text) "
+    "need agent episodes",
+}
+CATEGORIES = (*AST_CATEGORIES, *NO_CALL_CATEGORIES, *CALL_CATEGORIES, *REFUSED)
+_CATEGORY = re.compile(r"(.+?)_\d")
+
+
+def category_of(entry_id: str) -> str:
+    """BFCL's category of an entry id: ``live_simple_3-2-0`` -> ``live_simple``."""
+    found = _CATEGORY.match(entry_id)
+    return found.group(1) if found else entry_id
+
+
+def refusal(category: str) -> str | None:
+    """Why entries of ``category`` are not imported (None when they are)."""
+    if category in REFUSED:
+        return f"BFCL category {category!r} is not supported: {REFUSED[category]}"
+    if category not in CATEGORIES:
+        return (
+            f"BFCL category {category!r} is unknown (supported: {', '.join(AST_CATEGORIES)}, "
+            f"{', '.join(NO_CALL_CATEGORIES + CALL_CATEGORIES)})"
+        )
+    return None
+
+
+def reference_fails(question: Mapping[str, Any], answer: Mapping[str, Any]) -> str | None:
+    """Why BFCL's own checker fails every answer to this entry, its reference included (None
+    when it does not): a parameter the doc requires without a possible value (BFCL then wants
+    it present and accepts no value), or one the possible answer requires that the doc lacks
+    (BFCL calls it unexpected). Five live entries of bfcl-eval 2026.3.23 are such; the task
+    grades them as their possible answer says and flags them."""
+    functions = list(question.get("function", []))
+    for expected in answer["ground_truth"]:
+        ((name, possible),) = expected.items()
+        parameters = _doc(functions, name).get("parameters", {})
+        properties = parameters.get("properties", {})
+        for param in parameters.get("required", []):
+            if not [v for v in possible.get(param, []) if v != ""]:
+                return f"{name}: required parameter {param!r} has no possible value"
+        for param, values in possible.items():
+            if param not in properties and "" not in values:
+                return f"{name}: parameter {param!r} is not in the function doc"
+    return None
+
+
 def convert(question: Mapping[str, Any], answer: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One BFCL entry (and its possible answer; None for irrelevance) as a task."""
+    """One BFCL entry (and its possible answer; None for relevance and irrelevance) as a task."""
     entry_id = question["id"]
+    category = category_of(entry_id)
+    refused = refusal(category)
+    if refused is not None:
+        raise BfclImportError(f"{entry_id}: {refused}")
     functions = list(question.get("function", []))
     tools = openai_tools(functions)
     names = [t["function"]["name"] for t in tools]
     if len(set(names)) != len(names):
         raise BfclImportError(f"{entry_id}: two functions share a tool name after rewriting dots")
-    metadata: dict[str, Any] = {"source": "bfcl", "bfcl_id": entry_id, "tools": tools}
-    if answer is None or "irrelevance" in entry_id:
+    metadata: dict[str, Any] = {
+        "source": "bfcl",
+        "bfcl_id": entry_id,
+        "category": category,
+        "question": question.get("question"),
+        "tools": tools,
+    }
+    if category in NO_CALL_CATEGORIES:
         check: dict[str, Any] = {"type": "tool_call", "name": "no_call", "expect_no_call": True}
         metadata["fixtures"] = [{"id": "reference", "answer": NO_CALL_ANSWER, "passes": True}]
         return {"id": entry_id, "checks": [check], "metadata": metadata}
+    if category in CALL_CATEGORIES:
+        if not names:
+            raise BfclImportError(f"{entry_id}: a relevance entry needs at least one function")
+        check = {"type": "tool_call", "name": "a_call", "expect_call": True}
+        reference_call = [{"name": names[0], "arguments": {}}]
+        metadata["fixtures"] = [
+            {"id": "reference", "answer": _wire(reference_call), "passes": True}
+        ]
+        return {"id": entry_id, "checks": [check], "metadata": metadata}
+    if answer is None:
+        raise BfclImportError(f"{entry_id}: no possible answer (give --answers)")
+    fails = reference_fails(question, answer)
+    if fails is not None:
+        metadata["bfcl_reference_fails"] = fails
     calls = []
     for expected in answer["ground_truth"]:
         ((name, possible),) = expected.items()
         calls.append(call_entry(name, possible, _doc(functions, name)))
     reference = [{"name": c["name"], "arguments": c["arguments"]} for c in calls]
     metadata["fixtures"] = [{"id": "reference", "answer": _wire(reference), "passes": True}]
-    if "parallel" in entry_id:
+    if "parallel" in category:
         check = {"type": "tool_call", "name": "calls", "strings": "bfcl", "parallel": calls}
         return {"id": entry_id, "checks": [check], "metadata": metadata}
     if len(calls) != 1:
@@ -251,7 +358,19 @@ def convert(question: Mapping[str, Any], answer: Mapping[str, Any] | None) -> di
 def convert_all(
     questions: Iterable[Mapping[str, Any]], answers: Iterable[Mapping[str, Any]] | None
 ) -> Iterator[dict[str, Any]]:
-    """Every question as a task, its possible answer found by ``id``."""
-    by_id = {a["id"]: a for a in answers or []}
-    for question in questions:
-        yield convert(question, by_id.get(question["id"]))
+    """Every question as a task, its possible answer found by ``id``.
+
+    An entry of an unexpected shape is a :class:`BfclImportError` naming it, never another
+    exception: the command says what is wrong in one line."""
+    by_id = {a["id"]: a for a in answers or [] if isinstance(a, Mapping) and "id" in a}
+    for index, question in enumerate(questions):
+        if not isinstance(question, Mapping) or not isinstance(question.get("id"), str):
+            raise BfclImportError(f"entry {index + 1}: not a BFCL entry (an object with an 'id')")
+        try:
+            yield convert(question, by_id.get(question["id"]))
+        except BfclImportError:
+            raise
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise BfclImportError(
+                f"{question['id']}: not a BFCL AST entry ({type(exc).__name__}: {exc})"
+            ) from None
