@@ -142,8 +142,8 @@ def _tool_call_column(check: Check | CheckDefinition, verdict: Verdict) -> Check
 
 
 # The fast path's columns repeat (every matching answer to a task gets the same one), and a
-# CheckResult (0.7 µs to build, of ~10 µs for a typical grade) need not be built again: keep
-# the recent ones.
+# CheckResult (a measurable share of a typical grade: docs/performance.md) need not be built
+# again: keep the recent ones.
 _COLUMNS: dict[tuple[object, ...], CheckResult] = {}
 _COLUMNS_MAX = 4096
 

@@ -35,7 +35,7 @@ MAX_DEPTH = 128
 _RUN = 19  # digits in a row from which the standard library parses the text
 # Every ASCII digit byte becomes "0", every other byte " ": a run of 19 digits in the text is
 # then a run of 19 "0" bytes, found by bytes.find. Translating and finding are each one C pass
-# (about 4x faster than a regex search on short texts, the cost every answer pays). Only ASCII
+# (several times faster than a regex search on short texts, the cost every answer pays). Only ASCII
 # digits count, as with ``[0-9]``: a multi-byte UTF-8 character never holds an ASCII byte.
 _DIGITS_TO_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _ZEROS = b"0" * _RUN

@@ -1,13 +1,13 @@
 """``@value_type``: a dataclass mypy holds frozen and the interpreter builds at full speed.
 
 A frozen dataclass pays for its immutability at run time: its ``__init__`` sets each field
-through ``object.__setattr__``, about 0.2 µs a field on CPython 3.11 (a six-field record: 1.8 µs
-frozen, 0.4 µs not). The proxy builds a dozen such records for every graded answer (the
-capture, the extraction, the verdict, the columns, the outcome, the row's live fields), which
-made a fifth of grading a typical tool call. ``@value_type`` keeps the guarantee where it is
-checked, in ``mypy --strict`` (PEP 681's ``frozen_default``: assigning to a field is a type
-error), and builds a plain slotted dataclass. ``unsafe_hash`` keeps the hash a frozen
-dataclass has, so a value can still be a dict key or a set member.
+through ``object.__setattr__``, several times the cost of a plain slotted dataclass on CPython
+3.11 (docs/performance.md, "Figures behind the code"). The proxy builds a dozen such records for
+every graded answer (the capture, the extraction, the verdict, the columns, the outcome, the
+row's live fields), which made a fifth of grading a typical tool call. ``@value_type`` keeps the
+guarantee where it is checked, in ``mypy --strict`` (PEP 681's ``frozen_default``: assigning to
+a field is a type error), and builds a plain slotted dataclass. ``unsafe_hash`` keeps the hash a
+frozen dataclass has, so a value can still be a dict key or a set member.
 """
 
 from __future__ import annotations

@@ -122,8 +122,8 @@ class RequestLog:
     docstring), structlog's own logger wherever the fast path cannot be the same line.
 
     Every line is flushed as it is written. Flushing once per event-loop iteration instead (a
-    ``call_soon``) measured 4.8% more CPU per forwarded request at 16 connections
-    (bench/ab.py --together): the extra callback costs more than the writes it saves."""
+    ``call_soon``) measured more CPU per forwarded request at 16 connections (docs/performance.md):
+    the extra callback costs more than the writes it saves."""
 
     __slots__ = ("_enabled", "_fallback", "_out", "_processors", "_renderer")
 

@@ -1,9 +1,10 @@
 """UTC timestamps exactly as ``datetime.isoformat`` writes them, at a fraction of its cost.
 
 Every request log line and every graded row carries one. ``datetime.fromtimestamp(t, UTC)
-.isoformat()`` builds a datetime and renders all of it, about 1 µs, on the event loop's core
-for each. The date and time of day change once a second, so they are rendered once a second
-here; the microseconds, the part that changes, are one integer format.
+.isoformat()`` builds a datetime and renders all of it, on the event loop's core, for each
+(docs/performance.md, "Figures behind the code"). The date and time of day change once a second,
+so they are rendered once a second here; the microseconds, the part that changes, are one
+integer format.
 """
 
 from __future__ import annotations

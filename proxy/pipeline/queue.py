@@ -58,9 +58,9 @@ log = get_logger("gradeproxy.grading")
 # Python's default 5 ms switch interval lets the grading thread hold it that long at a time.
 GIL_SWITCH_INTERVAL_S = 0.001
 # An inline batch grades for at most INLINE_SLICE_S at a time, then leaves the loop to the
-# relayed requests for INLINE_GAP_S (a timer, so they get several turns, not one). Measured at
-# one connection (wrk, a 40 ms window): 3 ms slices back to back put the relay's p99 at 8.6-9.1
-# ms (2.1 ms with no window), 1 ms slices with 0.5 ms gaps at 3.5-3.9 ms; p50 fell either way.
+# relayed requests for INLINE_GAP_S (a timer, so they get several turns, not one). Longer slices
+# back to back lengthened the relay's p99 at one connection several times over; the measurement
+# is in docs/performance.md, "Figures behind the code".
 INLINE_SLICE_S = 0.001
 INLINE_GAP_S = 0.0005
 
@@ -279,7 +279,7 @@ class GradeQueue:
         batch is not full yet: then waiting the window costs a job a few milliseconds of grade
         latency and makes the batch larger. Graded back to back, jobs find the grader's code and
         data warm in the core's caches, and the batch costs one hand-over to the writer thread:
-        CPU per graded request at 16 connections fell 8-12% (bench/ab.py, a 40 ms window).
+        CPU per graded request at 16 connections fell (`python -m bench ab`; docs/performance.md).
         After a quiet spell, the first job is taken at once."""
         window = self.batch_window_s
         return (

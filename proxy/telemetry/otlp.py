@@ -2,8 +2,8 @@
 
 The SDK's encoder (``opentelemetry.exporter.otlp.proto.common``) builds a protobuf message
 object for every span, attribute, value and event, and hashes each span's resource (a JSON dump
-of its attributes) to group them: some 60 µs per span here, 120 µs with two evaluation events,
-most of what tracing costs at 100% sampling (bench/otel_bench.py prints both encoders' figures).
+of its attributes) to group them: most of what tracing costs at 100% sampling
+(`python -m bench otel` prints both encoders' figures; docs/performance.md).
 This module writes the same ``ExportTraceServiceRequest`` bytes with a few byte joins per field:
 every span the proxy exports shares one resource and one scope, so those are encoded once per
 batch. The output is checked against the SDK's encoder by parsing both (tests/proxy/telemetry/

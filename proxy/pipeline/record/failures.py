@@ -8,9 +8,10 @@ invisible characters (seed 003: "repr(output) will show \\n, \\t, and leading sp
 
 An entry is kept as a draft and finished when the page reads it (:func:`rendered`): the ring
 holds the last ``size`` of what may be thousands of failing answers a minute, and most fall out
-unread. Splitting the answer into runs and finding the first differing path were about 70% of
-what recording a failing answer cost beyond a passing one (bench/instructions_bench.py's
-``record_batch_failing``); now only the entries a person looks at pay for them, once each.
+unread. Splitting the answer into runs and finding the first differing path were most of what
+recording a failing answer cost beyond a passing one (bench/instructions_bench.py's
+``record_batch_failing``; docs/performance.md); now only the entries a person looks at pay for
+them, once each.
 
 Raw answers are customer content: the ring stays empty when ``results.capture_answer`` is off,
 it lives only in memory (never logged, gone at restart), and ui.py serves it only on the admin

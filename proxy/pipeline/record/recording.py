@@ -2,14 +2,14 @@
 
 Rows are dictionaries nested three deep; a response with 10,000 choices is over a hundred
 thousand of them. Held by the proxy's process, they cost twice: unpickled on the event loop as
-they come back from the grading process, then walked by every full garbage collection while
-they wait for the writer thread (bench/loop_lag_bench.py measured 50-120 ms pauses of the loop
-from those collections alone). So the grading process (or the grading thread) reduces a job's
-rows to a :class:`Recording` before handing it back: the rows already serialised as JSONL (one
-``bytes``, which the collector never walks), the metric increments already summed, and the
-few rows the proxy must still read (the failure inspector's entries, episode rows, the pair
-tracker's verdicts, the rows a trace carries). The proxy's process then only appends the bytes
-and adds the counts (:class:`Recorder`), in its writer thread.
+they come back from the grading process, then walked by every full garbage collection while they
+wait for the writer thread (`python -m bench loop-lag` measured pauses of the loop from those
+collections alone: docs/performance.md). So the grading process (or the grading thread) reduces
+a job's rows to a :class:`Recording` before handing it back: the rows already serialised as
+JSONL (one ``bytes``, which the collector never walks), the metric increments already summed,
+and the few rows the proxy must still read (the failure inspector's entries, episode rows, the
+pair tracker's verdicts, the rows a trace carries). The proxy's process then only appends the
+bytes and adds the counts (:class:`Recorder`), in its writer thread.
 
 Rows a judge finishes on the event loop, and episode turns, are reduced there, by the same
 function (:func:`recording`): one row schema, one way to count it, wherever grading ran.
