@@ -12,13 +12,15 @@ top level only on rows of tasks *without* ``checks`` (where that column is the o
 they agree with ``result``); on tasks with checks they live inside their column in ``checks``.
 
 Designed for what comes next: ``kind`` is ``"answer"`` (``"episode"`` rows will carry episode
-columns), ``row_schema_version`` is bumped on any change of meaning, and new fields (run
+columns), ``row_schema_version`` is bumped on any change of meaning (2: ``row_id``, the key the
+rows database keeps a row once by), and new fields (run
 metadata carried from answers, judge attempts, ``truncated``, trace ids) are added to the field
 lists here, so the README test names any that is left undocumented.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, Literal
@@ -29,13 +31,19 @@ from grader.tasks import Task
 from grader.version import GRADER_RULES_VERSION
 
 ROW_KIND: Literal["answer"] = "answer"
-ROW_SCHEMA_VERSION = 1
+ROW_SCHEMA_VERSION = 2
+# v1 -> v2: ``row_id`` added. A reader takes every version up to this one; a v1 row (no
+# ``row_id``) gets its id from :func:`row_id_of` where one is needed (the rows database).
+READ_SCHEMA_VERSIONS: frozenset[int] = frozenset({1, 2})
+# The namespace of live row ids (uuid5): fixed forever, or ids of a retried write would change.
+ROW_ID_NAMESPACE = uuid.UUID("5d1e0f3c-8a0e-4b8e-9a57-6a7c1e2b9f42")
 
 # The tool-call column's own fields: top level only on rows of tasks without checks.
 TOOL_CALL_FIELDS: tuple[str, ...] = ("score", "reason", "reason_code", "path", "call")
 OFFLINE_FIELDS: tuple[str, ...] = (
     "kind",
     "row_schema_version",
+    "row_id",
     "task_id",
     "mutationKind",
     "result",
@@ -119,6 +127,9 @@ class Live:
                 row["truncated"] = True
         if self.tools is not None:
             row["tools"] = self.tools
+        row["row_id"] = live_row_id(
+            row.get("kind", ROW_KIND), self.request_id, self.variant, self.choice, self.time
+        )
         row["request_id"] = self.request_id
         row["upstream_request_id"] = self.upstream_request_id
         row["time"] = self.time
@@ -132,6 +143,43 @@ class Live:
         row["run"] = self.run
         row["meta"] = dict(self.meta)
         row["timings"] = dict(self.timings)
+
+
+def live_row_id(kind: str, request_id: str, variant: str, choice: int, time: str) -> str:
+    """A live row's id: the same for the same row however often it is written (a retried
+    write, a backfill after a half-committed batch), so the rows database keeps it once.
+
+    The request id alone is not enough: a client may send its own ``x-request-id`` twice, so
+    the arrival time (microseconds) is part of it, with the kind (an episode row and the answer
+    row of the same turn are two rows), the variant (both legs of a shadowed request) and the
+    choice.
+    """
+    name = "\x1f".join((kind, request_id, variant, str(choice), time))
+    return str(uuid.uuid5(ROW_ID_NAMESPACE, name))
+
+
+def offline_row_id() -> str:
+    """An offline row's id: a random UUID (offline rows have no request to derive one from)."""
+    return str(uuid.uuid4())
+
+
+def row_id_of(row: Mapping[str, Any]) -> str:
+    """The row's ``row_id``; for a v1 row (written before ids), the id it would have had when
+    it is live (derived, so importing a file twice keeps each row once), else a random one."""
+    given = row.get("row_id")
+    if isinstance(given, str) and given:
+        return given
+    request_id, time = row.get("request_id"), row.get("time")
+    if isinstance(request_id, str) and isinstance(time, str):
+        choice = row.get("choice", 0)
+        return live_row_id(
+            str(row.get("kind", ROW_KIND)),
+            request_id,
+            str(row.get("variant", "primary")),
+            choice if isinstance(choice, int) else 0,
+            time,
+        )
+    return offline_row_id()
 
 
 def _write_verdict(row: dict[str, Any], outcome: Outcome) -> None:
@@ -156,6 +204,7 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
     row: dict[str, Any] = {
         "kind": ROW_KIND,
         "row_schema_version": ROW_SCHEMA_VERSION,
+        "row_id": offline_row_id(),  # a live row's is derived instead (Live.write_into)
         "task_id": task.id,
         "mutationKind": task.mutation_kind,
     }

@@ -126,6 +126,7 @@ def _schema() -> dict[str, tuple[Any, Any]]:
     return {
         "kind": (string, keep),
         "row_schema_version": (pa.int32(), keep),
+        "row_id": (string, keep),
         "task_id": (string, keep),
         "mutationKind": (string, keep),
         "result": (string, keep),

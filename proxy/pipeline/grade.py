@@ -20,7 +20,7 @@ import orjson
 from grader._json import dumps
 from grader.checks import CheckContext
 from grader.engine import LocalColumns, grade, local_columns, needs_judge, reads_request_tools
-from grader.rows import Live, live_row
+from grader.rows import Live, live_row, live_row_id
 from grader.tasks import Task
 from grader.toolcall.extract import UNPARSED
 from proxy.pipeline.admit import Api, SkipReason
@@ -218,9 +218,11 @@ def _episode(job: GradeJob, captured: CaptureResult, model: str | None) -> Episo
     """The episode outcome of a turn (choice 0 is the agent's answer), live fields added."""
     if job.episode is None:
         return None
+    received = utc_iso(job.received_at)
     live = {
+        "row_id": live_row_id("episode", job.request_id, job.variant, 0, received),
         "request_id": job.request_id,
-        "time": utc_iso(job.received_at),
+        "time": received,
         "model": model,
         "upstream": job.upstream,
         "stream": job.stream,
