@@ -1,4 +1,10 @@
-"""File helpers for the offline commands: JSONL reading with file:line errors, atomic writes."""
+"""File helpers for the offline commands: JSONL reading with file:line errors, atomic writes.
+
+Wherever a command reads result rows (``--results``, ``--baseline``, ``--candidate``) a
+``postgresql://`` URL stands for a file: :func:`results_source` keeps it whole (argparse's
+``Path`` would fold its ``//``) and :func:`read_jsonl` reads the rows database
+(grader/rowsdb.py) instead, the URL's password masked in every message.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +19,34 @@ from typing import Any
 
 from grader._json import JSONError, dumps, loads_exact
 from grader.errors import GraderError
+from grader.rowsdb import RowsDatabaseError, RowsURL, is_url, parse_url, read_rows
+
+Source = Path | RowsURL  # where result rows are read from: a file or the rows database
 
 
 class InputError(GraderError, ValueError):
     """Unreadable or invalid input; the message names file and line. Exit code 2."""
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line number, value)`` for every non-blank line."""
+def results_source(text: str) -> Source:
+    """An argparse ``type``: a rows-database URL (filters in its query), else a path."""
+    if is_url(text):
+        try:
+            return parse_url(text)
+        except RowsDatabaseError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return Path(text)
+
+
+def read_jsonl(path: Source) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line number, value)`` for every non-blank line (from a database: ``(n, row)``
+    in the order the rows were written)."""
+    if isinstance(path, RowsURL):
+        try:
+            yield from read_rows(path)
+        except RowsDatabaseError as exc:
+            raise InputError(str(exc)) from None
+        return
     try:
         with path.open(encoding="utf-8") as handle:
             for lineno, line in enumerate(handle, start=1):
@@ -39,7 +65,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
 GLOB_CHARACTERS = frozenset("*?[")
 
 
-def expand_globs(values: Iterable[Path]) -> list[Path]:
+def expand_globs(values: Iterable[Source]) -> list[Source]:
     """Each path as given, or the files a glob in it matches, sorted, each once.
 
     ``gradeproxy serve --workers N`` writes ``grades.w0.jsonl`` … one file per worker, so the
@@ -48,8 +74,11 @@ def expand_globs(values: Iterable[Path]) -> list[Path]:
     names a file is never read as a pattern, and a pattern that matches nothing is an error
     (a typo must not read as an empty run).
     """
-    found: dict[Path, None] = {}
+    found: dict[Source, None] = {}
     for value in values:
+        if isinstance(value, RowsURL):
+            found.setdefault(value, None)
+            continue
         text = str(value)
         if GLOB_CHARACTERS.isdisjoint(text) or value.exists():
             found.setdefault(value, None)
@@ -72,7 +101,10 @@ class ExpandGlobs(argparse.Action):
         values: str | Sequence[object] | None,
         option_string: str | None = None,
     ) -> None:
-        given = [Path(str(v)) for v in values] if isinstance(values, list) else [Path(str(values))]
+        given = [
+            v if isinstance(v, RowsURL) else Path(str(v))
+            for v in (values if isinstance(values, list) else [values])
+        ]
         try:
             setattr(namespace, self.dest, expand_globs(given))
         except InputError as exc:

@@ -18,7 +18,7 @@ from typing import Any
 
 from grader._json import dumps
 from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
-from grader.cli._io import ExpandGlobs, InputError, read_jsonl
+from grader.cli._io import ExpandGlobs, InputError, Source, read_jsonl, results_source
 
 
 def register(sub: Any) -> None:
@@ -31,7 +31,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--results",
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
         help="result JSONL (live rows; quoted globs expanded: 'grades.w*.jsonl')",
@@ -46,7 +46,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--baseline",
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
         help="with --gate: offline run A",
@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--candidate",
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
         help="with --gate: offline run B",
@@ -69,7 +69,7 @@ def _optional_str(row: dict[str, Any], key: str, where: str) -> str | None:
     return value
 
 
-def read_legs(paths: list[Path]) -> tuple[list[Leg], int, int]:
+def read_legs(paths: list[Source]) -> tuple[list[Leg], int, int]:
     """The paired legs of every file, the number of rows, and the rows that pair with nothing."""
     legs: list[Leg] = []
     rows = unpaired = 0

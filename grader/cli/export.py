@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grader.cli._io import ExpandGlobs, InputError, read_jsonl
+from grader.cli._io import ExpandGlobs, InputError, Source, read_jsonl, results_source
 from grader.cli.parquet import require_pyarrow, with_rotations, write_parquet
 
 
@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
         "--results",
         required=True,
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
         help="result JSONL (quoted globs expanded)",
@@ -47,7 +47,7 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
+def read_rows(paths: list[Source]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for path in paths:
         for lineno, row in read_jsonl(path):

@@ -26,7 +26,7 @@ from grader.analysis.gate import (
     exit_code,
     parse_gate,
 )
-from grader.cli._io import InputError, read_jsonl
+from grader.cli._io import InputError, Source, read_jsonl
 
 GRADED = ("pass", "fail", "stale")
 
@@ -38,7 +38,7 @@ def load_gate(path: Path) -> Any:
         raise InputError(f"{path}: cannot read the gate file: {exc}") from None
 
 
-def _rows(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+def _rows(paths: list[Source]) -> list[tuple[str, dict[str, Any]]]:
     rows: list[tuple[str, dict[str, Any]]] = []
     for path in paths:
         for lineno, row in read_jsonl(path):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader._json import dumps
-from grader.cli._io import InputError, jsonl_bytes, write_atomically
+from grader.cli._io import InputError, Source, jsonl_bytes, write_atomically
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -260,10 +260,14 @@ def write_rows(path: Path, rows: Sequence[dict[str, Any]], wide: bool = False) -
         write_atomically(path, jsonl_bytes(rows))
 
 
-def with_rotations(paths: Iterable[Path]) -> list[Path]:
-    """Each path preceded by its live rotations (``grades.jsonl.5`` … ``.1``), oldest first."""
-    out: dict[Path, None] = {}
+def with_rotations(paths: Iterable[Source]) -> list[Source]:
+    """Each path preceded by its live rotations (``grades.jsonl.5`` … ``.1``), oldest first
+    (a rows database has none)."""
+    out: dict[Source, None] = {}
     for path in paths:
+        if not isinstance(path, Path):
+            out.setdefault(path, None)
+            continue
         rotated = sorted(
             (
                 p

@@ -22,7 +22,15 @@ from typing import Any
 from grader._json import dumps
 from grader.analysis.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
 from grader.checks.judge import Judge
-from grader.cli._io import ExpandGlobs, InputError, jsonl_bytes, read_jsonl, write_atomically
+from grader.cli._io import (
+    ExpandGlobs,
+    InputError,
+    Source,
+    jsonl_bytes,
+    read_jsonl,
+    results_source,
+    write_atomically,
+)
 from grader.cli.parquet import with_rotations
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.loader import load_tasks
@@ -40,7 +48,7 @@ def register(sub: Any) -> None:
         "--results",
         required=True,
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
         help="result rows (quoted globs expanded)",
@@ -60,7 +68,7 @@ def register(sub: Any) -> None:
 Stored = tuple[str, dict[str, Any]]
 
 
-def read_rows(paths: list[Path]) -> list[Stored]:
+def read_rows(paths: list[Source]) -> list[Stored]:
     rows: list[Stored] = []
     for path in paths:
         for lineno, row in read_jsonl(path):
