@@ -164,13 +164,14 @@ def _text(value: Any) -> str | None:
         return None
     if not isinstance(value, str):
         return str(value) if isinstance(value, int | float) else None
-    if "\x00" in value:
-        value = value.replace("\x00", "\ufffd")
+    text: str = value
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
     try:
-        value.encode()
+        text.encode()
     except UnicodeEncodeError:
-        value = value.encode("utf-8", "replace").decode()
-    return value
+        text = text.encode("utf-8", "replace").decode()
+    return text
 
 
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT")
@@ -282,7 +283,7 @@ def migrate(conn: psycopg.Connection[Any]) -> tuple[int | None, int]:
             )
         for statements in MIGRATIONS[before or 0 :]:
             for statement in statements:
-                cur.execute(statement)  # type: ignore[arg-type]  # fixed DDL text
+                cur.execute(statement)
         cur.execute(
             "INSERT INTO gradeproxy_schema (id, version) VALUES (1, %s) ON CONFLICT (id) "
             "DO UPDATE SET version = excluded.version, migrated_at = now()",
@@ -329,7 +330,7 @@ def read_rows(url: RowsURL, batch: int = 2000) -> Iterator[tuple[int, Any]]:
                 raise RowsDatabaseError(f"{url}: no rows table: run 'gradeproxy db migrate URL'")
             with conn.cursor(name="gradeproxy_read") as cur:
                 cur.itersize = batch
-                cur.execute(query, params)  # type: ignore[arg-type]  # composed of constants
+                cur.execute(query, params)
                 for n, (doc,) in enumerate(cur, start=1):
                     try:
                         yield n, loads_exact(doc)

@@ -41,7 +41,7 @@ from proxy.pipeline.record.recording import (
     WriterThread,
     grade_and_reduce,
 )
-from proxy.pipeline.record.results import ResultWriter
+from proxy.pipeline.record.sinks import RowWriter
 from proxy.pipeline.settle import Settler, log_quietly
 from proxy.shadow.pairs import PairTracker
 from proxy.telemetry.record import SpanSink
@@ -81,7 +81,7 @@ class GradeQueue:
     def __init__(
         self,
         metrics: ProxyMetrics,
-        writer: ResultWriter | None,
+        writer: RowWriter | None,
         *,
         size: int,
         workers: int,

@@ -29,7 +29,7 @@ def migrated(server: PostgresServer, capsys: pytest.CaptureFixture[str]) -> str:
 def insert(url: str, rows: list[dict[str, Any]]) -> None:
     batch = [columns_of(row, dumps(row).decode()) for row in rows]
     with psycopg.connect(url, password=PASSWORD) as conn:
-        conn.execute(INSERT, insert_params(batch))  # type: ignore[arg-type]
+        conn.execute(INSERT, insert_params(batch))
 
 
 def test_migrate_creates_then_keeps_the_schema(
