@@ -11,7 +11,7 @@ import pytest
 
 from grader._json import dumps, loads_exact
 from grader.cli import main
-from grader.rowsdb import INSERT, columns_of, insert_params, parse_url, read_rows
+from grader.rowsdb import columns_of, parse_url, read_rows, write_batch
 from tests.support.postgres import PASSWORD, PostgresServer
 from tests.support.rowcommands import answers
 from tests.support.rowsets import jsonl, live_rows
@@ -29,7 +29,7 @@ def migrated(server: PostgresServer, capsys: pytest.CaptureFixture[str]) -> str:
 def insert(url: str, rows: list[dict[str, Any]]) -> None:
     batch = [columns_of(row, dumps(row).decode()) for row in rows]
     with psycopg.connect(url, password=PASSWORD) as conn:
-        conn.execute(INSERT, insert_params(batch))
+        write_batch(conn, batch)
 
 
 def test_migrate_creates_then_keeps_the_schema(

@@ -1,4 +1,4 @@
-"""The PostgreSQL row store: one multi-row ``INSERT … ON CONFLICT (row_id) DO NOTHING`` a batch.
+"""The PostgreSQL row store: a batch is one COPY and one ``INSERT … ON CONFLICT DO NOTHING``.
 
 The table, its columns and its migrations are grader/rowsdb.py's (``gradeproxy db migrate``
 creates them; this store never does: replicas must not race to migrate). One connection, used
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader._json import JSONError, loads_exact_bytes
-from grader.rowsdb import INSERT, columns_of, connect, insert_params, redact, schema_state
+from grader.rowsdb import columns_of, connect, redact, schema_state, write_batch
 from proxy.pipeline.record.sinks import SchemaState, StoreError
 from proxy.pipeline.record.sinks.writer import SinkSettings, SinkWriter
 
@@ -99,9 +99,7 @@ class PostgresStore:
     def _insert(self, rows: list[tuple[Any, ...]]) -> None:
         errors = self._psycopg.errors
         try:
-            if rows:
-                self._conn.execute(INSERT, insert_params(rows))
-            self._conn.commit()
+            write_batch(self._conn, rows)
         except errors.DataError:
             raise
         except errors.QueryCanceled as exc:
