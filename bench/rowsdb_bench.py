@@ -84,7 +84,7 @@ def psycopg_rate(url: str, batches: list[list[tuple[Any, ...]]], copy: bool) -> 
 
 def asyncpg_rate(url: str, batches: list[list[tuple[Any, ...]]]) -> float | None:
     try:
-        import asyncpg
+        import asyncpg  # type: ignore[import-untyped]  # optional, no stubs
     except ImportError:
         return None
     statement = INSERT
