@@ -23,7 +23,7 @@ from tests.support.fleet import (
     start_replica,
     terminate,
 )
-from tests.support.postgres import PostgresServer
+from tests.support.postgres import PASSWORD, PostgresServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pg_password")]
 ServerFactory = Callable[..., Awaitable[TestServer]]
@@ -96,6 +96,8 @@ async def test_a_database_outage_mid_load_loses_nothing_and_fails_no_client(
         ]
         assert sum(backfilled) >= 45
         assert await metric(run.replicas[0].base, "gradeproxy_rows_dropped_total") == 0
+    for index in range(3):
+        assert PASSWORD not in (tmp_path / f"r{index}.log").read_text()
 
 
 async def test_a_database_down_at_start_is_spilled_to_then_backfilled(
@@ -170,3 +172,4 @@ async def test_an_unmigrated_database_is_spilled_to_until_it_is_migrated(
         log = (tmp_path / "r0.log").read_text()
         assert "rows_sink_spilling" in log
         assert "schema_missing" in log
+        assert PASSWORD not in log  # read from the environment, never logged

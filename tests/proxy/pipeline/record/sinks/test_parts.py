@@ -144,3 +144,18 @@ def test_close_flushes_the_buffer_to_the_database(
     assert sample(m, "gradeproxy_sink_rows_written_total") == 100
     assert (tmp_path / "spill.jsonl").read_bytes() == b""
     assert DB_SCHEMA_VERSION == 1
+
+
+@pytest.mark.parametrize("index", [0, 1, 7])
+def test_each_worker_spills_to_a_file_of_its_own(index: int) -> None:
+    from proxy.supervisor import worker_config
+
+    config = load_config(
+        None,
+        {**V1, "listen": {"workers": 8}, "admin": {"port": 19000},
+         "results": {"sink": SINK, "spill_path": "/data/spill.jsonl"}},
+        {},
+    )  # fmt: skip
+    mine = worker_config(config, index).results
+    assert mine.spill_path == Path(f"/data/spill.w{index}.jsonl")
+    assert mine.sink == SINK  # one database for every worker
