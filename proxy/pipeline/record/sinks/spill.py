@@ -28,6 +28,10 @@ class SpillFile:
         self._lock = threading.Lock()
         stat = os.fstat(self._fd)
         self.size = stat.st_size
+        if self.size and os.pread(self._fd, 1, self.size - 1) != b"\n":
+            # A process killed mid-append left a torn row: end it, so the next row starts on a
+            # line of its own (the torn one is refused by the store and set aside, not lost).
+            self.size += os.write(self._fd, b"\n")
         # When the oldest row still in the file was spilled: the sink's lag. After a restart,
         # the file's last change is the best bound on it the file keeps.
         self.since: float | None = stat.st_mtime if self.size else None

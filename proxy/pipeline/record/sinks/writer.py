@@ -146,6 +146,7 @@ class SinkWriter:
 
     def _run(self) -> None:
         next_try = 0.0
+        turns = 0
         while True:
             with self._cond:
                 if not self._waiting and not self._stopping:
@@ -161,8 +162,9 @@ class SinkWriter:
                 self._open()  # a stop right after start: one try before spilling
             if batch:
                 self._write_live(batch)
-            if self._state == "ok" and not stopping and not more:
-                self._backfill_step()
+            turns += 1
+            if self._state == "ok" and not stopping and (not more or turns % 4 == 0):
+                self._backfill_step()  # between live batches, even when they keep coming
             self.metrics.sink_lag.set(self._lag())
             if stopping and not batch and not more:
                 return
