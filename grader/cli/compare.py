@@ -34,7 +34,8 @@ def register(sub: Any) -> None:
         type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
-        help="result JSONL (live rows; quoted globs expanded: 'grades.w*.jsonl')",
+        help="result JSONL (live rows; quoted globs expanded: 'grades.w*.jsonl') or a "
+        "postgresql:// URL (filters: ?run=&since=&until=&task=&variant=)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(

@@ -31,7 +31,7 @@ def register(sub: Any) -> None:
         type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
-        help="result JSONL (quoted globs expanded)",
+        help="result JSONL (quoted globs expanded) or a postgresql:// URL",
     )
     parser.add_argument("--parquet", required=True, type=Path, metavar="OUT", help="Parquet file")
     parser.add_argument(

@@ -51,7 +51,7 @@ def register(sub: Any) -> None:
         type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
-        help="result rows (quoted globs expanded)",
+        help="result rows (quoted globs expanded) or a postgresql:// URL",
     )
     parser.add_argument("--tasks", required=True, type=Path, help="the new task file or folder")
     parser.add_argument("--out", required=True, type=Path, help="the diff (JSONL)")
