@@ -27,6 +27,7 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── FormulaError(ValueError)           grader.checks     a multi formula is not safe arithmetic
     ├── UnresolvableRefError(ValueError)   grader.checks     a $ref leaving the schema
     ├── JudgeParseError(ValueError)        grader.checks     a judge reply outside the contract
+    ├── RowsDatabaseError(ValueError)      grader.rowsdb     a rows-database URL, filter or read
     └── InputError(ValueError)             grader.cli        an answers file line the CLI refuses
 
 The judge's transport and its ``JudgeHTTPError`` are the proxy's (``proxy/judge_client.py``,

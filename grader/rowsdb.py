@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from grader._json import JSONError, loads_exact
+from grader.errors import GraderError
 from grader.rows import row_id_of
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ INSERT = (
 SchemaState = Literal["ok", "missing", "old", "newer"]
 
 
-class RowsDatabaseError(Exception):
+class RowsDatabaseError(GraderError, ValueError):
     """A bad URL or filter, or a database that cannot be read; the message says which."""
 
 
