@@ -268,7 +268,9 @@ class SinkWriter:
     def _lag(self) -> float:
         """Age of the oldest row not yet in the store (buffered, in flight or spilled)."""
         now = time.time()
-        oldest = [entry.since for entry in (*self._in_flight[:1], *list(self._waiting)[:1])]
+        with self._cond:  # the buffer changes under other threads: read its head under the lock
+            heads = [*self._in_flight[:1], *([self._waiting[0]] if self._waiting else [])]
+        oldest = [entry.since for entry in heads]
         if self._spill.since is not None:
             oldest.append(self._spill.since)
         return max(0.0, now - min(oldest)) if oldest else 0.0
