@@ -20,7 +20,7 @@ FailureReason = Literal["unavailable", "timeout", "schema", "rejected"]
 SchemaState = Literal["ok", "missing", "old", "newer"]
 
 
-class StoreError(ProxyError):
+class StoreError(ProxyError, RuntimeError):
     """A batch the store did not take; ``reason`` is the metric's label."""
 
     def __init__(self, reason: FailureReason, message: str) -> None:
