@@ -30,7 +30,7 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     ├── GraderError(RuntimeError)          proxy.pipeline.offload      grade_job raised in the child
     ├── NotPicklableError(TypeError)       proxy.pipeline.offload      it cannot cross to the child
     ├── ResultsWriteError(OSError)         proxy.pipeline.record       rows not appended
-    ├── StoreError(RuntimeError)           proxy.pipeline.record.sinks a batch the rows store refused
+    ├── StoreError(RuntimeError)           proxy.pipeline.record.sinks a batch the store refused
     └── JudgeHTTPError(RuntimeError)       proxy.judge_client          the judge endpoint failed
 
 Upstream error responses are *not* ProxyErrors: they pass through to the client untouched.
