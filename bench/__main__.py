@@ -56,6 +56,9 @@ SCENARIOS: dict[str, Scenario] = {
     "schema": Scenario(
         "schema_bench.py", "uniqueItems and long enums through grader.grade against jsonschema"
     ),
+    "rowsdb": Scenario(
+        "rowsdb_bench.py", "the rows database sink against the file sink; outages; 3 replicas"
+    ),
     "grading-ipc": Scenario(
         "grading_ipc_bench.py", "what a grade job costs the proxy: in a thread or the child"
     ),

@@ -12,7 +12,8 @@ top level only on rows of tasks *without* ``checks`` (where that column is the o
 they agree with ``result``); on tasks with checks they live inside their column in ``checks``.
 
 Designed for what comes next: ``kind`` is ``"answer"`` (``"episode"`` rows will carry episode
-columns), ``row_schema_version`` is bumped on any change of meaning, and new fields (run
+columns), ``row_schema_version`` is bumped on any change of meaning (2: ``row_id``, the key the
+rows database keeps a row once by), and new fields (run
 metadata carried from answers, judge attempts, ``truncated``, trace ids) are added to the field
 lists here, so the README test names any that is left undocumented.
 """
@@ -24,18 +25,23 @@ from dataclasses import field
 from typing import Any, Literal
 
 from grader.engine import Outcome
+from grader.rowids import live_row_id, offline_row_id
 from grader.tasks import Task
 from grader.values import value_type
 from grader.version import GRADER_RULES_VERSION
 
 ROW_KIND: Literal["answer"] = "answer"
-ROW_SCHEMA_VERSION = 1
+ROW_SCHEMA_VERSION = 2
+# v1 -> v2: ``row_id`` added. A reader takes every version up to this one; a v1 row (no
+# ``row_id``) gets its id from :func:`row_id_of` where one is needed (the rows database).
+READ_SCHEMA_VERSIONS: frozenset[int] = frozenset({1, 2})
 
 # The tool-call column's own fields: top level only on rows of tasks without checks.
 TOOL_CALL_FIELDS: tuple[str, ...] = ("score", "reason", "reason_code", "path", "call")
 OFFLINE_FIELDS: tuple[str, ...] = (
     "kind",
     "row_schema_version",
+    "row_id",
     "task_id",
     "mutationKind",
     "result",
@@ -119,6 +125,9 @@ class Live:
                 row["truncated"] = True
         if self.tools is not None:
             row["tools"] = self.tools
+        row["row_id"] = live_row_id(
+            row.get("kind", ROW_KIND), self.request_id, self.variant, self.choice, self.time
+        )
         row["request_id"] = self.request_id
         row["upstream_request_id"] = self.upstream_request_id
         row["time"] = self.time
@@ -156,6 +165,7 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
     row: dict[str, Any] = {
         "kind": ROW_KIND,
         "row_schema_version": ROW_SCHEMA_VERSION,
+        "row_id": offline_row_id(),  # a live row's is derived instead (Live.write_into)
         "task_id": task.id,
         "mutationKind": task.mutation_kind,
     }

@@ -33,6 +33,8 @@ from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
 from proxy.pipeline.record.pairs import PairTracker
 from proxy.pipeline.record.results import ResultWriter
+from proxy.pipeline.record.sinks import RowWriter
+from proxy.pipeline.record.sinks.writer import SinkSettings
 from proxy.pipeline.route import Router
 from proxy.pipeline.transport import TRANSPORTS, Transports, primary_specs, shadow_specs
 from proxy.pipeline.upstream import POOL
@@ -207,9 +209,23 @@ def serving_collector() -> Iterator[None]:
 
 async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
-    writer = None
-    if config.results.path is not None:
-        writer = ResultWriter(config.results.path, config.results.max_bytes, config.results.backups)
+    writer: RowWriter | None = None
+    results = config.results
+    if results.sink is not None:  # the shared rows database (docs/rows-database.md)
+        from proxy.pipeline.record.sinks.postgres import postgres_sink  # the postgres extra
+
+        settings = SinkSettings(
+            batch_rows=results.sink_batch_rows,
+            buffer_bytes=results.sink_buffer_bytes,
+            retry_s=results.sink_retry_s,
+            close_timeout_s=max(config.shutdown.grace_period_s, 1.0),
+        )
+        writer = postgres_sink(
+            results.sink, results.sink_password_env, results.sink_password_file,
+            results.spill_path, app[METRICS], settings, results.sink_timeout_s,
+        )  # fmt: skip
+    elif results.path is not None:
+        writer = ResultWriter(results.path, results.max_bytes, results.backups)
     judge_session, judge = _judge(config)
     queue = GradeQueue(
         app[METRICS],

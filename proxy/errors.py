@@ -33,6 +33,8 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     ├── GraderError(RuntimeError)          proxy.pipeline.offload      grade_job raised in the child
     ├── NotPicklableError(TypeError)       proxy.pipeline.offload      it cannot cross to the child
     ├── ResultsWriteError(OSError)         proxy.pipeline.record       rows not appended
+    ├── StoreError(RuntimeError)           proxy.pipeline.record.sinks a batch the store refused
+    ├── RowsDatabaseError(ValueError)      proxy.rowsdb                a rows-database URL or read
     ├── JudgeHTTPError(RuntimeError)       proxy.judge_client          the judge endpoint failed
     └── ApiError                           proxy.demo.requests         the demo backend's 4xx/5xx
 

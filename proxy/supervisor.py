@@ -67,6 +67,7 @@ def worker_config(config: Config, index: int) -> Config:
     results = config.results
     if results.path is not None:
         results = replace(results, path=worker_path(results.path, index))
+    results = replace(results, spill_path=worker_path(results.spill_path, index))
     admin = replace(config.admin, port=config.admin.port + index)
     return replace(config, results=results, admin=admin)
 

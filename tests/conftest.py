@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.postgres"]
 
 # CI machines are shared and noisy: property tests get no deadline, and more examples in CI.
 # CI is derandomised: a red run names an example that reproduces on every machine, and the

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from gradeproxy.cli import (
     calibrate,
     compare,
+    db,
     export,
     grade,
     import_cmd,
@@ -66,6 +67,7 @@ def _build_parser() -> argparse.ArgumentParser:
     import_cmd.register(sub)
     export.register(sub)
     regrade.register(sub)
+    db.register(sub)
     for name, (module_name, help_text, add_arguments) in _SERVER_COMMANDS.items():
         command = sub.add_parser(
             name,

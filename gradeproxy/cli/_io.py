@@ -1,4 +1,10 @@
-"""File helpers for the offline commands: JSONL reading with file:line errors, atomic writes."""
+"""File helpers for the offline commands: JSONL reading with file:line errors, atomic writes.
+
+Wherever a command reads result rows (``--results``, ``--baseline``, ``--candidate``) a
+``postgresql://`` URL stands for a file: :func:`results_source` keeps it whole (argparse's
+``Path`` would fold its ``//``) and :func:`read_jsonl` reads the rows database
+(proxy/rowsdb.py) instead, the URL's password masked in every message.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,57 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from grader.errors import GraderError
+from grader.intake import Intake
 from grader.json import JSONError, dumps, loads_exact
+
+if TYPE_CHECKING:
+    from proxy.rowsdb import RowsURL
+
+# Where result rows are read from: a file or the rows database. proxy.rowsdb is imported only
+# when a URL is given, so the offline commands start without the server stack.
+Source: TypeAlias = "Path | RowsURL"
 
 
 class InputError(GraderError, ValueError):
     """Unreadable or invalid input; the message names file and line. Exit code 2."""
+
+
+def is_database(text: str) -> bool:
+    """A ``postgresql://`` (or ``postgres://``) URL, as proxy.rowsdb reads them."""
+    scheme, found, _ = text.partition("://")
+    return bool(found) and scheme.lower() in ("postgresql", "postgres")
+
+
+def results_source(text: str) -> Source:
+    """An argparse ``type``: a rows-database URL (filters in its query), else a path."""
+    if is_database(text):
+        from proxy.rowsdb import RowsDatabaseError, parse_url
+
+        try:
+            return parse_url(text)
+        except RowsDatabaseError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return Path(text)
+
+
+def source_lines(
+    intake: Intake, source: Source, *, unreadable: bool = False
+) -> Iterator[tuple[int, Any]]:
+    """``intake.lines`` for a file; for a rows database, ``(n, row)`` in the order written."""
+    if isinstance(source, Path):
+        yield from intake.lines(source, unreadable=unreadable)
+        return
+    from proxy.rowsdb import RowsDatabaseError, read_rows
+
+    try:
+        for number, row in read_rows(source):
+            intake.rows += 1
+            yield number, row
+    except RowsDatabaseError as exc:
+        raise InputError(str(exc)) from None
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
@@ -39,7 +88,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
 GLOB_CHARACTERS = frozenset("*?[")
 
 
-def expand_globs(values: Iterable[Path]) -> list[Path]:
+def expand_globs(values: Iterable[Source]) -> list[Source]:
     """Each path as given, or the files a glob in it matches, sorted, each once.
 
     ``gradeproxy serve --workers N`` writes ``grades.w0.jsonl`` … one file per worker, so the
@@ -48,8 +97,11 @@ def expand_globs(values: Iterable[Path]) -> list[Path]:
     names a file is never read as a pattern, and a pattern that matches nothing is an error
     (a typo must not read as an empty run).
     """
-    found: dict[Path, None] = {}
+    found: dict[Source, None] = {}
     for value in values:
+        if not isinstance(value, Path):  # a rows database: no glob, no file
+            found.setdefault(value, None)
+            continue
         text = str(value)
         if GLOB_CHARACTERS.isdisjoint(text) or value.exists():
             found.setdefault(value, None)
@@ -72,7 +124,9 @@ class ExpandGlobs(argparse.Action):
         values: str | Sequence[object] | None,
         option_string: str | None = None,
     ) -> None:
-        given = [Path(str(v)) for v in values] if isinstance(values, list) else [Path(str(values))]
+        items = values if isinstance(values, list) else [values]
+        # type=results_source made each a Path or a rows-database URL already
+        given = [Path(v) if isinstance(v, str) else cast("Source", v) for v in items]
         try:
             setattr(namespace, self.dest, expand_globs(given))
         except InputError as exc:

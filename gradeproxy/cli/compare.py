@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradeproxy.cli._io import ExpandGlobs, InputError
+from gradeproxy.cli._io import ExpandGlobs, InputError, Source, results_source, source_lines
 from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
 from grader.intake import InputReason, Intake, UnusableInputError
 from grader.json import dumps
@@ -35,10 +35,11 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--results",
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
-        help="result JSONL (live rows; quoted globs expanded: 'grades.w*.jsonl')",
+        help="result JSONL (live rows; quoted globs expanded: 'grades.w*.jsonl') or a "
+        "postgresql:// URL (filters: ?run=&since=&until=&task=&variant=)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
@@ -56,7 +57,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--baseline",
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
         help="with --gate: offline run A",
@@ -64,7 +65,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--candidate",
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
         help="with --gate: offline run B",
@@ -107,18 +108,18 @@ def _leg(row: Any) -> Leg | None:
     return Leg(pair_id, choice, variant, task_id, kind, result)
 
 
-def read_legs(paths: list[Path], intake: Intake) -> tuple[list[Leg], int, int]:
+def read_legs(paths: list[Source], intake: Intake) -> tuple[list[Leg], int, int]:
     """The paired legs of every file, the number of rows, and the rows that pair with nothing.
 
     A row that cannot be used is skipped, counted in ``intake`` and in neither number."""
     legs: list[Leg] = []
     rows = unpaired = 0
     for path in paths:
-        for lineno, row in intake.lines(path):
+        for lineno, row in source_lines(intake, path):
             try:
                 leg = _leg(row)
             except _BadRowError as exc:
-                intake.problem(path, lineno, exc.code, str(exc))
+                intake.problem(str(path), lineno, exc.code, str(exc))
                 continue
             rows += 1
             if leg is None:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradeproxy.cli._io import ExpandGlobs, InputError
+from gradeproxy.cli._io import ExpandGlobs, InputError, Source, results_source, source_lines
 from gradeproxy.cli.parquet import require_pyarrow, with_rotations, write_parquet
 from grader.intake import Intake, UnusableInputError
 
@@ -34,10 +34,11 @@ def register(sub: Any) -> None:
         "--results",
         required=True,
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
-        help="result JSONL (quoted globs expanded)",
+        help="result JSONL (quoted globs expanded) or a "
+        "postgresql:// URL (filters: ?run=&since=&until=&task=&variant=)",
     )
     parser.add_argument("--parquet", required=True, type=Path, metavar="OUT", help="Parquet file")
     parser.add_argument(
@@ -58,14 +59,14 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def read_rows(paths: list[Path], intake: Intake) -> list[dict[str, Any]]:
+def read_rows(paths: list[Source], intake: Intake) -> list[dict[str, Any]]:
     """The result rows of every file; a row that is not one is skipped and counted."""
     rows: list[dict[str, Any]] = []
     for path in paths:
-        for lineno, row in intake.lines(path):
+        for lineno, row in source_lines(intake, path):
             if not isinstance(row, dict):
                 message = "expected a result row (a JSON object)"
-                intake.problem(path, lineno, "not_an_object", message)
+                intake.problem(str(path), lineno, "not_an_object", message)
                 continue
             rows.append(row)
     return rows

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from gradeproxy.cli._io import InputError
+from gradeproxy.cli._io import InputError, Source, source_lines
 from grader.analysis.gate import (
     EXIT_CANNOT_DECIDE,
     GateError,
@@ -44,15 +44,15 @@ def load_gate(path: Path) -> Any:
         raise InputError(f"{path}: cannot read the gate file: {exc}") from None
 
 
-def _rows(paths: list[Path], intake: Intake) -> list[tuple[str, dict[str, Any]]]:
+def _rows(paths: list[Source], intake: Intake) -> list[tuple[str, dict[str, Any]]]:
     rows: list[tuple[str, dict[str, Any]]] = []
     for path in paths:
-        for lineno, row in intake.lines(path):
+        for lineno, row in source_lines(intake, path):
             if not isinstance(row, dict):
-                intake.problem(path, lineno, "not_an_object", _ROW)
+                intake.problem(str(path), lineno, "not_an_object", _ROW)
             elif not isinstance(row.get("task_id"), str):
                 code: InputReason = "missing_field" if "task_id" not in row else "bad_field"
-                intake.problem(path, lineno, code, _ROW)
+                intake.problem(str(path), lineno, code, _ROW)
             else:
                 rows.append((f"{path}:{lineno}", row))
     return rows

@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradeproxy.cli._io import InputError, jsonl_bytes, write_atomically
+from gradeproxy.cli._io import InputError, Source, jsonl_bytes, write_atomically
 from grader.json import dumps
 
 if TYPE_CHECKING:
@@ -126,6 +126,7 @@ def _schema() -> dict[str, tuple[Any, Any]]:
     return {
         "kind": (string, keep),
         "row_schema_version": (pa.int32(), keep),
+        "row_id": (string, keep),
         "task_id": (string, keep),
         "mutationKind": (string, keep),
         "result": (string, keep),
@@ -259,10 +260,14 @@ def write_rows(path: Path, rows: Sequence[dict[str, Any]], wide: bool = False) -
         write_atomically(path, jsonl_bytes(rows))
 
 
-def with_rotations(paths: Iterable[Path]) -> list[Path]:
-    """Each path preceded by its live rotations (``grades.jsonl.5`` … ``.1``), oldest first."""
-    out: dict[Path, None] = {}
+def with_rotations(paths: Iterable[Source]) -> list[Source]:
+    """Each path preceded by its live rotations (``grades.jsonl.5`` … ``.1``), oldest first
+    (a rows database has none)."""
+    out: dict[Source, None] = {}
     for path in paths:
+        if not isinstance(path, Path):
+            out.setdefault(path, None)
+            continue
         rotated = sorted(
             (
                 p

@@ -23,7 +23,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gradeproxy.cli._io import ExpandGlobs, InputError, jsonl_bytes, write_atomically
+from gradeproxy.cli._io import (
+    ExpandGlobs,
+    InputError,
+    Source,
+    jsonl_bytes,
+    results_source,
+    source_lines,
+    write_atomically,
+)
 from gradeproxy.cli.parquet import with_rotations
 from grader.analysis.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
 from grader.checks.judge import Judge
@@ -45,10 +53,11 @@ def register(sub: Any) -> None:
         "--results",
         required=True,
         nargs="+",
-        type=Path,
+        type=results_source,
         action=ExpandGlobs,
         metavar="FILE",
-        help="result rows (quoted globs expanded)",
+        help="result rows (quoted globs expanded) or a "
+        "postgresql:// URL (filters: ?run=&since=&until=&task=&variant=)",
     )
     parser.add_argument("--tasks", required=True, type=Path, help="the new task file or folder")
     parser.add_argument("--out", required=True, type=Path, help="the diff (JSONL)")
@@ -70,27 +79,27 @@ def register(sub: Any) -> None:
 Stored = tuple[str, dict[str, Any]]
 
 
-def read_rows(paths: list[Path], intake: Intake) -> tuple[list[Stored], list[dict[str, Any]]]:
+def read_rows(paths: list[Source], intake: Intake) -> tuple[list[Stored], list[dict[str, Any]]]:
     """The readable result rows, and one ``input_error`` diff line per row that is not."""
     rows: list[Stored] = []
     refused: list[dict[str, Any]] = []
     for path in paths:
-        for lineno, row in intake.lines(path, unreadable=True):
+        for lineno, row in source_lines(intake, path, unreadable=True):
             if isinstance(row, Problem):
                 refused.append(_input_error(row, None))
                 continue
             if not isinstance(row, dict):
-                problem = intake.problem(path, lineno, "not_an_object", _ROW)
+                problem = intake.problem(str(path), lineno, "not_an_object", _ROW)
                 refused.append(_input_error(problem, None))
                 continue
             if not isinstance(row.get("task_id"), str):
                 code: InputReason = "missing_field" if "task_id" not in row else "bad_field"
-                refused.append(_input_error(intake.problem(path, lineno, code, _ROW), row))
+                refused.append(_input_error(intake.problem(str(path), lineno, code, _ROW), row))
                 continue
             checks = row.get("checks", [])
             if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
                 message = "'checks' must be a list of column objects"
-                problem = intake.problem(path, lineno, "bad_field", message)
+                problem = intake.problem(str(path), lineno, "bad_field", message)
                 refused.append(_input_error(problem, row))
                 continue
             rows.append((f"{path}:{lineno}", row))

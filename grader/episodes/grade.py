@@ -18,6 +18,7 @@ from grader.episodes.columns import columns
 from grader.episodes.log import EpisodeLog
 from grader.episodes.record import COLUMNS, EpisodeRecord
 from grader.episodes.replay import replay
+from grader.rowids import offline_row_id
 from grader.toolcall.canon import canonical_json
 from grader.version import GRADER_RULES_VERSION
 
@@ -104,6 +105,7 @@ def episode_row(
     cols, outcome = columns(record, log, run, who, item)
     row: dict[str, Any] = {
         "kind": "episode",
+        "row_id": offline_row_id(),  # live, the turn's fields replace it with a derived one
         "episode_id": episode_id or episode_digest(task_id, log),
         "task_id": task_id,
         "role": who,

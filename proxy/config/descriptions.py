@@ -192,6 +192,21 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         ),
     },
     "Results": {
+        "sink": (
+            "a PostgreSQL URL without a password: every replica's rows in one table, instead of "
+            "`path`; spilled to `spill_path` and backfilled through outages "
+            "(docs/rows-database.md)"
+        ),
+        "sink_password_env": "the variable holding the sink's password (never logged)",
+        "sink_password_file": "a file holding the sink's password (a mounted Secret)",
+        "spill_path": (
+            "where rows wait while the database cannot take them; never truncated while it "
+            "holds unwritten rows (one per worker with `--workers`)"
+        ),
+        "sink_batch_rows": "rows written to the database in one batch",
+        "sink_buffer_bytes": "rows waiting in memory for the database; past it they spill",
+        "sink_retry_s": "how often a spilling sink tries the database again",
+        "sink_timeout_s": "connect and statement timeout of the sink's database calls",
         "path": (
             "result rows (JSONL, flushed per batch); `null` disables; with `listen.workers` N > 1"
             " one file per worker: `grades.w0.jsonl` … `grades.w<N-1>.jsonl`, each rotated on its"

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_type_hints
+from urllib.parse import urlsplit
 
 import yaml
 
 from grader.checks import JudgeConfig
 from proxy.config.coerce import ConfigError, coerce, plain
 from proxy.config.coerce import section as build_section
-from proxy.config.model import ENV_PREFIX, Config, Judge, Shadow
+from proxy.config.model import ENV_PREFIX, Config, Judge, Results, Shadow
 from proxy.config.tls import ssl_context
 from proxy.config.tracing import tracing_problems
 from proxy.config.urls import check_base_url
@@ -32,6 +34,38 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP field name (RFC 9
 def _check_secret(where: str, name: str | None) -> None:
     if name and name not in os.environ:
         raise ConfigError(f"{where}: environment variable {name} is not set")
+
+
+def _validate_sink(results: Results) -> None:
+    """``results.sink`` and its settings (proxy/pipeline/record/sinks/): a PostgreSQL URL that
+    holds no password (a URL is logged and shown; the secret comes from an env var or file)."""
+    if results.sink is None:
+        return
+    parts = urlsplit(results.sink)
+    checks = [
+        (parts.scheme in ("postgresql", "postgres"), "results.sink: must be a postgresql:// URL"),
+        (
+            parts.password is None,
+            "results.sink: must not hold a password: set results.sink_password_env or "
+            "results.sink_password_file",
+        ),
+        (
+            results.sink_password_env is None or results.sink_password_file is None,
+            "results.sink_password_env, results.sink_password_file: give one, not both",
+        ),
+        (results.sink_batch_rows >= 1, "results.sink_batch_rows: must be >= 1"),
+        (results.sink_buffer_bytes >= 65536, "results.sink_buffer_bytes: must be >= 65536"),
+        (results.sink_retry_s > 0, "results.sink_retry_s: must be > 0"),
+        (results.sink_timeout_s >= 1, "results.sink_timeout_s: must be >= 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    if importlib.util.find_spec("psycopg") is None:
+        raise ConfigError("results.sink: needs psycopg: pip install 'gradeproxy[postgres]'")
+    _check_secret("results.sink_password_env", results.sink_password_env)
+    if results.sink_password_file is not None and not results.sink_password_file.is_file():
+        raise ConfigError(f"results.sink_password_file: {results.sink_password_file}: no such file")
 
 
 def _validate_shadow(where: str, shadow: Shadow | None) -> None:
@@ -140,6 +174,7 @@ def _validate(config: Config) -> Config:
     for name in config.upstream.strip_client_credentials:
         if not _TOKEN.fullmatch(name):
             raise ConfigError(f"upstream.strip_client_credentials: not a header name: {name!r}")
+    _validate_sink(config.results)
     _check_secret("upstream.api_key_env", config.upstream.api_key_env)
     ssl_context("upstream.tls", config.upstream.tls)
     _check_secret("auth.keys_env", config.auth.keys_env)

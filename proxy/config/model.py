@@ -161,6 +161,17 @@ class Results:
     capture_answer: bool = True
     # The one cap on the answer a row stores (``truncated: true`` beyond it); grading reads all.
     max_answer_chars: int = 65536
+    # The shared rows database (docs/rows-database.md): a postgresql:// URL without its
+    # password (from ``sink_password_env`` or ``sink_password_file``). Set, rows go there
+    # instead of ``path``, through ``spill_path`` whenever the database cannot take them.
+    sink: str | None = None
+    sink_password_env: str | None = None
+    sink_password_file: Path | None = None
+    spill_path: Path = Path("results/spill.jsonl")
+    sink_batch_rows: int = 500
+    sink_buffer_bytes: int = 16 * 1024 * 1024  # rows waiting for the database; past it: spill
+    sink_retry_s: float = 2.0
+    sink_timeout_s: float = 5.0  # connect and statement timeout
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ import orjson
 from grader.checks import CheckContext
 from grader.engine import LocalColumns, grade, local_columns, needs_judge, reads_request_tools
 from grader.json import dumps
+from grader.rowids import live_row_id
 from grader.rows import Live, live_row
 from grader.tasks import Task
 from grader.toolcall.extract import UNPARSED
@@ -218,9 +219,11 @@ def _episode(job: GradeJob, captured: CaptureResult, model: str | None) -> Episo
     """The episode outcome of a turn (choice 0 is the agent's answer), live fields added."""
     if job.episode is None:
         return None
+    received = utc_iso(job.received_at)
     live = {
+        "row_id": live_row_id("episode", job.request_id, job.variant, 0, received),
         "request_id": job.request_id,
-        "time": utc_iso(job.received_at),
+        "time": received,
         "model": model,
         "upstream": job.upstream,
         "stream": job.stream,

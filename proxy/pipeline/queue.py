@@ -48,7 +48,7 @@ from proxy.pipeline.record.recording import (
     WriterThread,
     grade_and_reduce,
 )
-from proxy.pipeline.record.results import ResultWriter
+from proxy.pipeline.record.sinks import RowWriter
 from proxy.pipeline.settle import Settler, log_quietly
 from proxy.telemetry.record import SpanSink
 
@@ -87,7 +87,7 @@ class GradeQueue:
     def __init__(
         self,
         metrics: ProxyMetrics,
-        writer: ResultWriter | None,
+        writer: RowWriter | None,
         *,
         size: int,
         workers: int,

@@ -39,6 +39,10 @@ async def readyz(request: web.Request) -> web.Response:
     }
     if store.error is not None:  # started without tasks (tasks.allow_start_without)
         body["tasks_error"] = store.error
+    queue = app[QUEUE_SLOT].queue
+    sink_health = getattr(queue.writer, "health", None) if queue is not None else None
+    if sink_health is not None:  # results.sink: reported, never a gate (spilling still serves)
+        body["rows_sink"] = sink_health()
     return web.json_response(body)
 
 

@@ -867,12 +867,12 @@ def test_dockerfile_instruction(keyword: str, check: Callable[[str], bool]) -> N
 
 def test_the_image_installs_the_built_wheel_with_the_demo_and_uvloop_extras() -> None:
     """The image installs what a user installs: the wheel (whose package data holds the sample
-    suite), with the [demo] extra the default CMD needs and [uvloop], which the configured
-    ``server.event_loop: auto`` then serves on."""
+    suite), with the [demo] extra the default CMD needs, [uvloop], which the configured
+    ``server.event_loop: auto`` then serves on, and [postgres] for ``results.sink``."""
     runs = [arg for keyword, arg in dockerfile_instructions() if keyword == "RUN"]
     (build,) = [run for run in runs if "pip wheel" in run]
     assert "--wheel-dir /dist" in build
-    assert '"${wheel}[demo,uvloop]"' in build
+    assert '"${wheel}[demo,uvloop,postgres]"' in build
     # The image's config leaves the loop to `auto` (the default), so the extra is what runs.
     assert (load(PROXY_CONFIG).get("server") or {}).get("event_loop", "auto") == "auto"
 

@@ -439,7 +439,8 @@ def stable(column: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict(row: dict[str, Any]) -> dict[str, Any]:
-    out = {key: row[key] for key in OFFLINE_FIELDS if key in row}
+    # row_id is each row's own (an offline UUID, a live id derived from the request): not a verdict
+    out = {key: row[key] for key in OFFLINE_FIELDS if key in row and key != "row_id"}
     if "checks" in out:
         out["checks"] = [stable(c) for c in out["checks"]]
     return out

@@ -63,6 +63,9 @@ TRACE_SIGNALS = (
     "annotations",
 )  # proxy/telemetry/export.py's Signal and DropReason
 TRACE_DROP_REASONS = ("queue_full", "export_failed", "shutdown")
+# The rows database sink (proxy/pipeline/record/sinks/): why a write failed, why rows were lost.
+SINK_FAILURE_REASONS = ("unavailable", "timeout", "schema", "rejected")
+ROWS_DROPPED_REASONS = ("disk_full", "spill_error")
 OTHER_MODEL = "other"
 UNKNOWN_MODEL = "unknown"
 
@@ -339,7 +342,48 @@ class ProxyMetrics:
             ["signal"],
             registry=reg,
         )
+        self.sink_rows_written = Counter(
+            "gradeproxy_sink_rows_written_total",
+            "Rows the rows database (results.sink) took as they were graded.",
+            registry=reg,
+        )
+        self.sink_rows_spilled = Counter(
+            "gradeproxy_sink_rows_spilled_total",
+            "Rows written to the spill file because the rows database could not take them.",
+            registry=reg,
+        )
+        self.sink_rows_backfilled = Counter(
+            "gradeproxy_sink_rows_backfilled_total",
+            "Spilled rows written to the rows database once it answered again.",
+            registry=reg,
+        )
+        self.sink_write_failures = Counter(
+            "gradeproxy_sink_write_failures_total",
+            "Failed writes to the rows database by reason (each batch once).",
+            ["reason"],
+            registry=reg,
+        )
+        self.sink_lag = Gauge(
+            "gradeproxy_sink_lag_seconds",
+            "Age of the oldest row not yet in the rows database (0 when none waits).",
+            registry=reg,
+        )
+        self.sink_spill_bytes = Gauge(
+            "gradeproxy_sink_spill_bytes",
+            "Bytes in the spill file: rows waiting for the rows database.",
+            registry=reg,
+        )
+        self.rows_dropped = Counter(
+            "gradeproxy_rows_dropped_total",
+            "Rows lost: the spill file could not take them (disk full, I/O error).",
+            ["reason"],
+            registry=reg,
+        )
         # Known label combinations exist at 0 from the start, so rates and alerts see them.
+        for reason in SINK_FAILURE_REASONS:
+            self.sink_write_failures.labels(reason)
+        for reason in ROWS_DROPPED_REASONS:
+            self.rows_dropped.labels(reason)
         self._skipped_by: dict[str, Any] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._increments: dict[Tallies, dict[Any, int]] = {}

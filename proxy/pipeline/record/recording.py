@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from grader.tasks import Task
 from proxy.pipeline.grade import Graded, GradeJob, grade_job
 from proxy.pipeline.record.failures import FailureRing, failure_entry
-from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
+from proxy.pipeline.record.results import ResultsWriteError, jsonl_pieces
+from proxy.pipeline.record.sinks import RowWriter
 
 if TYPE_CHECKING:  # the grading process never needs prometheus_client
     from proxy.pipeline.record.metrics import CheckTallies, GradeTallies, ProxyMetrics
@@ -151,7 +152,7 @@ class Recorder:
     """Adds a :class:`Recording` to the metrics, the inspector ring and the result file."""
 
     def __init__(
-        self, metrics: ProxyMetrics, writer: ResultWriter | None, failures: FailureRing | None
+        self, metrics: ProxyMetrics, writer: RowWriter | None, failures: FailureRing | None
     ) -> None:
         self.metrics = metrics
         self.writer = writer

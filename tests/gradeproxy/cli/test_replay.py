@@ -19,6 +19,7 @@ from tests.support.episodes import (
     responses,
 )
 from tests.support.paths import REPO
+from tests.support.rows import without_row_id
 
 TASKS = REPO / "config" / "tasks" / "episodes.jsonl"
 BILLING = "billing.duplicate_charge.episode"
@@ -72,7 +73,7 @@ def test_every_history_shape_gives_the_same_row(tmp_path: Path) -> None:
     ]
     code, rows, _ = replay(tmp_path, lines)
     assert code == 0
-    strip = [{k: v for k, v in row.items() if k != "turns"} for row in rows]
+    strip = [{k: v for k, v in row.items() if k != "turns"} for row in without_row_id(rows)]
     assert strip[0] == strip[1] == strip[2]
     assert rows[0]["result"] == "pass"
 
@@ -180,6 +181,6 @@ def test_parquet_rows_hold_the_same_values_as_jsonl(tmp_path: Path) -> None:
         }
         for row in table.to_pylist()
     ]
-    assert [{k: v for k, v in row.items() if v is not None} for row in got] == [
-        {k: v for k, v in row.items() if v is not None} for row in expected
+    assert [{k: v for k, v in row.items() if v is not None} for row in without_row_id(got)] == [
+        {k: v for k, v in row.items() if v is not None} for row in without_row_id(expected)
     ]

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from proxy.pipeline.record.results import ResultWriter
 from proxy.state import QUEUE
 from tests.support.backend import Reply, ScriptedBackend, wire
 from tests.support.metrics import metric_value
@@ -142,7 +143,7 @@ async def test_a_job_that_raises_is_counted_and_the_worker_goes_on(
 ) -> None:
     client = await make_proxy(grading={"workers": 1})
     queue = client.app[QUEUE]
-    assert queue.writer is not None
+    assert isinstance(queue.writer, ResultWriter)
     real_append = queue.writer.append
     calls = 0
 
