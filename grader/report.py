@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.engine import Outcome, Result
+from grader.rounding import percent
 from grader.tasks import Task
 
 NO_KIND = "(none)"
@@ -198,4 +199,4 @@ class Report:
 
 
 def _pct(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.1f}" if whole else "-"
+    return percent(part, whole) if whole else "-"

@@ -24,6 +24,8 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     ├── TasksNotReadyError          503 tasks_not_loaded (with Retry-After)
     ├── ConfigError(ValueError)            proxy.config.coerce         the config is unusable
     ├── StartupError                       proxy.serve                 ``serve`` cannot start
+    ├── ListenError                        proxy.listeners             a port cannot be held
+    ├── DemoStartError                     proxy.demo.start            a demo command cannot start
     ├── EventLoopError                     proxy.eventloop             uvloop asked, not installed
     ├── BodyReadTimeoutError               proxy.pipeline.watchdog     a body stopped arriving
     ├── CaptureError                       proxy.pipeline.capture      a response is unreadable

@@ -23,6 +23,7 @@ from gradeproxy.cli._io import ExpandGlobs, InputError, Source, results_source, 
 from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
 from grader.intake import InputReason, Intake, UnusableInputError
 from grader.json import dumps
+from grader.rounding import percent
 
 
 def register(sub: Any) -> None:
@@ -130,7 +131,7 @@ def read_legs(paths: list[Source], intake: Intake) -> tuple[list[Leg], int, int]
 
 
 def _percent(count: int, total: int) -> str:
-    return f"{100 * count / total:.1f}%" if total else "-"
+    return f"{percent(count, total)}%" if total else "-"
 
 
 def _delta(c: Comparison) -> str:

@@ -15,16 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from proxy.rowsdb import (
-    DB_SCHEMA_VERSION,
-    RowsDatabaseError,
-    connect,
-    migrate,
-    parse_url,
-    redact,
-    schema_version,
-)
-
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
@@ -46,6 +36,18 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The rows database's module (and the server stack it sits in) only when this command runs:
+    # the offline commands start without it.
+    from proxy.rowsdb import (
+        DB_SCHEMA_VERSION,
+        RowsDatabaseError,
+        connect,
+        migrate,
+        parse_url,
+        redact,
+        schema_version,
+    )
+
     shown = redact(args.url)
     try:
         url = parse_url(args.url)

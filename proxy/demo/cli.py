@@ -22,6 +22,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from grader.json import loads_exact
+from grader.rounding import percent
 from grader.tasks import task_files
 from proxy.app import make_app
 from proxy.config import Config, ConfigError, load_config
@@ -40,7 +41,6 @@ from proxy.listeners import ListenError, held_port
 from proxy.logs import configure_logging
 from proxy.serve import StartupError, bound_port, hold_ports, shutdown, start_sites
 from proxy.state import QUEUE
-from proxy.surfaces.rounding import percent
 
 CONCURRENCY = 8
 DEMO_FLAGS = {"listen.host": "--host", "listen.port": "--port", "results.path": "--results"}

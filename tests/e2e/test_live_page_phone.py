@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.surfaces.rounding import percent
+from grader.rounding import percent
 from tests.support.paths import REPO
 from tests.support.process import free_port
 from tests.support.tools import unavailable

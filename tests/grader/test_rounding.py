@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.surfaces.rounding import percent
+from grader.rounding import percent
 
 CASES = [
     pytest.param(9, 16, "56.3", id="exact_half_56_25_goes_up"),
