@@ -180,7 +180,8 @@ async def test_a_reloaded_task_grades_in_the_child(
     store = client.app[TASKS]
     assert store.current is not None
     old = store.current.digest
-    assert process.holds(old)
+    # The set reaches the child once it has started: on a loaded machine after make_proxy returns.
+    await until(lambda: process.holds(old), "the first set in the child")
     renamed = {**SCHEMA_TASK, "id": "weather.schema_added_later"}
     with tasks_file.open("ab") as out:
         out.write(dumps(renamed) + b"\n")
