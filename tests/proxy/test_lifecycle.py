@@ -97,6 +97,7 @@ def test_results_rotate_by_size(tmp_path: Path) -> None:
     assert newest[-1] == 39
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 async def test_sigterm_finishes_streams_and_loses_no_graded_row(
     tmp_path: Path,

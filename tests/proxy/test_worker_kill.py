@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestServer
 
 from tests.support.backend import ScriptedBackend
@@ -49,6 +50,7 @@ def rows_in(folder: Path) -> int:
     return sum(len(path.read_text().splitlines()) for path in folder.glob("grades.w*.jsonl*"))
 
 
+@pytest.mark.slow
 async def test_a_killed_worker_loses_no_row_without_a_count(
     tmp_path: Path, tasks_file: Path, backend: ScriptedBackend, aiohttp_server: Server
 ) -> None:

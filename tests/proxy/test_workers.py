@@ -159,6 +159,7 @@ async def test_sigterm_drains_every_worker_and_finishes_the_stream_in_flight(
     assert [(r["task_id"], r["result"]) for r in rows] == [("weather.single", "pass")]
 
 
+@pytest.mark.slow
 async def test_a_worker_that_dies_is_restarted_on_its_own_admin_port(
     tmp_path: Path, tasks_file: Path, backend: ScriptedBackend, aiohttp_server: Server
 ) -> None:
@@ -201,6 +202,7 @@ async def _pid_of(run: Supervised, index: int) -> int:
     return pid
 
 
+@pytest.mark.slow
 async def test_a_worker_that_keeps_dying_stops_the_supervisor_after_max_restarts(
     tmp_path: Path, tasks_file: Path, backend: ScriptedBackend, aiohttp_server: Server
 ) -> None:
@@ -222,6 +224,7 @@ async def test_a_worker_that_keeps_dying_stops_the_supervisor_after_max_restarts
         await run.wait_status(0, None)  # the other worker was stopped too
 
 
+@pytest.mark.slow
 async def test_a_worker_that_does_not_drain_in_time_is_killed_and_the_exit_says_so(
     tmp_path: Path, tasks_file: Path, backend: ScriptedBackend, aiohttp_server: Server
 ) -> None:

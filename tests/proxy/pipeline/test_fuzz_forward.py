@@ -490,6 +490,7 @@ def raw_rig() -> Iterator[RawRig]:
     made.close()
 
 
+@pytest.mark.slow
 def test_seeded_exchanges_never_crash_500_or_leak(raw_rig: RawRig) -> None:
     """``EXCHANGES`` seeded random requests, each against a seeded random upstream answer:
     every well-formed request is answered, no answer is a 500 the proxy made (an upstream's

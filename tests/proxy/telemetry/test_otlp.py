@@ -132,6 +132,7 @@ def spans(draw: st.DrawFn) -> ReadableSpan:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(spans(), max_size=5))
 def test_generated_spans_encode_to_the_sdks_bytes(batch: list[ReadableSpan]) -> None:

@@ -409,6 +409,7 @@ def _recorded(name: str) -> tuple[CaptureResult, dict[str, Any]]:
     return answers_from_body(data), meta
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in _RECORDED if n.endswith(".sse")])
 def test_recorded_stream_chunking_never_changes_the_capture(name: str) -> None:
     data = (WIRE / name).read_bytes()
