@@ -64,6 +64,7 @@ LIVE_FIELDS: tuple[str, ...] = (
     "run",
     "meta",
     "timings",
+    "usage",
 )
 # An answers-file field with one of these names would overwrite what the grader wrote: refused.
 RESERVED_FIELDS: frozenset[str] = frozenset(OFFLINE_FIELDS) | {"truncated"}
@@ -97,6 +98,8 @@ class Live:
     upstream_request_id: str | None = None
     sample_id: str | None = None
     tools: list[dict[str, Any]] | None = None
+    # The response's token usage (grader/usage.py), None when the backend reported none.
+    usage: Mapping[str, int | None] | None = None
 
     def fields(self) -> dict[str, Any]:
         """The live fields alone, in the row's order."""
@@ -132,6 +135,7 @@ class Live:
         row["run"] = self.run
         row["meta"] = dict(self.meta)
         row["timings"] = dict(self.timings)
+        row["usage"] = None if self.usage is None else dict(self.usage)
 
 
 def _write_verdict(row: dict[str, Any], outcome: Outcome) -> None:

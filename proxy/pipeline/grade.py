@@ -23,6 +23,7 @@ from grader.json import dumps
 from grader.rows import Live, live_row
 from grader.tasks import Task
 from grader.toolcall.extract import UNPARSED
+from grader.usage import token_usage
 from proxy.pipeline.admit import Api, SkipReason
 from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
@@ -166,6 +167,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     rows: list[dict[str, Any]] = []
     pending: list[Pending] = []
     received = utc_iso(job.received_at)
+    usage = token_usage(captured.usage)
     for index in sorted(captured.answers):
         answer = captured.answers[index]
         text = answer_text(answer)
@@ -187,6 +189,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             upstream_request_id=job.upstream_request_id,
             sample_id=job.sample_id,
             tools=context.request_tools if keep_tools else None,
+            usage=usage,
         )
         if judged:  # judge columns on the event loop, where the judge's client lives
             local = local_columns(job.task, text, context)

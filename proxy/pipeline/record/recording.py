@@ -30,7 +30,7 @@ from proxy.pipeline.record.failures import FailureRing, failure_entry
 from proxy.pipeline.record.results import ResultsWriteError, ResultWriter, jsonl_pieces
 
 if TYPE_CHECKING:  # the grading process never needs prometheus_client
-    from proxy.pipeline.record.metrics import CheckTallies, GradeTallies, ProxyMetrics
+    from proxy.pipeline.record.metrics import CheckTallies, GradeTallies, ProxyMetrics, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,7 @@ class Recording:
     failures_seen: int  # failing or stale rows offered to the inspector, kept or not
     verdicts: dict[int, str]  # choice -> result of every answer row that graded (shadow pairs)
     kept: list[dict[str, Any]] | None  # the rows themselves, when a span carries them
+    usage: Usage | None = None  # the response's reported tokens, once (not once per choice)
 
 
 def recording(
@@ -79,6 +80,7 @@ def recording(
     episodes: list[dict[str, Any]] = []
     failing: list[dict[str, Any]] = []
     verdicts: dict[int, str] = {}
+    usage: Usage | None = None
     stamped: dict[int, dict[str, Any]] = {}  # a job's rows share one timings dict: copy it once
     for row in rows:
         timings = row["timings"]
@@ -92,6 +94,8 @@ def recording(
         if row.get("kind") == "episode":  # its columns are episode metrics, not checks
             episodes.append(row)
             continue
+        if usage is None:
+            usage = _usage(row)
         for column in row["checks"]:
             if column.get("advisory"):  # out of every pass rate, the metrics' too
                 continue
@@ -119,6 +123,22 @@ def recording(
         failures_seen=len(failing),
         verdicts=verdicts,
         kept=rows if keep_rows else None,
+        usage=usage,
+    )
+
+
+def _usage(row: dict[str, Any]) -> Usage | None:
+    """The row's ``usage`` as the metrics count it; every answer row of a response carries
+    the same (per response, not per choice), so a job counts its first one."""
+    usage = row.get("usage")
+    if not usage:
+        return None
+    return (
+        row["model"],
+        usage["input_tokens"] or 0,
+        usage["output_tokens"] or 0,
+        usage["cached_input_tokens"] or 0,
+        usage["reasoning_tokens"] or 0,
     )
 
 
@@ -225,7 +245,11 @@ class Recorder:
             self.failures.extend(done.failures, done.failures_seen)
         for row in done.episodes:
             metrics.episode_done(task_id, row)
-        return metrics.increments((task_id, variant, done.checks, done.grades, done.errors))
+        counts = metrics.increments((task_id, variant, done.checks, done.grades, done.errors))
+        if done.usage is None:
+            return counts
+        tokens = metrics.token_counts(task_id, variant, done.usage)
+        return {**counts, **tokens} if tokens else counts
 
 
 def _append_raised(exc: Exception) -> RuntimeError:
