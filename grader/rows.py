@@ -65,6 +65,7 @@ LIVE_FIELDS: tuple[str, ...] = (
     "meta",
     "timings",
     "usage",
+    "cost",
 )
 # An answers-file field with one of these names would overwrite what the grader wrote: refused.
 RESERVED_FIELDS: frozenset[str] = frozenset(OFFLINE_FIELDS) | {"truncated"}
@@ -100,6 +101,7 @@ class Live:
     tools: list[dict[str, Any]] | None = None
     # The response's token usage (grader/usage.py), None when the backend reported none.
     usage: Mapping[str, int | None] | None = None
+    cost: float | None = None  # what ``usage`` cost by the price table (grader/pricing.py)
 
     def fields(self) -> dict[str, Any]:
         """The live fields alone, in the row's order."""
@@ -136,6 +138,7 @@ class Live:
         row["meta"] = dict(self.meta)
         row["timings"] = dict(self.timings)
         row["usage"] = None if self.usage is None else dict(self.usage)
+        row["cost"] = self.cost
 
 
 def _write_verdict(row: dict[str, Any], outcome: Outcome) -> None:

@@ -218,6 +218,20 @@ class ProxyMetrics:
             ["type", "task", "variant", "model"],
             registry=reg,
         )
+        self.cost = Counter(
+            "gradeproxy_cost_total",
+            "What graded responses cost by the price table (pricing.path), in its currency, by"
+            " task, variant, model.",
+            ["task", "variant", "model"],
+            registry=reg,
+        )
+        self.cost_unknown = Counter(
+            "gradeproxy_cost_unknown_model_total",
+            "Graded responses with usage whose model the price table has no price for (their"
+            " cost is null, never guessed), by task, variant, model.",
+            ["task", "variant", "model"],
+            registry=reg,
+        )
         self.check_results = Counter(
             "gradeproxy_check_results_total",
             "Result columns of graded answers by task, check (column) and result (pass, fail, "
@@ -432,16 +446,23 @@ class ProxyMetrics:
                 counts[key] = counts.get(key, 0) + count
         return counts
 
-    def token_counts(self, task: str, variant: str, usage: Usage) -> dict[Any, int]:
-        """A graded response's token increments (labelled child -> count): the types the
-        backend reported, the model through the cardinality guard (:class:`ModelLabels`)."""
+    def token_counts(
+        self, task: str, variant: str, usage: Usage, cost: float | None, unpriced: bool
+    ) -> dict[Any, Any]:
+        """A graded response's token and cost increments (labelled child -> amount): the types
+        the backend reported, the model through the cardinality guard (:class:`ModelLabels`)."""
         model, *counts = usage
         label = self.model_label(model)
-        return {
+        out: dict[Any, Any] = {
             self.child(self.tokens, kind, task, variant, label): count
             for kind, count in zip(TOKEN_TYPES, counts, strict=True)
             if count
         }
+        if cost is not None:
+            out[self.child(self.cost, task, variant, label)] = cost
+        elif unpriced:
+            out[self.child(self.cost_unknown, task, variant, label)] = 1
+        return out
 
     def episode_done(self, task: str, row: Any) -> None:
         """Count one episode row: its result, and each configured column's verdict."""

@@ -58,6 +58,8 @@ class Recording:
     verdicts: dict[int, str]  # choice -> result of every answer row that graded (shadow pairs)
     kept: list[dict[str, Any]] | None  # the rows themselves, when a span carries them
     usage: Usage | None = None  # the response's reported tokens, once (not once per choice)
+    cost: float | None = None  # what they cost (pricing.path), once per response
+    unpriced: bool = False  # priced by a table that has no price for the model
 
 
 def recording(
@@ -66,6 +68,7 @@ def recording(
     finished_at: float,
     options: RecordOptions,
     keep_rows: bool = False,
+    priced: bool = False,
 ) -> Recording:
     """Reduce ``rows`` (stamping their grade latency); pure, and safe in any process.
 
@@ -81,6 +84,7 @@ def recording(
     failing: list[dict[str, Any]] = []
     verdicts: dict[int, str] = {}
     usage: Usage | None = None
+    cost: float | None = None
     stamped: dict[int, dict[str, Any]] = {}  # a job's rows share one timings dict: copy it once
     for row in rows:
         timings = row["timings"]
@@ -95,7 +99,7 @@ def recording(
             episodes.append(row)
             continue
         if usage is None:
-            usage = _usage(row)
+            usage, cost = _usage(row), row.get("cost")
         for column in row["checks"]:
             if column.get("advisory"):  # out of every pass rate, the metrics' too
                 continue
@@ -124,6 +128,8 @@ def recording(
         verdicts=verdicts,
         kept=rows if keep_rows else None,
         usage=usage,
+        cost=cost,
+        unpriced=priced and usage is not None and cost is None,
     )
 
 
@@ -162,7 +168,9 @@ def grade_and_reduce(
     graded = grade_job(job, capture_answer, max_answer_chars)
     if not graded.rows or graded.pending or graded.episode is not None:
         return graded, None
-    done = recording(job.task, graded.rows, job.finished_at, options, keeps_rows(job))
+    done = recording(
+        job.task, graded.rows, job.finished_at, options, keeps_rows(job), job.prices is not None
+    )
     graded.rows = []
     return graded, done
 
@@ -248,7 +256,7 @@ class Recorder:
         counts = metrics.increments((task_id, variant, done.checks, done.grades, done.errors))
         if done.usage is None:
             return counts
-        tokens = metrics.token_counts(task_id, variant, done.usage)
+        tokens = metrics.token_counts(task_id, variant, done.usage, done.cost, done.unpriced)
         return {**counts, **tokens} if tokens else counts
 
 
@@ -321,7 +329,14 @@ class WriterThread:
                 done = (
                     given
                     if given is not None
-                    else recording(job.task, rows, job.finished_at, self.options, keeps_rows(job))
+                    else recording(
+                        job.task,
+                        rows,
+                        job.finished_at,
+                        self.options,
+                        keeps_rows(job),
+                        job.prices is not None,
+                    )
                 )
             except Exception as exc:
                 reduced.append(exc)

@@ -124,7 +124,7 @@ def _without_usage_chunk(body: bytes) -> bytes:
 CACHED = {"cached_input_tokens": 64, "reasoning_tokens": 7}
 CHAT_USAGE = {"input_tokens": 80, "output_tokens": 19, **CACHED}
 RESPONSES_USAGE = {"input_tokens": 81, "output_tokens": 19, **CACHED}
-MESSAGES = [{"role": "user", "content": "Weather in Zürich, in celsius?"}]
+MESSAGES: Any = [{"role": "user", "content": "Weather in Zürich, in celsius?"}]
 
 # (api, stream, the upstream's bytes, the row's usage)
 WIRE = [
@@ -155,19 +155,20 @@ async def _sdk(base_url: str, api: str, stream: bool) -> Any:
                     model=rw.MODEL,
                     input=MESSAGES,
                     stream=True,
-                    extra_headers=headers,  # type: ignore[arg-type]
+                    extra_headers=headers,
                 )
                 done = [e async for e in events if e.type == "response.completed"]
-                return done[0].response.usage.model_dump() if done else None  # type: ignore[union-attr]
+                final: Any = done[0].response.usage if done else None
+                return None if final is None else final.model_dump()
             answer = await client.responses.create(
                 model=rw.MODEL,
                 input=MESSAGES,
-                extra_headers=headers,  # type: ignore[arg-type]
+                extra_headers=headers,
             )
             return answer.usage.model_dump() if answer.usage else None
         if stream:
             chunks = await client.chat.completions.create(
-                model=CHAT, messages=MESSAGES, stream=True,  # type: ignore[arg-type]
+                model=CHAT, messages=MESSAGES, stream=True,
                 stream_options={"include_usage": True}, extra_headers=headers,
             )  # fmt: skip
             usages = [c.usage.model_dump() async for c in chunks if c.usage is not None]
@@ -175,7 +176,7 @@ async def _sdk(base_url: str, api: str, stream: bool) -> Any:
         completion = await client.chat.completions.create(
             model=CHAT,
             messages=MESSAGES,
-            extra_headers=headers,  # type: ignore[arg-type]
+            extra_headers=headers,
         )
         return completion.usage.model_dump() if completion.usage else None
 
@@ -290,7 +291,7 @@ async def test_the_demo_backends_usage_reaches_the_row_through_the_sdk(
     results = tmp_path / "grades.jsonl"
     async with live_proxy(str(demo.make_url("/v1")), SAMPLE_TASKS_PATH, results) as proxy:
         headers = {"X-Grade-Task": DEMO_TASK.id}
-        prompt = [{"role": "user", "content": DEMO_TASK.prompt}]
+        prompt: Any = [{"role": "user", "content": DEMO_TASK.prompt}]
         async with openai.AsyncOpenAI(
             base_url=f"{proxy.base}/v1", api_key="sk-test", max_retries=0
         ) as client:
@@ -300,21 +301,21 @@ async def test_the_demo_backends_usage_reaches_the_row_through_the_sdk(
                         model="gradeproxy-demo",
                         input=prompt,
                         stream=True,
-                        extra_headers=headers,  # type: ignore[arg-type]
+                        extra_headers=headers,
                     )
                     [done] = [e async for e in events if e.type == "response.completed"]
-                    usage: Any = done.response.usage  # type: ignore[union-attr]
+                    usage: Any = done.response.usage
                 else:
                     usage = (
                         await client.responses.create(
                             model="gradeproxy-demo",
                             input=prompt,
-                            extra_headers=headers,  # type: ignore[arg-type]
+                            extra_headers=headers,
                         )
                     ).usage
             elif stream:
                 chunks = await client.chat.completions.create(
-                    model="gradeproxy-demo", messages=prompt, stream=True,  # type: ignore[arg-type]
+                    model="gradeproxy-demo", messages=prompt, stream=True,
                     stream_options={"include_usage": True}, extra_headers=headers,
                 )  # fmt: skip
                 [usage] = [c.usage async for c in chunks if c.usage is not None]
@@ -323,7 +324,7 @@ async def test_the_demo_backends_usage_reaches_the_row_through_the_sdk(
                     await client.chat.completions.create(
                         model="gradeproxy-demo",
                         messages=prompt,
-                        extra_headers=headers,  # type: ignore[arg-type]
+                        extra_headers=headers,
                     )
                 ).usage
         await proxy.drained()
