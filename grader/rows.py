@@ -13,7 +13,7 @@ they agree with ``result``); on tasks with checks they live inside their column 
 
 Designed for what comes next: ``kind`` is ``"answer"`` (``"episode"`` rows will carry episode
 columns), ``row_schema_version`` is bumped on any change of meaning (2: ``row_id``, the key the
-rows database keeps a row once by), and new fields (run
+rows database keeps a row once by; 3: the live ``usage`` and ``cost``), and new fields (run
 metadata carried from answers, judge attempts, ``truncated``, trace ids) are added to the field
 lists here, so the README test names any that is left undocumented.
 """
@@ -31,10 +31,11 @@ from grader.values import value_type
 from grader.version import GRADER_RULES_VERSION
 
 ROW_KIND: Literal["answer"] = "answer"
-ROW_SCHEMA_VERSION = 2
-# v1 -> v2: ``row_id`` added. A reader takes every version up to this one; a v1 row (no
-# ``row_id``) gets its id from :func:`row_id_of` where one is needed (the rows database).
-READ_SCHEMA_VERSIONS: frozenset[int] = frozenset({1, 2})
+ROW_SCHEMA_VERSION = 3
+# v1 -> v2: ``row_id`` added; v2 -> v3: the live ``usage`` and ``cost`` (absent from older rows,
+# read as unknown). A reader takes every version up to this one; a v1 row (no ``row_id``) gets
+# its id from :func:`row_id_of` where one is needed (the rows database).
+READ_SCHEMA_VERSIONS: frozenset[int] = frozenset({1, 2, 3})
 
 # The tool-call column's own fields: top level only on rows of tasks without checks.
 TOOL_CALL_FIELDS: tuple[str, ...] = ("score", "reason", "reason_code", "path", "call")
@@ -70,6 +71,8 @@ LIVE_FIELDS: tuple[str, ...] = (
     "run",
     "meta",
     "timings",
+    "usage",
+    "cost",
 )
 # An answers-file field with one of these names would overwrite what the grader wrote: refused.
 RESERVED_FIELDS: frozenset[str] = frozenset(OFFLINE_FIELDS) | {"truncated"}
@@ -103,6 +106,9 @@ class Live:
     upstream_request_id: str | None = None
     sample_id: str | None = None
     tools: list[dict[str, Any]] | None = None
+    # The response's token usage (grader/usage.py), None when the backend reported none.
+    usage: Mapping[str, int | None] | None = None
+    cost: float | None = None  # what ``usage`` cost by the price table (grader/pricing.py)
 
     def fields(self) -> dict[str, Any]:
         """The live fields alone, in the row's order."""
@@ -141,6 +147,8 @@ class Live:
         row["run"] = self.run
         row["meta"] = dict(self.meta)
         row["timings"] = dict(self.timings)
+        row["usage"] = None if self.usage is None else dict(self.usage)
+        row["cost"] = self.cost
 
 
 def _write_verdict(row: dict[str, Any], outcome: Outcome) -> None:

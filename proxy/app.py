@@ -100,7 +100,9 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
     watchdog.abandon = app[LIFECYCLE].abandon
     app[CONFIG] = config
     app[METRICS] = metrics
-    app[TASKS] = TaskStore(config.tasks.path, app[METRICS], config.tasks.allow_start_without)
+    app[TASKS] = TaskStore(
+        config.tasks.path, app[METRICS], config.tasks.allow_start_without, config.pricing.path
+    )
     app[ROUTER] = Router(config)
     app[PAIRS] = PairTracker(
         app[METRICS], config.grading.pair_max_pending, config.grading.pair_ttl_s
@@ -252,6 +254,9 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
     app[QUEUE] = app[QUEUE_SLOT].queue = queue
     queue.telemetry = app.get(TELEMETRY)
     app[TASKS].listeners.append(queue.on_tasks)  # a reload reaches the grading process
+    store = app[TASKS]
+    queue.prices = store.prices  # and its price table reaches every job submitted after it
+    store.listeners.append(lambda _: setattr(queue, "prices", store.prices))
     queue.start()
     if not await queue.started(PROCESS_START_TIMEOUT_S):  # grading reports `grader_down`
         log.error("grading_process_not_started", timeout_s=PROCESS_START_TIMEOUT_S)

@@ -127,6 +127,15 @@ def _check(config: Config) -> int:
             print(f"gradeproxy check-config: tasks.path: {exc}", file=sys.stderr)
             return 1
         print(f"tasks: {len(tasks)} loaded, digest {tasks.digest}")
+    if config.pricing.path is not None:
+        from grader.pricing import PriceTableError, load_prices
+
+        try:
+            prices = load_prices(config.pricing.path)
+        except PriceTableError as exc:
+            print(f"gradeproxy check-config: pricing.path: {exc}", file=sys.stderr)
+            return 1
+        print(f"pricing: {len(prices.models)} models priced")
     for warning in url_warnings(config):
         print(f"gradeproxy check-config: warning: {warning}", file=sys.stderr)
     workers, admin = config.listen.workers, config.admin.port or 0

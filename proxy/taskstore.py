@@ -1,6 +1,8 @@
 """The loaded task set, swapped atomically on reload (SIGHUP, or a file change when watched).
 
-A reload that fails keeps the old set and logs why: a bad edit never takes grading down.
+A reload that fails keeps the old set and logs why: a bad edit never takes grading down. The
+price table (``pricing.path``) is read with the tasks and swapped with them: a reload whose
+table is bad keeps the old tasks and the old table.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grader.loader import load_tasks
+from grader.pricing import PriceTable, PriceTableError, load_prices
 from grader.tasks import TaskLoadError, TaskSet, task_files
 from proxy.logs import get_logger
 from proxy.pipeline.record.metrics import ProxyMetrics
@@ -21,9 +24,15 @@ class TaskStore:
     """Holds the current :class:`TaskSet`; readers take ``store.current`` once per request."""
 
     def __init__(
-        self, path: Path | None, metrics: ProxyMetrics, allow_start_without: bool = False
+        self,
+        path: Path | None,
+        metrics: ProxyMetrics,
+        allow_start_without: bool = False,
+        prices_path: Path | None = None,
     ) -> None:
         self.path = path
+        self.prices_path = prices_path
+        self.prices: PriceTable | None = None  # swapped with ``current``, never apart
         self.metrics = metrics
         self.current: TaskSet | None = None
         self.allow_start_without = allow_start_without
@@ -65,7 +74,11 @@ class TaskStore:
         try:
             stamp = await asyncio.to_thread(self._fingerprint)
             tasks = await asyncio.to_thread(load_tasks, path)
-        except TaskLoadError as exc:
+            prices_path = self.prices_path
+            prices = (
+                None if prices_path is None else await asyncio.to_thread(load_prices, prices_path)
+            )
+        except (TaskLoadError, PriceTableError) as exc:
             self._attempted = True
             self.error = str(exc)
             self.metrics.task_reloads.labels("error").inc()
@@ -78,7 +91,7 @@ class TaskStore:
         self._stamp = stamp
         self._attempted, self.error = True, None
         previous = self.current
-        self.current = tasks
+        self.current, self.prices = tasks, prices
         self.metrics.set_task_set(tasks)
         self.metrics.task_reloads.labels("ok").inc()
         for listener in self.listeners:

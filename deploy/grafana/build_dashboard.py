@@ -718,6 +718,80 @@ def shadow() -> Json:
     )
 
 
+def cost() -> Json:
+    """Tokens and cost by variant beside the pass rate (docs/operations.md, "Tokens and cost")."""
+    both = f'{GRADE}, variant=~"primary|shadow"'
+    return row(
+        "Tokens and cost",
+        "Reported tokens and, with a price table (pricing.path), their cost, by variant, beside"
+        " the pass rate: cached_input is part of input and reasoning part of output, never"
+        " added to them.",
+        [
+            timeseries(
+                "Pass rate by variant",
+                "Share of graded answers that passed, per variant (shadow: empty without one).",
+                "percentunit",
+                [
+                    target(
+                        "sum by (variant) (rate(gradeproxy_grades_total"
+                        f'{{{both}, result="pass"}}[$__rate_interval]))'
+                        " / sum by (variant) (rate(gradeproxy_grades_total"
+                        f"{{{both}}}[$__rate_interval]))",
+                        "{{variant}}",
+                    )
+                ],
+                width=QUARTER,
+                max_value=1,
+            ),
+            timeseries(
+                "Tokens per second by variant and type",
+                "Input and output tokens the backends reported for graded responses (the"
+                " cached and reasoning shares are inside them).",
+                "short",
+                [
+                    target(
+                        "sum by (variant, type) (rate(gradeproxy_tokens_total"
+                        f"{{{both}}}[$__rate_interval]))",
+                        "{{variant}} {{type}}",
+                    )
+                ],
+                width=QUARTER,
+            ),
+            timeseries(
+                "Cost per passing answer by variant",
+                "Cost of graded responses over the answers that passed, per variant, in the"
+                " price table's currency; empty without pricing.path.",
+                "short",
+                [
+                    target(
+                        "sum by (variant) (rate(gradeproxy_cost_total"
+                        f"{{{both}}}[$__rate_interval]))"
+                        " / sum by (variant) (rate(gradeproxy_grades_total"
+                        f'{{{both}, result="pass"}}[$__rate_interval]))',
+                        "{{variant}}",
+                    )
+                ],
+                width=QUARTER,
+            ),
+            timeseries(
+                "Responses without a price per second",
+                "Graded responses with usage whose model the price table has no price for:"
+                " their cost is null, never guessed. Add the model to the table.",
+                "cps",
+                [
+                    target(
+                        "sum by (model) (rate(gradeproxy_cost_unknown_model_total"
+                        f"{{{both}}}[$__rate_interval]))",
+                        "{{model}}",
+                    )
+                ],
+                width=QUARTER,
+            ),
+        ],
+        collapsed=True,
+    )
+
+
 def layout(rows: list[Json]) -> list[Json]:
     """Assign ids and grid positions; nest the panels of collapsed rows, as Grafana does."""
     panels: list[Json] = []
@@ -842,7 +916,7 @@ def dashboard() -> Json:
         "templating": templating(),
         "links": [],
         "panels": layout(
-            [traffic(), latency(), quality(), pipeline(), checks(), episodes(), shadow()]
+            [traffic(), latency(), quality(), pipeline(), checks(), episodes(), shadow(), cost()]
         ),
     }
 

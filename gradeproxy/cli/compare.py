@@ -2,7 +2,8 @@
 
 Reads one or more result files (JSONL, as ``results.path`` writes them; rotated files too),
 pairs the rows by ``pair_id`` and ``choice`` (grader/analysis/paired.py), and prints per task and
-per mutation kind the two pass and stale rates, wins/losses/ties and the exact McNemar p-value;
+per mutation kind the two pass and stale rates, wins/losses/ties and the exact McNemar p-value,
+and, when the rows carry ``cost`` (``pricing.path``), the cost per passing answer per variant;
 ``--json`` prints the same as one JSON object. A row that cannot be read (not JSON, cut off,
 fields of the wrong type) is skipped and counted by reason (grader/intake.py, ``input`` in
 ``--json``). Exit 0 every row read (whatever the comparison says), 1 some rows were skipped
@@ -104,9 +105,13 @@ def _leg(row: Any) -> Leg | None:
     choice = row.get("choice", 0)
     if isinstance(choice, bool) or not isinstance(choice, int):
         raise _BadRowError("'choice' must be an integer")
+    cost = row.get("cost")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)):
+        raise _BadRowError("'cost' must be a number or null")
     if pair_id is None or variant is None or result not in RESULTS:
         return None
-    return Leg(pair_id, choice, variant, task_id, kind, result)
+    # A response's cost is on each of its choices' rows: counted once, with choice 0.
+    return Leg(pair_id, choice, variant, task_id, kind, result, cost if choice == 0 else None)
 
 
 def read_legs(paths: list[Source], intake: Intake) -> tuple[list[Leg], int, int]:
@@ -186,7 +191,31 @@ def render_table(summary: Summary) -> str:
         for c in group:
             cells = "  ".join(f"{v:>{w}}" for v, w in zip(_cells(c), widths, strict=True))
             lines.append(f"{c.group:<{first}}  {cells}")
+    if summary.cost is not None:
+        lines.append("")
+        lines.append(cost_line(summary.cost))
     return "\n".join(lines)
+
+
+def cost_line(cost: dict[str, Any]) -> str:
+    """Cost per passing answer per variant, over the complete pairs (rows' ``cost``)."""
+
+    def side(name: str, label: str) -> str:
+        leg = cost[name]
+        per = leg["cost_per_pass"]
+        each = "-" if per is None else f"{per:.6g}"
+        return f"{label} {each} ({leg['cost']:.6g} over {leg['pass']} passing answers)"
+
+    unpriced = "; pairs without a price on a side are left out of its cost" * any(
+        cost[n]["priced_responses"] == 0 for n in ("primary", "shadow")
+    )
+    return (
+        "cost per passing answer (complete pairs, the price table's currency): "
+        + side("primary", "P")
+        + ", "
+        + side("shadow", "S")
+        + unpriced
+    )
 
 
 def run(args: argparse.Namespace) -> int:

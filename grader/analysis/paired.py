@@ -39,6 +39,7 @@ class Leg:
     task_id: str
     mutation_kind: str | None
     result: str
+    cost: float | None = None  # the response's ``cost``, on its choice-0 leg only (once each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,8 @@ class Pair:
     mutation_kind: str
     primary: str  # pass | fail | stale
     shadow: str
+    primary_cost: float | None = None
+    shadow_cost: float | None = None
 
 
 @dataclass(slots=True)
@@ -76,7 +79,16 @@ def pair_legs(legs: Iterable[Leg]) -> Pairing:
                 out.conflicting += 1
                 continue
             kind = primary.mutation_kind or NO_KIND
-            out.pairs.append(Pair(primary.task_id, kind, primary.result, shadow.result))
+            out.pairs.append(
+                Pair(
+                    primary.task_id,
+                    kind,
+                    primary.result,
+                    shadow.result,
+                    primary.cost,
+                    shadow.cost,
+                )
+            )
     return out
 
 
@@ -186,6 +198,7 @@ class Summary:
     conflicting: int
     rows: int
     unpaired_rows: int  # rows with no pair id or variant, or a result outside pass|fail|stale
+    cost: dict[str, Any] | None = None  # :func:`cost_per_pass`; None when no row had a cost
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -197,7 +210,37 @@ class Summary:
             "overall": self.overall.to_dict(),
             "by_task": {c.group: c.to_dict() for c in self.by_task},
             "by_mutation_kind": {c.group: c.to_dict() for c in self.by_mutation_kind},
+            "cost": self.cost,
         }
+
+
+def cost_per_pass(pairs: Iterable[Pair]) -> dict[str, Any] | None:
+    """Per variant, over the complete pairs: the summed ``cost`` of its responses, its passing
+    answers, and their ratio (cost per passing answer); ``unpriced`` counts the pairs whose side
+    had no cost. None when no pair has a cost at all (rows written without ``pricing.path``)."""
+    total = {"primary": 0.0, "shadow": 0.0}
+    passing = {"primary": 0, "shadow": 0}
+    priced = {"primary": 0, "shadow": 0}
+    for pair in pairs:
+        for side, result, cost in (
+            ("primary", pair.primary, pair.primary_cost),
+            ("shadow", pair.shadow, pair.shadow_cost),
+        ):
+            passing[side] += result == "pass"
+            if cost is not None:
+                total[side] += cost
+                priced[side] += 1
+    if not priced["primary"] and not priced["shadow"]:
+        return None
+    return {
+        side: {
+            "cost": round(total[side], 12),
+            "priced_responses": priced[side],
+            "pass": passing[side],
+            "cost_per_pass": round(total[side] / passing[side], 12) if passing[side] else None,
+        }
+        for side in ("primary", "shadow")
+    }
 
 
 def summarise(legs: Iterable[Leg], rows: int, unpaired_rows: int) -> Summary:
@@ -210,4 +253,5 @@ def summarise(legs: Iterable[Leg], rows: int, unpaired_rows: int) -> Summary:
         conflicting=pairing.conflicting,
         rows=rows,
         unpaired_rows=unpaired_rows,
+        cost=cost_per_pass(pairing.pairs),
     )

@@ -19,6 +19,7 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
             "`upstream`)"
         ),
         "tasks": "the task set that tagged requests are graded against",
+        "pricing": "an optional price table: `cost` in rows and `gradeproxy_cost_total`",
         "grading": "how and where answers are graded",
         "results": "where result rows go",
         "limits": "size bounds on requests and captured answers",
@@ -123,6 +124,14 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
             "a task set that fails to load at start stops `serve` (exit 1, one line naming "
             "`file:line`); `true` starts anyway, forwarding ungraded, with `/readyz` ready and "
             "its `tasks_error` saying why"
+        ),
+    },
+    "Pricing": {
+        "path": (
+            "a YAML price table (per model: `input`, `output`, optional `cached_input`, per "
+            "million tokens; config/pricing/example.yaml), read at start and reloaded with the "
+            "tasks (SIGHUP, `tasks.watch`); a bad table fails start and a reload keeps the old "
+            "one; unset, rows carry `cost: null`"
         ),
     },
     "Grading": {

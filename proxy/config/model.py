@@ -113,6 +113,13 @@ class Tasks:
 
 
 @dataclass(frozen=True, slots=True)
+class Pricing:
+    """The optional price table (grader/pricing.py), reloaded with the tasks on SIGHUP."""
+
+    path: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Grading:
     task_header: str = "X-Grade-Task"
     run_header: str = "X-Grade-Run"
@@ -261,6 +268,7 @@ class Config:
     upstream: Upstream = field(default_factory=Upstream)
     routes: tuple[Route, ...] = ()
     tasks: Tasks = field(default_factory=Tasks)
+    pricing: Pricing = field(default_factory=Pricing)
     grading: Grading = field(default_factory=Grading)
     results: Results = field(default_factory=Results)
     limits: Limits = field(default_factory=Limits)

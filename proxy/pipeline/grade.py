@@ -20,10 +20,12 @@ import orjson
 from grader.checks import CheckContext
 from grader.engine import LocalColumns, grade, local_columns, needs_judge, reads_request_tools
 from grader.json import dumps
+from grader.pricing import PriceTable
 from grader.rowids import live_row_id
 from grader.rows import Live, live_row
 from grader.tasks import Task
 from grader.toolcall.extract import UNPARSED
+from grader.usage import token_usage
 from proxy.pipeline.admit import Api, SkipReason
 from proxy.pipeline.capture.chat import Answer, CaptureResult, StreamCapture, answers_from_body
 from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
@@ -59,6 +61,7 @@ class GradeJob:
     sample_id: str | None = None  # the sample-id header
     upstream_request_id: str | None = None  # the upstream's x-request-id
     span: SpanRecord | None = None  # the request's span context while tracing is on
+    prices: PriceTable | None = None  # the price table (pricing.path), stamped on submit
 
     @property
     def size(self) -> int:
@@ -167,6 +170,8 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
     rows: list[dict[str, Any]] = []
     pending: list[Pending] = []
     received = utc_iso(job.received_at)
+    usage = token_usage(captured.usage)
+    cost = None if job.prices is None else job.prices.cost(model, usage)
     for index in sorted(captured.answers):
         answer = captured.answers[index]
         text = answer_text(answer)
@@ -188,6 +193,8 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             upstream_request_id=job.upstream_request_id,
             sample_id=job.sample_id,
             tools=context.request_tools if keep_tools else None,
+            usage=usage,
+            cost=cost,
         )
         if judged:  # judge columns on the event loop, where the judge's client lives
             local = local_columns(job.task, text, context)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from grader.checks import Judge
+from grader.pricing import PriceTable
 from grader.tasks import TaskSet
 from proxy.logs import get_logger
 from proxy.pipeline.grade import Graded, GradeJob, grade_job, runs_off_loop
@@ -135,6 +136,7 @@ class GradeQueue:
                 on_restart=metrics.process_restarts.inc,
                 deadline_s=job_deadline_s,
             )
+        self.prices: PriceTable | None = None  # the store's, stamped on each job submitted
         self.heavy_in_thread = 0  # heavy calls run in a thread (no process, or unpicklable)
         self.stuck_after_s = stuck_after_s
         self._stopping = False
@@ -158,6 +160,7 @@ class GradeQueue:
     def submit(self, job: GradeJob) -> bool:
         """Enqueue without waiting; a full queue drops the job and counts it."""
         self.ledger.submitted()
+        job.prices = self.prices
         try:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:

@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from grader.usage import token_usage
+
 __all__ = [
     "EVALUATION_EVENT",
     "SCHEMA_URL",
@@ -102,15 +104,14 @@ def response_attributes(
     reasons = [str(r.get("finish_reason")) for r in sorted(answers, key=_choice)]
     if answers and all(r.get("finish_reason") for r in answers):
         attributes["gen_ai.response.finish_reasons"] = reasons
-    usage = call.get("usage")
-    if isinstance(usage, Mapping):
-        for names, attribute in (
-            (("prompt_tokens", "input_tokens"), "gen_ai.usage.input_tokens"),
-            (("completion_tokens", "output_tokens"), "gen_ai.usage.output_tokens"),
+    usage = token_usage(call.get("usage"))
+    if usage is not None:
+        for key, attribute in (
+            ("input_tokens", "gen_ai.usage.input_tokens"),
+            ("output_tokens", "gen_ai.usage.output_tokens"),
         ):
-            value = next((usage[n] for n in names if _number(usage.get(n), int) is not None), None)
-            if value is not None:
-                attributes[attribute] = value
+            if usage[key] is not None:
+                attributes[attribute] = usage[key]
     return attributes
 
 

@@ -100,6 +100,9 @@ _INCREMENTS_MAX = 4096
 CheckTallies = tuple[tuple[str, str, int], ...]
 GradeTallies = tuple[tuple[str | None, str, int], ...]
 Tallies = tuple[str, str, CheckTallies, GradeTallies, int]
+# A graded response's reported tokens: (model, input, output, cached_input, reasoning).
+Usage = tuple[str | None, int, int, int, int]
+TOKEN_TYPES = ("input", "output", "cached_input", "reasoning")
 GRADE_LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30)
 
 
@@ -209,6 +212,27 @@ class ProxyMetrics:
             "Shadowed requests whose pair never completed: a leg was not graded (ungraded), its"
             " second leg never came (expired), or the pending map was full (overflow).",
             ["reason"],
+            registry=reg,
+        )
+        self.tokens = Counter(
+            "gradeproxy_tokens_total",
+            "Tokens of graded responses as the backend reported them, by type (input, output,"
+            " cached_input: part of input, reasoning: part of output), task, variant, model.",
+            ["type", "task", "variant", "model"],
+            registry=reg,
+        )
+        self.cost = Counter(
+            "gradeproxy_cost_total",
+            "What graded responses cost by the price table (pricing.path), in its currency, by"
+            " task, variant, model.",
+            ["task", "variant", "model"],
+            registry=reg,
+        )
+        self.cost_unknown = Counter(
+            "gradeproxy_cost_unknown_model_total",
+            "Graded responses with usage whose model the price table has no price for (their"
+            " cost is null, never guessed), by task, variant, model.",
+            ["task", "variant", "model"],
             registry=reg,
         )
         self.check_results = Counter(
@@ -465,6 +489,24 @@ class ProxyMetrics:
                 key = child(self.stale, task, label, variant)
                 counts[key] = counts.get(key, 0) + count
         return counts
+
+    def token_counts(
+        self, task: str, variant: str, usage: Usage, cost: float | None, unpriced: bool
+    ) -> dict[Any, Any]:
+        """A graded response's token and cost increments (labelled child -> amount): the types
+        the backend reported, the model through the cardinality guard (:class:`ModelLabels`)."""
+        model, *counts = usage
+        label = self.model_label(model)
+        out: dict[Any, Any] = {
+            self.child(self.tokens, kind, task, variant, label): count
+            for kind, count in zip(TOKEN_TYPES, counts, strict=True)
+            if count
+        }
+        if cost is not None:
+            out[self.child(self.cost, task, variant, label)] = cost
+        elif unpriced:
+            out[self.child(self.cost_unknown, task, variant, label)] = 1
+        return out
 
     def episode_done(self, task: str, row: Any) -> None:
         """Count one episode row: its result, and each configured column's verdict."""

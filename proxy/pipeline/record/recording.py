@@ -31,7 +31,7 @@ from proxy.pipeline.record.results import ResultsWriteError, jsonl_pieces
 from proxy.pipeline.record.sinks import RowWriter
 
 if TYPE_CHECKING:  # the grading process never needs prometheus_client
-    from proxy.pipeline.record.metrics import CheckTallies, GradeTallies, ProxyMetrics
+    from proxy.pipeline.record.metrics import CheckTallies, GradeTallies, ProxyMetrics, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,9 @@ class Recording:
     failures_seen: int  # failing or stale rows offered to the inspector, kept or not
     verdicts: dict[int, str]  # choice -> result of every answer row that graded (shadow pairs)
     kept: list[dict[str, Any]] | None  # the rows themselves, when a span carries them
+    usage: Usage | None = None  # the response's reported tokens, once (not once per choice)
+    cost: float | None = None  # what they cost (pricing.path), once per response
+    unpriced: bool = False  # priced by a table that has no price for the model
 
 
 def recording(
@@ -66,6 +69,7 @@ def recording(
     finished_at: float,
     options: RecordOptions,
     keep_rows: bool = False,
+    priced: bool = False,
 ) -> Recording:
     """Reduce ``rows`` (stamping their grade latency); pure, and safe in any process.
 
@@ -80,6 +84,8 @@ def recording(
     episodes: list[dict[str, Any]] = []
     failing: list[dict[str, Any]] = []
     verdicts: dict[int, str] = {}
+    usage: Usage | None = None
+    cost: float | None = None
     stamped: dict[int, dict[str, Any]] = {}  # a job's rows share one timings dict: copy it once
     for row in rows:
         timings = row["timings"]
@@ -93,6 +99,8 @@ def recording(
         if row.get("kind") == "episode":  # its columns are episode metrics, not checks
             episodes.append(row)
             continue
+        if usage is None:
+            usage, cost = _usage(row), row.get("cost")
         for column in row["checks"]:
             if column.get("advisory"):  # out of every pass rate, the metrics' too
                 continue
@@ -120,6 +128,24 @@ def recording(
         failures_seen=len(failing),
         verdicts=verdicts,
         kept=rows if keep_rows else None,
+        usage=usage,
+        cost=cost,
+        unpriced=priced and usage is not None and cost is None,
+    )
+
+
+def _usage(row: dict[str, Any]) -> Usage | None:
+    """The row's ``usage`` as the metrics count it; every answer row of a response carries
+    the same (per response, not per choice), so a job counts its first one."""
+    usage = row.get("usage")
+    if not usage:
+        return None
+    return (
+        row["model"],
+        usage["input_tokens"] or 0,
+        usage["output_tokens"] or 0,
+        usage["cached_input_tokens"] or 0,
+        usage["reasoning_tokens"] or 0,
     )
 
 
@@ -143,7 +169,9 @@ def grade_and_reduce(
     graded = grade_job(job, capture_answer, max_answer_chars)
     if not graded.rows or graded.pending or graded.episode is not None:
         return graded, None
-    done = recording(job.task, graded.rows, job.finished_at, options, keeps_rows(job))
+    done = recording(
+        job.task, graded.rows, job.finished_at, options, keeps_rows(job), job.prices is not None
+    )
     graded.rows = []
     return graded, done
 
@@ -226,7 +254,11 @@ class Recorder:
             self.failures.extend(done.failures, done.failures_seen)
         for row in done.episodes:
             metrics.episode_done(task_id, row)
-        return metrics.increments((task_id, variant, done.checks, done.grades, done.errors))
+        counts = metrics.increments((task_id, variant, done.checks, done.grades, done.errors))
+        if done.usage is None:
+            return counts
+        tokens = metrics.token_counts(task_id, variant, done.usage, done.cost, done.unpriced)
+        return {**counts, **tokens} if tokens else counts
 
 
 def _append_raised(exc: Exception) -> RuntimeError:
@@ -298,7 +330,14 @@ class WriterThread:
                 done = (
                     given
                     if given is not None
-                    else recording(job.task, rows, job.finished_at, self.options, keeps_rows(job))
+                    else recording(
+                        job.task,
+                        rows,
+                        job.finished_at,
+                        self.options,
+                        keeps_rows(job),
+                        job.prices is not None,
+                    )
                 )
             except Exception as exc:
                 reduced.append(exc)

@@ -24,7 +24,7 @@ def _ids_aside(got: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_versions() -> None:
-    assert ROW_SCHEMA_VERSION == 2
+    assert ROW_SCHEMA_VERSION == 3
     assert {1, ROW_SCHEMA_VERSION} <= READ_SCHEMA_VERSIONS
 
 

@@ -281,3 +281,64 @@ async def test_the_proxys_own_result_file_compares(
     assert task["primary"]["stale"] == 1
     assert task["shadow"]["stale"] == 1
     assert list(out["by_mutation_kind"]) == ["field_renamed"]
+
+
+# (rows: (pair, choice, primary result, primary cost, shadow result, shadow cost), cost section)
+COSTED = [
+    pytest.param(
+        [("c1", 0, "pass", 0.02, "pass", 0.005), ("c2", 0, "fail", 0.02, "pass", 0.005),
+         ("c3", 0, "pass", 0.02, "fail", 0.005)],
+        {"primary": {"cost": 0.06, "priced_responses": 3, "pass": 2, "cost_per_pass": 0.03},
+         "shadow": {"cost": 0.015, "priced_responses": 3, "pass": 2, "cost_per_pass": 0.0075}},
+        id="cost_over_passing_answers_per_variant",
+    ),
+    pytest.param(
+        [("c1", 0, "pass", 0.02, "pass", 0.01), ("c1", 1, "pass", 0.02, "fail", 0.01)],
+        {"primary": {"cost": 0.02, "priced_responses": 1, "pass": 2, "cost_per_pass": 0.01},
+         "shadow": {"cost": 0.01, "priced_responses": 1, "pass": 1, "cost_per_pass": 0.01}},
+        id="n_choices_cost_their_response_once",
+    ),
+    pytest.param(
+        [("c1", 0, "fail", 0.02, "pass", None), ("c2", 0, "fail", 0.02, "pass", None)],
+        {"primary": {"cost": 0.04, "priced_responses": 2, "pass": 0, "cost_per_pass": None},
+         "shadow": {"cost": 0.0, "priced_responses": 0, "pass": 2, "cost_per_pass": 0.0}},
+        id="no_pass_no_ratio_and_an_unpriced_side_says_so",
+    ),
+    pytest.param([("c1", 0, "pass", None, "pass", None)], None, id="rows_without_cost"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("pairs", "expected"), COSTED)
+def test_compare_reports_cost_per_passing_answer_per_variant(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    pairs: list[tuple[str, int, str, float | None, str, float | None]],
+    expected: Any,
+) -> None:
+    rows = [
+        r
+        for pair, choice, p_result, p_cost, s_result, s_cost in pairs
+        for r in (
+            row(pair, "primary", p_result, choice=choice, cost=p_cost),
+            row(pair, "shadow", s_result, choice=choice, cost=s_cost),
+        )
+    ]
+    out = compare_json(capsys, write_jsonl(tmp_path / "r.jsonl", rows))
+    if expected is None:
+        assert out["cost"] is None
+    else:
+        for variant in ("primary", "shadow"):
+            got, want = out["cost"][variant], expected[variant]
+            assert got == {**want, "cost": pytest.approx(want["cost"]),
+                           "cost_per_pass": pytest.approx(want["cost_per_pass"])}  # fmt: skip
+    assert main(["compare", "--results", str(tmp_path / "r.jsonl")]) == 0
+    table = capsys.readouterr().out
+    assert ("cost per passing answer" in table) == (expected is not None)
+
+
+def test_a_cost_that_is_not_a_number_is_a_bad_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [row("c1", "primary", "pass", cost="0.02"), row("c1", "shadow", "pass")]
+    assert main(["compare", "--json", "--results", str(write_jsonl(tmp_path / "r", rows))]) == 1
+    assert "'cost' must be a number or null" in capsys.readouterr().err

@@ -79,7 +79,7 @@ async def test_single_answer_by_task_id_returns_its_verdict_row(
     assert without_row_id(body) == {
         "verdict": {
             "kind": "answer",
-            "row_schema_version": 2,
+            "row_schema_version": 3,
             "task_id": W,
             "mutationKind": "enum_value_changed",
             "result": "stale",
