@@ -25,13 +25,15 @@ from typing import Any, Final
 
 import yaml
 
+from grader.errors import GraderError
+
 __all__ = ["ModelPrice", "PriceTable", "PriceTableError", "load_prices", "parse_prices"]
 
 _SNAPSHOT: Final = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 _KINDS: Final = ("input", "output", "cached_input")
 
 
-class PriceTableError(ValueError):
+class PriceTableError(GraderError, ValueError):
     """The price table could not be read: the message names the file and the entry."""
 
 
