@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from grader.json import dumps
 from proxy.state import QUEUE
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
+from tests.support.waits import until
 
 Client = TestClient[web.Request, web.Application]
 TAGGED = {"X-Grade-Task": "weather.schema"}
@@ -36,14 +36,6 @@ SCHEMA_TASK = {
     ],
     "metadata": {"mutationKind": "none"},
 }
-
-
-async def until(condition: Callable[[], bool], what: str, polls: int = 2000) -> None:
-    for _ in range(polls):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"never reached: {what}")
 
 
 @pytest.fixture

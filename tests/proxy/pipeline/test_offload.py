@@ -31,6 +31,7 @@ from tests.support.judge import judge_app
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
 from tests.support.tasks import POLITE_JUDGE
+from tests.support.waits import until
 
 Client = TestClient[web.Request, web.Application]
 ROOT = Path(__file__).resolve().parents[3]
@@ -60,15 +61,6 @@ JUDGED_AND_LOCAL = {
     ],
     "metadata": {"mutationKind": "judge"},
 }
-
-
-async def until(condition: Callable[[], bool], what: str, polls: int = 2000) -> None:
-    """Wait for a state, polling; fails (after ~20 s of polls) if it never comes."""
-    for _ in range(polls):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"never reached: {what}")
 
 
 @pytest.fixture
