@@ -32,6 +32,11 @@ DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "gradeproxy.json"
 RULES = sorted((REPO / "deploy" / "prometheus" / "rules").glob("*.yml"))
 PASS_BODY = wire("openai_single_tool.json")
 STALE_BODY = PASS_BODY.replace(b'\\"unit\\":\\"celsius\\"', b'\\"units\\":\\"C\\"')
+# The shadow answers with a model the price table does not know: the cost panels then show both
+# a priced variant (primary) and responses without a price (shadow).
+UNPRICED = b'"model": "gpt-4.1-mini-2025-04-14"', b'"model": "unpriced-candidate"'
+SHADOW_PASS_BODY = PASS_BODY.replace(*UNPRICED)
+SHADOW_STALE_BODY = STALE_BODY.replace(*UNPRICED)
 EPISODE_TASK = next(
     line
     for line in (REPO / "config" / "tasks" / "episodes.jsonl").read_bytes().splitlines()
@@ -159,8 +164,11 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
     )
     candidate = ScriptedBackend()  # the shadow leg: mostly right, sometimes stale (wins and losses)
     shadow = await aiohttp_server(candidate.app())
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  gpt-4.1-mini:\n    input: 0.40\n    output: 1.60\n")
     proxy = await make_proxy(
-        upstream={"shadow": {"url": str(shadow.make_url("/v1")), "sample_rate": 1.0}}
+        upstream={"shadow": {"url": str(shadow.make_url("/v1")), "sample_rate": 1.0}},
+        pricing={"path": str(prices)},
     )
     assert proxy.server.port is not None
     async with (
@@ -180,7 +188,9 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
                 json={"messages": [{"role": "user", "content": "Why did it fail?"}]},
                 headers={"X-Grade-Task": "episodes.cause", "X-Grade-Episode": "e"},
             )
-            candidate.replies.extend([Reply(body=STALE_BODY), *[Reply(body=PASS_BODY)] * 5])
+            candidate.replies.extend(
+                [Reply(body=SHADOW_STALE_BODY), *[Reply(body=SHADOW_PASS_BODY)] * 5]
+            )
             for task, body in (("healthy.task", PASS_BODY), ("stale.task", STALE_BODY)):
                 for _ in range(3):
                     backend.replies.append(Reply(body=body))
