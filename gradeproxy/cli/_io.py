@@ -33,6 +33,24 @@ class InputError(GraderError, ValueError):
     """Unreadable or invalid input; the message names file and line. Exit code 2."""
 
 
+def add_strict(parser: argparse.ArgumentParser, what: str = "row") -> None:
+    """``--strict``, the same on every batch command: the old refuse-everything behaviour."""
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help=f"refuse the whole run at the first bad {what} (exit 2, nothing written)",
+    )
+
+
+def add_no_rotations(parser: argparse.ArgumentParser) -> None:
+    """``--no-rotations`` for the commands that read result rows."""
+    parser.add_argument(
+        "--no-rotations",
+        action="store_true",
+        help="read only the files named, not their .1 .2 … rotations",
+    )
+
+
 def is_database(text: str) -> bool:
     """A ``postgresql://`` (or ``postgres://``) URL, as proxy.rowsdb reads them."""
     scheme, found, _ = text.partition("://")

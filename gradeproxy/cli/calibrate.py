@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradeproxy.cli._io import InputError, write_atomically
+from gradeproxy.cli._io import InputError, add_strict, write_atomically
 from grader.advisory import CALIBRATION_KIND
 from grader.analysis.calibration import (
     SPLITS,
@@ -84,11 +84,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--out", type=Path, help="write the calibration record (JSON)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="refuse the whole run at the first bad row (exit 2, nothing written)",
-    )
+    add_strict(parser)
     parser.set_defaults(handler=run)
 
 

@@ -19,7 +19,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradeproxy.cli._io import ExpandGlobs, InputError, Source, results_source, source_lines
+from gradeproxy.cli._io import (
+    ExpandGlobs,
+    InputError,
+    Source,
+    add_no_rotations,
+    add_strict,
+    results_source,
+    source_lines,
+)
 from gradeproxy.cli.parquet import require_pyarrow, with_rotations, write_parquet
 from grader.intake import Intake, UnusableInputError
 
@@ -46,16 +54,8 @@ def register(sub: Any) -> None:
         action="store_true",
         help="add check.<name>.passed/.score/.reason_code columns (names escaped)",
     )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="refuse the whole run at the first bad row (exit 2, nothing written)",
-    )
-    parser.add_argument(
-        "--no-rotations",
-        action="store_true",
-        help="read only the files named, not their .1 .2 … rotations",
-    )
+    add_strict(parser)
+    add_no_rotations(parser)
     parser.set_defaults(handler=run)
 
 

@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gradeproxy.cli._io import InputError, Progress, write_atomically
+from gradeproxy.cli._io import InputError, Progress, add_strict, write_atomically
 from gradeproxy.cli.parquet import is_parquet, require_pyarrow, write_rows
 from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
@@ -73,11 +73,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--judge", type=Path, help="judge config (YAML/JSON) for label_model/score_model checks"
     )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="refuse the whole run at the first bad row (exit 2, nothing written)",
-    )
+    add_strict(parser)
     parser.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,

@@ -27,6 +27,8 @@ from gradeproxy.cli._io import (
     ExpandGlobs,
     InputError,
     Source,
+    add_no_rotations,
+    add_strict,
     jsonl_bytes,
     results_source,
     source_lines,
@@ -63,16 +65,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--out", required=True, type=Path, help="the diff (JSONL)")
     parser.add_argument("--judge", type=Path, help="judge config for label_model/score_model")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="refuse the whole run at the first bad row (exit 2, nothing written)",
-    )
-    parser.add_argument(
-        "--no-rotations",
-        action="store_true",
-        help="read only the files named, not their .1 .2 … rotations",
-    )
+    add_strict(parser)
+    add_no_rotations(parser)
     parser.set_defaults(handler=run)
 
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradeproxy.cli._io import InputError, jsonl_bytes, write_atomically
+from gradeproxy.cli._io import InputError, add_strict, jsonl_bytes, write_atomically
 from grader.checks import Judge
 from grader.episodes.grade import episode_error_row, episode_row, judge_cause, needs_judge
 from grader.episodes.log import EpisodeLog, from_chat, from_events, from_responses
@@ -50,11 +50,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--judge", type=Path, help="judge config (YAML/JSON) for a judge-form root_cause"
     )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="refuse the whole run at the first bad line (exit 2, nothing written)",
-    )
+    add_strict(parser, "line")
     parser.set_defaults(handler=run)
 
 

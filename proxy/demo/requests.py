@@ -123,7 +123,9 @@ class DemoRequest:
     include_usage: bool
 
 
-def parse_request(raw: bytes) -> DemoRequest:
+def json_body(raw: bytes) -> tuple[dict[str, Any], str]:
+    """The request body as an object and its ``model``; :class:`ApiError` (OpenAI's 400 body)
+    for a body that is not JSON, not an object, or names no model. Chat and Responses alike."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -137,6 +139,11 @@ def parse_request(raw: bytes) -> DemoRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "you must provide a model parameter", param="model")
+    return body, model
+
+
+def parse_request(raw: bytes) -> DemoRequest:
+    body, model = json_body(raw)
     messages = body.get("messages")
     if messages is None:
         raise ApiError(

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import orjson
 
-from proxy.demo.requests import ApiError
+from proxy.demo.requests import ApiError, json_body
 from proxy.demo.wire import _completion_tokens
 
 _ARGUMENT_FRAGMENT_CHARS: Final = 7
@@ -67,19 +67,7 @@ def _last_user_turn(items: Sequence[Any]) -> tuple[str | None, bool]:
 def parse_responses_request(raw: bytes) -> ResponsesRequest:
     """The request's model, last user text and stream flag; :class:`ApiError` (OpenAI's 400
     body) for what OpenAI refuses."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ApiError(
-            400,
-            "We could not parse the JSON body of your request. The OpenAI API expects a "
-            "JSON payload.",
-        ) from exc
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError(400, "you must provide a model parameter", param="model")
+    body, model = json_body(raw)
     given = body.get("input")
     text: str | None
     if isinstance(given, str):
