@@ -24,6 +24,11 @@ done
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
   --implementation cp "${platforms[@]}" -d .device/whl -r .device/pins.txt
 
+# BFCL's checker for `run.sh bfcl` (bench/bfcl_bench.py's anchor): pure-Python wheels, pinned as
+# scripts/install-bfcl.sh pins them.
+"$PY" -m pip download -q --no-deps --only-binary=:all: -d .device/whl \
+  "bfcl-eval==2026.3.23" "filelock==4.3.1"
+
 cp "$(command -v wrk)" .device/bin/wrk
 luajit=$(ldd "$(command -v wrk)" | awk '/libluajit/ {print $3}')
 cp -L "$luajit" .device/lib/

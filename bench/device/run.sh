@@ -3,7 +3,9 @@
 # (nothing is fetched there), put the packed wrk on PATH, and run the figures that need the
 # cores: bench/perf.py --many-core (1/2/4/8 workers against the floor at each count, grading on a
 # core of its own; about three minutes). The table goes to stdout and to $OUT/many_core.md.
-#   run(command="bash bench/device/run.sh", carry=[".device"], timeout_s=480)
+# With the argument `bfcl`, instead: bench/bfcl_bench.py on a quiet machine (BFCL's checker vs
+# the public grading surfaces, ratios), to $OUT/bfcl.md.
+#   run(command="bash bench/device/run.sh [bfcl]", carry=[".device"], timeout_s=480)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ ! -d .device/whl ]; then
@@ -20,5 +22,9 @@ export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "cores: $(nproc); $("$PYTHON" --version); wheels packed for Python $(cat .device/python-version)"
 wrk --version 2>&1 | head -1
 out=${OUT:-/tmp}
-"$PYTHON" bench/perf.py --many-core 2>&1 | tee "$out/many_core.md"
+case "${1:-many-core}" in
+  many-core) "$PYTHON" bench/perf.py --many-core 2>&1 | tee "$out/many_core.md" ;;
+  bfcl) taskset -c 8 "$PYTHON" bench/bfcl_bench.py --repeat "${REPEAT:-5}" 2>&1 | tee "$out/bfcl.md" ;;
+  *) echo "usage: run.sh [many-core|bfcl]" >&2; exit 2 ;;
+esac
 exit "${PIPESTATUS[0]}"
