@@ -1,0 +1,196 @@
+"""Capture rows of untagged requests, built and written off the hot path.
+
+With ``results.capture_untagged`` > 0, a request on a graded route without a task header is
+sampled (by the grading sampling key, :func:`proxy.pipeline.admit.sampled`) and, when sampled,
+relayed with the same capture copy a graded request gets: the client's bytes and timing are
+those of any relayed request. Once the client has its last byte the handler hands the copy here
+(:meth:`Captures.submit`, a non-blocking call); the copy is parsed by the same readers grading
+uses (``proxy.pipeline.capture``), turned into ``kind: "capture"`` rows (grader/capture.py) and
+appended on the grade queue's writer thread, the one thread that appends rows, so the JSONL
+file and the rows-database sink take them like any other row.
+
+Nothing here may raise into the handler or stall the event loop: a response that cannot be
+read, a full backlog, a refused write and a bug are each counted in
+``gradeproxy_capture_skipped_total{reason}`` and the request is unaffected. What is never
+written: untagged requests not sampled (as before), and anything that is not a complete answer
+(cut, failed upstream, over ``limits.max_capture_bytes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+
+from grader.capture import AnswerMode, capture_row
+from grader.json import dumps
+from proxy.logs import get_logger
+from proxy.pipeline.admit import Api
+from proxy.pipeline.capture.chat import CaptureResult, StreamCapture, answers_from_body
+from proxy.pipeline.capture.responses import ResponsesStreamCapture, responses_from_body
+from proxy.pipeline.record.results import ResultsWriteError, jsonl_pieces
+from proxy.utctime import utc_iso
+
+if TYPE_CHECKING:
+    from proxy.pipeline.record.metrics import ProxyMetrics
+    from proxy.pipeline.record.recording import WriterThread
+    from proxy.pipeline.record.sinks import RowWriter
+
+log = get_logger("gradeproxy.capture")
+
+CaptureSkip = Literal["unreadable", "backlog_full", "write_failed", "error"]
+
+
+@dataclass(slots=True)
+class CaptureJob:
+    """One sampled untagged response, as the handler kept it: nothing parsed."""
+
+    request_id: str
+    api: Api
+    upstream: str
+    stream: bool
+    request_body: bytes
+    response: list[bytes]  # the body (one part) or the stream's chunks, as relayed
+    received_at: float = field(default_factory=time.time)
+    run: str | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+    sample_id: str | None = None
+    upstream_request_id: str | None = None
+
+
+def _parsed(job: CaptureJob) -> CaptureResult:
+    if not job.stream:
+        body = b"".join(job.response)
+        return responses_from_body(body) if job.api == "responses" else answers_from_body(body)
+    stream = ResponsesStreamCapture() if job.api == "responses" else StreamCapture()
+    for chunk in job.response:
+        stream.feed(chunk)
+    return stream.finish()
+
+
+def _request(body: bytes) -> dict[str, Any]:
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def capture_rows(job: CaptureJob, mode: AnswerMode, max_answer_chars: int) -> list[dict[str, Any]]:
+    """The job's capture rows, one per choice; empty when no complete answer could be read."""
+    if not any(part.strip() for part in job.response):
+        return []
+    captured = _parsed(job)
+    if captured.error is not None or not captured.answers:
+        return []
+    request = _request(job.request_body)
+    model = captured.model
+    if model is None and isinstance(request.get("model"), str):
+        model = request["model"]
+    received = utc_iso(job.received_at)
+    rows = []
+    for index in sorted(captured.answers):
+        answer = captured.answers[index]
+        text = answer if isinstance(answer, str) else dumps(answer).decode()
+        live = {
+            "request_id": job.request_id,
+            "upstream_request_id": job.upstream_request_id,
+            "time": received,
+            "model": model,
+            "upstream": job.upstream,
+            "stream": job.stream,
+            "finish_reason": captured.finish_reasons.get(index),
+            "run": job.run,
+            "sample_id": job.sample_id,
+            "meta": job.meta,
+        }
+        rows.append(
+            capture_row(
+                request=request,
+                route=job.api,
+                answer=answer,
+                text=text,
+                mode=mode,
+                max_answer_chars=max_answer_chars,
+                live=live,
+                choice=index,
+            )
+        )
+    return rows
+
+
+class Captures:
+    """Hands capture jobs to the writer thread, at most ``backlog`` at a time, and counts them."""
+
+    def __init__(
+        self,
+        metrics: ProxyMetrics,
+        writes: WriterThread,
+        writer: RowWriter | None,
+        *,
+        mode: AnswerMode,
+        max_answer_chars: int,
+        backlog: int,
+    ) -> None:
+        self.metrics = metrics
+        self.writes = writes
+        self.writer = writer
+        self.mode: AnswerMode = mode
+        self.max_answer_chars = max_answer_chars
+        self.backlog = max(backlog, 1)
+        self.pending = 0
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    def submit(self, job: CaptureJob) -> None:
+        """Queue ``job`` for the writer thread without waiting; never raises."""
+        try:
+            if self.pending >= self.backlog:
+                self._skipped("backlog_full")
+                return
+            done = self.writes.run(self._write, job)
+        except Exception:  # the writer thread is gone (shutting down): the row is not written
+            self._skipped("backlog_full")
+            return
+        self.pending += 1
+        self._tasks.add(done)
+        done.add_done_callback(self._finished)
+
+    def _finished(self, done: asyncio.Future[None]) -> None:
+        self.pending -= 1
+        self._tasks.discard(done)
+        if not done.cancelled() and done.exception() is not None:
+            self._skipped("error")
+
+    async def idle(self) -> None:
+        """Wait until every capture handed over is written (tests, and shutdown)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    def _skipped(self, reason: CaptureSkip) -> None:
+        with contextlib.suppress(Exception):
+            self.metrics.capture_skipped.labels(reason).inc()
+
+    def _write(self, job: CaptureJob) -> None:
+        """The writer thread's part: parse, build, append, count (prometheus is thread-safe)."""
+        try:
+            rows = capture_rows(job, self.mode, self.max_answer_chars)
+        except Exception:  # a reader bug on odd input: counted, never raised into the proxy
+            with contextlib.suppress(Exception):
+                log.exception("capture_failed", request_id=job.request_id)
+            self._skipped("error")
+            return
+        if not rows:
+            self._skipped("unreadable")
+            return
+        if self.writer is None:  # no results file and no sink: nowhere to write
+            self._skipped("write_failed")
+            return
+        (failed,) = self.writer.append_many([(jsonl_pieces(rows), len(rows))])
+        if isinstance(failed, ResultsWriteError):
+            self._skipped("write_failed")
+            return
+        self.metrics.capture_rows.inc(len(rows))
