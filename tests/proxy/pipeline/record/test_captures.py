@@ -20,6 +20,7 @@ from proxy.state import QUEUE
 from tests.support import responses_wire as rw
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, awkward_cuts, wire
 from tests.support.metrics import scraped
+from tests.support.postgres import PostgresServer
 from tests.support.proxy import ProxyFactory, read_rows, rows_of
 from tests.support.tasks import WEATHER_REQUEST
 
@@ -251,3 +252,59 @@ async def test_a_request_body_that_is_not_json_is_captured_with_what_could_be_re
     assert response.status == 200
     [row] = await captured(client, results_path)
     assert (row["calls"], row["tools"], row["prompt_hash"]) == ([ZURICH], None, prompt_hash(None))
+
+
+async def test_graded_rows_store_the_answer_hash_with_answer_hash(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
+) -> None:
+    """``results.answer: hash`` reaches graded rows too: the digest of the text ``keep`` stores."""
+    backend.replies.append(reply("chat_completions", False))
+    client = await make_proxy(results={"answer": "hash"})
+    await sdk_call(
+        str(client.make_url("/v1")), "chat_completions", False, {"X-Grade-Task": "weather.single"}
+    )
+    [row] = await rows_of(client, results_path)
+    text = dumps(
+        {
+            "tool_calls": [
+                {
+                    "id": "call_qYmeTNXmU9FH9xPmYYuz0REm",
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "arguments": '{"city":"Zürich","unit":"celsius"}',
+                    },
+                }
+            ]
+        }
+    ).decode()
+    assert (row["kind"], row["result"], row["answer"]) == ("answer", "pass", sha(text))
+
+
+async def test_capture_rows_reach_the_rows_database_sink(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    postgres: PostgresServer,
+    pg_password: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gradeproxy.cli import main
+    from proxy.rowsdb import parse_url
+    from proxy.rowsdb import read_rows as db_rows
+
+    url = postgres.database()
+    assert await asyncio.to_thread(main, ["db", "migrate", url]) == 0
+    monkeypatch.setenv("CAPTURE_TEST_PW", pg_password)
+    backend.replies.extend([reply("responses", True), reply("chat_completions", False)])
+    client = await make_proxy(
+        results={"capture_untagged": 1.0, "sink": url, "sink_password_env": "CAPTURE_TEST_PW"}
+    )
+    await sdk_call(str(client.make_url("/v1")), "responses", True)
+    await sdk_call(str(client.make_url("/v1")), "chat_completions", False)
+    await captured(client, Path("/nonexistent"))
+    await client.close()  # the sink's close writes what it holds
+    rows = [row for _, row in await asyncio.to_thread(lambda: list(db_rows(parse_url(url))))]
+    assert [(r["kind"], r["route"], r["calls"]) for r in rows] == [
+        ("capture", "responses", [ZURICH]),
+        ("capture", "chat_completions", [ZURICH]),
+    ]
