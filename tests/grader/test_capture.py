@@ -28,7 +28,7 @@ SCALARS = (
     | st.booleans()
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+    | st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
 )
 JSON = st.recursive(
     SCALARS,
@@ -171,7 +171,7 @@ def test_calls_of(answer: Any, calls: list[dict[str, Any]]) -> None:
     assert calls_of(answer) == calls
 
 
-LIVE = {
+LIVE: dict[str, Any] = {
     "request_id": "r1",
     "upstream_request_id": None,
     "time": "2026-12-04T18:00:00.000000Z",

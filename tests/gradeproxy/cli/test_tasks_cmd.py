@@ -86,6 +86,10 @@ def graded(result: str, call: dict[str, Any], task_id: str = "weather.single") -
     }
 
 
+def with_field(row: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    return {**row, key: value}
+
+
 def write_rows(path: Path, rows: list[Any]) -> Path:
     path.write_bytes(b"".join((r if isinstance(r, bytes) else dumps(r)) + b"\n" for r in rows))
     return path
@@ -156,7 +160,7 @@ GROUP_ID = f"draft.{tools_hash(TOOLS)[:8]}.{prompt_hash(ASK)[:8]}"
                 capture(),
                 b"{cut off",
                 ["not", "a", "row"],
-                {**capture(request_id="x"), "prompt_hash": 7},
+                with_field(capture(request_id="x"), "prompt_hash", 7),
             ],
             [],
             ZURICH,
