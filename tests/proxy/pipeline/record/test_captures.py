@@ -19,7 +19,7 @@ from proxy.pipeline.admit import sampled
 from proxy.state import QUEUE
 from tests.support import responses_wire as rw
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, awkward_cuts, wire
-from tests.support.metrics import scraped
+from tests.support.metrics import metric_value, scraped
 from tests.support.postgres import PostgresServer
 from tests.support.proxy import ProxyFactory, read_rows, rows_of
 from tests.support.tasks import WEATHER_REQUEST
@@ -308,3 +308,52 @@ async def test_capture_rows_reach_the_rows_database_sink(
         ("capture", "responses", [ZURICH]),
         ("capture", "chat_completions", [ZURICH]),
     ]
+
+
+@pytest.mark.parametrize(
+    ("read_all", "rows_written"),
+    [
+        pytest.param(True, 1, id="answered_then_left_is_captured"),
+        pytest.param(False, 0, id="left_mid_answer_is_not"),
+    ],
+)
+async def test_a_client_that_leaves_is_captured_only_when_it_had_the_whole_answer(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    read_all: bool,
+    rows_written: int,
+) -> None:
+    """The openai SDK closes at ``[DONE]``; an upstream may end its body later."""
+    stream = wire("openai_single_tool.sse")
+    events = [part + b"\n\n" for part in stream.split(b"\n\n") if part.strip()]
+    head = b"".join(events if read_all else events[:2])
+    gate = asyncio.Event()
+    backend.replies.append(
+        Reply(
+            body=head + (b"" if read_all else b"".join(events[2:])),
+            content_type=SSE,
+            split_at=[] if read_all else [len(head)],
+            gate=None if read_all else gate,
+            tail_pause_s=0.4 if read_all else 0.0,  # the upstream lingers after [DONE]
+        )
+    )
+    client = await make_proxy(results={"capture_untagged": 1.0})
+    response = await client.post(
+        "/v1/chat/completions", data=dumps({**CHAT_REQUEST, "stream": True})
+    )
+    for _ in range(len(events) if read_all else 2):
+        await response.content.readuntil(b"\n\n")
+    response.close()
+    await asyncio.sleep(0.05)
+    gate.set()
+    for _ in range(100):  # the handler settles once the relay notices the client left
+        text = await (await client.get("/metrics")).text()
+        if "no_task_header" in text and metric_value(
+            text, "gradeproxy_grading_skipped_total", reason="no_task_header"
+        ):
+            break
+        await asyncio.sleep(0.02)
+    rows = await captured(client, results_path)
+    assert [(r["kind"], r["calls"]) for r in rows] == [(CAPTURE_KIND, [ZURICH])] * rows_written
+    assert await scraped(client, "gradeproxy_capture_rows_total") == rows_written
