@@ -36,6 +36,7 @@ __all__ = [
     "answer_digest",
     "calls_of",
     "capture_row",
+    "is_capture",
     "prompt_hash",
     "prompt_of",
     "tools_hash",
@@ -69,6 +70,11 @@ CAPTURE_FIELDS: tuple[str, ...] = (
     "answer",
     "truncated",
 )
+
+
+def is_capture(row: Any) -> bool:
+    """Whether ``row`` is a capture row: the row commands that compare verdicts skip it."""
+    return isinstance(row, Mapping) and row.get("kind") == CAPTURE_KIND
 
 
 def _sha256(value: Any) -> str:
