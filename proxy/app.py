@@ -263,6 +263,7 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
             mode=config.results.answer,
             max_answer_chars=config.results.max_answer_chars,
             backlog=config.grading.queue_size,
+            inline_max_bytes=config.grading.inline_max_bytes,
         )
     app[TASKS].listeners.append(queue.on_tasks)  # a reload reaches the grading process
     store = app[TASKS]

@@ -4,9 +4,10 @@ With ``results.capture_untagged`` > 0, a request on a graded route without a tas
 sampled (by the grading sampling key, :func:`proxy.pipeline.admit.sampled`) and, when sampled,
 relayed with the same capture copy a graded request gets: the client's bytes and timing are
 those of any relayed request. Once the client has its last byte the handler hands the copy here
-(:meth:`Captures.submit`, a non-blocking call); the copy is parsed by the same readers grading
-uses (``proxy.pipeline.capture``), turned into ``kind: "capture"`` rows (grader/capture.py) and
-appended on the grade queue's writer thread, the one thread that appends rows, so the JSONL
+(:meth:`Captures.submit`, a non-blocking call); after that loop turn the copy is parsed by the
+same readers grading uses (``proxy.pipeline.capture``; on the loop when small, as inline
+grading, else on the writer thread), turned into ``kind: "capture"`` rows (grader/capture.py)
+and appended on the grade queue's writer thread, the one thread that appends rows, so the JSONL
 file and the rows-database sink take them like any other row.
 
 Nothing here may raise into the handler or stall the event loop: a response that cannot be
@@ -123,8 +124,24 @@ def capture_rows(job: CaptureJob, mode: AnswerMode, max_answer_chars: int) -> li
     return rows
 
 
+# Capture jobs a hand-over builds on the event loop at most (the rest go to the writer thread):
+# a small job's row costs tens of microseconds, like an inline grade.
+INLINE_JOBS = 16
+
+
+def _size(job: CaptureJob) -> int:
+    return sum(len(part) for part in job.response)
+
+
 class Captures:
-    """Hands capture jobs to the writer thread, at most ``backlog`` at a time, and counts them."""
+    """Builds capture rows and hands them to the writer thread, at most ``backlog`` waiting.
+
+    As the grade queue does with grading, small responses (at most ``inline_max_bytes``, the
+    grading setting) are parsed and built on the event loop, once the loop turn that answered
+    them is over: tens of microseconds, and no other thread holding the GIL while the loop
+    serves the next request. Larger ones are built on the writer thread. Either way the rows
+    are appended there, and jobs submitted in the same loop turn go over in one hand-over (one
+    wake-up of the thread and one back), as the grade queue's batches do (``WriterThread``)."""
 
     def __init__(
         self,
@@ -135,6 +152,7 @@ class Captures:
         mode: AnswerMode,
         max_answer_chars: int,
         backlog: int,
+        inline_max_bytes: int = 16384,
     ) -> None:
         self.metrics = metrics
         self.writes = writes
@@ -142,55 +160,95 @@ class Captures:
         self.mode: AnswerMode = mode
         self.max_answer_chars = max_answer_chars
         self.backlog = max(backlog, 1)
-        self.pending = 0
+        self.inline_max_bytes = inline_max_bytes
+        self.pending = 0  # submitted, not yet written (waiting here or on the thread)
+        self._waiting: list[CaptureJob] = []
         self._tasks: set[asyncio.Future[None]] = set()
 
     def submit(self, job: CaptureJob) -> None:
-        """Queue ``job`` for the writer thread without waiting; never raises."""
+        """Queue ``job`` without waiting; never raises."""
         try:
             if self.pending >= self.backlog:
                 self._skipped("backlog_full")
                 return
-            done = self.writes.run(self._write, job)
-        except Exception:  # the writer thread is gone (shutting down): the row is not written
-            self._skipped("backlog_full")
-            return
-        self.pending += 1
-        self._tasks.add(done)
-        done.add_done_callback(self._finished)
-
-    def _finished(self, done: asyncio.Future[None]) -> None:
-        self.pending -= 1
-        self._tasks.discard(done)
-        if not done.cancelled() and done.exception() is not None:
+            self._waiting.append(job)
+            self.pending += 1
+            if len(self._waiting) == 1:
+                asyncio.get_running_loop().call_soon(self._hand_over)
+        except Exception:  # no running loop: nothing can write it
             self._skipped("error")
 
+    def _hand_over(self) -> None:
+        jobs, self._waiting = self._waiting, []
+        built: list[list[dict[str, Any]]] = []
+        rest: list[CaptureJob] = []
+        inline = 0
+        for job in jobs:
+            if inline < INLINE_JOBS and _size(job) <= self.inline_max_bytes:
+                inline += 1
+                rows = self._build(job)
+                if rows:
+                    built.append(rows)
+            else:
+                rest.append(job)
+        if not built and not rest:
+            self.pending -= len(jobs)
+            return
+        try:
+            done = self.writes.run(self._write_all, built, rest)
+        except Exception:  # the writer thread is gone (shutting down): not written
+            self.pending -= len(jobs)
+            self._skipped("backlog_full", len(built) + len(rest))
+            return
+        self._tasks.add(done)
+        done.add_done_callback(lambda finished: self._finished(finished, len(jobs)))
+
+    def _finished(self, done: asyncio.Future[None], jobs: int) -> None:
+        self.pending -= jobs
+        self._tasks.discard(done)
+        if not done.cancelled() and done.exception() is not None:
+            self._skipped("error", jobs)
+
     async def idle(self) -> None:
-        """Wait until every capture handed over is written (tests, and shutdown)."""
-        while self._tasks:
-            await asyncio.wait(set(self._tasks))
+        """Wait until every capture submitted is written (tests, and shutdown)."""
+        while self._waiting or self._tasks:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks))
+            else:
+                await asyncio.sleep(0)  # the hand-over is scheduled: let it run
 
-    def _skipped(self, reason: CaptureSkip) -> None:
+    def _skipped(self, reason: CaptureSkip, count: int = 1) -> None:
         with contextlib.suppress(Exception):
-            self.metrics.capture_skipped.labels(reason).inc()
+            self.metrics.capture_skipped.labels(reason).inc(count)
 
-    def _write(self, job: CaptureJob) -> None:
-        """The writer thread's part: parse, build, append, count (prometheus is thread-safe)."""
+    def _build(self, job: CaptureJob) -> list[dict[str, Any]]:
+        """The job's rows; none (counted) when it cannot be read or building it fails."""
         try:
             rows = capture_rows(job, self.mode, self.max_answer_chars)
-        except Exception:  # a reader bug on odd input: counted, never raised into the proxy
+        except Exception:  # a reader bug on odd input: counted, never raised
             with contextlib.suppress(Exception):
                 log.exception("capture_failed", request_id=job.request_id)
             self._skipped("error")
-            return
+            return []
         if not rows:
             self._skipped("unreadable")
+        return rows
+
+    def _write_all(self, built: list[list[dict[str, Any]]], jobs: list[CaptureJob]) -> None:
+        """The writer thread's part: build the large jobs' rows, append every job's at once,
+        count (prometheus is thread-safe)."""
+        built = built + [rows for rows in map(self._build, jobs) if rows]
+        if not built:
             return
         if self.writer is None:  # no results file and no sink: nowhere to write
-            self._skipped("write_failed")
+            self._skipped("write_failed", len(built))
             return
-        (failed,) = self.writer.append_many([(jsonl_pieces(rows), len(rows))])
-        if isinstance(failed, ResultsWriteError):
-            self._skipped("write_failed")
-            return
-        self.metrics.capture_rows.inc(len(rows))
+        appended = self.writer.append_many([(jsonl_pieces(rows), len(rows)) for rows in built])
+        written = 0
+        for rows, failed in zip(built, appended, strict=True):
+            if isinstance(failed, ResultsWriteError):
+                self._skipped("write_failed")
+            else:
+                written += len(rows)
+        if written:
+            self.metrics.capture_rows.inc(written)

@@ -357,3 +357,41 @@ async def test_a_client_that_leaves_is_captured_only_when_it_had_the_whole_answe
     rows = await captured(client, results_path)
     assert [(r["kind"], r["calls"]) for r in rows] == [(CAPTURE_KIND, [ZURICH])] * rows_written
     assert await scraped(client, "gradeproxy_capture_rows_total") == rows_written
+
+
+@pytest.mark.parametrize(
+    "inline_max_bytes", [0, 16384], ids=["built_on_the_writer_thread", "built_on_the_loop"]
+)
+@pytest.mark.parametrize(
+    ("body", "rows_written", "unreadable"),
+    [
+        pytest.param(None, 1, 0, id="an_answer"),
+        pytest.param(b"not json at all", 0, 1, id="not_json"),
+    ],
+)
+async def test_capture_rows_are_the_same_wherever_they_are_built(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    results_path: Path,
+    inline_max_bytes: int,
+    body: bytes | None,
+    rows_written: int,
+    unreadable: int,
+) -> None:
+    backend.replies.append(
+        reply("chat_completions", True) if body is None else Reply(body=body, content_type=JSON)
+    )
+    client = await make_proxy(
+        results={"capture_untagged": 1.0}, grading={"inline_max_bytes": inline_max_bytes}
+    )
+    response = await client.post(
+        "/v1/chat/completions", data=dumps({**CHAT_REQUEST, "stream": body is None})
+    )
+    assert response.status == 200
+    await response.read()
+    rows = await captured(client, results_path)
+    assert [r["calls"] for r in rows] == [[ZURICH]] * rows_written
+    assert await scraped(client, "gradeproxy_capture_rows_total") == rows_written
+    assert await scraped(client, "gradeproxy_capture_skipped_total", reason="unreadable") == (
+        unreadable
+    )
