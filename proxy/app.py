@@ -264,6 +264,8 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
             max_answer_chars=config.results.max_answer_chars,
             backlog=config.grading.queue_size,
             inline_max_bytes=config.grading.inline_max_bytes,
+            window_s=config.grading.batch_window_s,
+            batch_max=config.grading.batch_max,
         )
     app[TASKS].listeners.append(queue.on_tasks)  # a reload reaches the grading process
     store = app[TASKS]

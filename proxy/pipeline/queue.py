@@ -255,7 +255,10 @@ class GradeQueue:
                 left = None
             await self.process.stop(left)
         self._executor.shutdown(wait=True)
-        self.writes.close()  # capture rows handed over (self.captures) are written first
+        if self.captures is not None:  # what waits for its batch window, written now
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.captures.idle(), max(timeout_s or 5.0, 1.0))
+        self.writes.close()
 
     async def _work(self) -> None:
         while True:

@@ -140,8 +140,10 @@ class Captures:
     grading setting) are parsed and built on the event loop, once the loop turn that answered
     them is over: tens of microseconds, and no other thread holding the GIL while the loop
     serves the next request. Larger ones are built on the writer thread. Either way the rows
-    are appended there, and jobs submitted in the same loop turn go over in one hand-over (one
-    wake-up of the thread and one back), as the grade queue's batches do (``WriterThread``)."""
+    are appended there. Captures submitted within ``window_s`` (``grading.batch_window_s``) go
+    over in one hand-over (one wake-up of the thread and one back), up to ``batch_max`` at a
+    time, as the grade queue batches its jobs: a hand-over per capture cost the proxy more CPU
+    than building the capture (docs/performance.md)."""
 
     def __init__(
         self,
@@ -153,6 +155,8 @@ class Captures:
         max_answer_chars: int,
         backlog: int,
         inline_max_bytes: int = 16384,
+        window_s: float = 0.0,
+        batch_max: int = 64,
     ) -> None:
         self.metrics = metrics
         self.writes = writes
@@ -161,6 +165,9 @@ class Captures:
         self.max_answer_chars = max_answer_chars
         self.backlog = max(backlog, 1)
         self.inline_max_bytes = inline_max_bytes
+        self.window_s = window_s  # grading.batch_window_s: captures wait for each other
+        self.batch_max = max(batch_max, 1)
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self.pending = 0  # submitted, not yet written (waiting here or on the thread)
         self._waiting: list[CaptureJob] = []
         self._tasks: set[asyncio.Future[None]] = set()
@@ -173,13 +180,25 @@ class Captures:
                 return
             self._waiting.append(job)
             self.pending += 1
-            if len(self._waiting) == 1:
-                asyncio.get_running_loop().call_soon(self._hand_over)
+            loop = asyncio.get_running_loop()
+            if len(self._waiting) >= self.batch_max:  # full: now, not at the window's end
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = loop.call_soon(self._hand_over)
+            elif len(self._waiting) == 1:
+                self._timer = (
+                    loop.call_later(self.window_s, self._hand_over)
+                    if self.window_s > 0
+                    else loop.call_soon(self._hand_over)
+                )
         except Exception:  # no running loop: nothing can write it
             self._skipped("error")
 
     def _hand_over(self) -> None:
+        self._timer = None
         jobs, self._waiting = self._waiting, []
+        if not jobs:
+            return
         built: list[list[dict[str, Any]]] = []
         rest: list[CaptureJob] = []
         inline = 0
@@ -210,12 +229,14 @@ class Captures:
             self._skipped("error", jobs)
 
     async def idle(self) -> None:
-        """Wait until every capture submitted is written (tests, and shutdown)."""
-        while self._waiting or self._tasks:
-            if self._tasks:
-                await asyncio.wait(set(self._tasks))
-            else:
-                await asyncio.sleep(0)  # the hand-over is scheduled: let it run
+        """Hand over what waits for the window now, and wait until every capture submitted
+        is written (tests, and shutdown: the grade queue's ``stop`` calls it)."""
+        if self._waiting:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._hand_over()
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
 
     def _skipped(self, reason: CaptureSkip, count: int = 1) -> None:
         with contextlib.suppress(Exception):

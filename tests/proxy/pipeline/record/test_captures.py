@@ -395,3 +395,18 @@ async def test_capture_rows_are_the_same_wherever_they_are_built(
     assert await scraped(client, "gradeproxy_capture_skipped_total", reason="unreadable") == (
         unreadable
     )
+
+
+async def test_captures_waiting_for_their_batch_are_written_at_shutdown(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
+) -> None:
+    """A capture waits up to ``grading.batch_window_s`` for others; stopping never drops it."""
+    backend.replies.extend([reply("chat_completions", False)] * 3)
+    client = await make_proxy(results={"capture_untagged": 1.0}, grading={"batch_window_s": 1.0})
+    for _ in range(3):
+        response = await client.post("/v1/chat/completions", data=dumps(CHAT_REQUEST))
+        await response.read()
+    assert await asyncio.to_thread(read_rows, results_path) == []  # still in its window
+    await client.close()
+    rows = await asyncio.to_thread(read_rows, results_path)
+    assert [row["kind"] for row in rows] == [CAPTURE_KIND] * 3
