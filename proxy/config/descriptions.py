@@ -233,7 +233,8 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         ),
         "capture_untagged": (
             "rate 0..1 at which requests without a task header on the graded routes are written"
-            " as `kind: capture` rows (sampled by the grading sampling key; docs/review.md)"
+            " as `kind: capture` rows (sampled by the grading sampling key; needs `path` or"
+            " `sink`; docs/review.md)"
         ),
         "max_answer_chars": (
             "the one cap on the answer a row stores; a longer one is cut and the row says "
