@@ -120,7 +120,7 @@ def run_proxy(conn: Connection, upstream: str, shadow: str | None, work: str) ->
                 "upstream": upstream_section,
                 "listen": {"host": "127.0.0.1", "port": 0},
                 "tasks": {"path": f"{work}/tasks.jsonl"},
-                "results": {"path": f"{work}/grades.jsonl", "capture_answer": False},
+                "results": {"path": f"{work}/grades.jsonl", "answer": "drop"},
                 "logging": {"level": "error"},
             },
             environ={},

@@ -28,6 +28,8 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── UnresolvableRefError(ValueError)   grader.checks     a $ref leaving the schema
     ├── JudgeParseError(ValueError)        grader.checks     a judge reply outside the contract
     ├── UnusableInputError(ValueError)     grader.intake     a batch input with nothing usable
+    ├── DraftRowError(ValueError)          grader.drafts     a row or label drafts cannot read
+    ├── FilterError(ValueError)            grader.drafts     a draft --filter that is unreadable
     └── PriceTableError(ValueError)        grader.pricing    a price table is unusable
 
 The console script's ``InputError`` (an answers file line it refuses, ``gradeproxy/cli/_io.py``)

@@ -141,6 +141,14 @@ def _parse(obj: Any, source: str) -> tuple[Task, tuple[Check, ...]]:
     task_id = obj.get("id")
     if not isinstance(task_id, str) or not task_id:
         raise TaskLoadError("'id' must be a non-empty string")
+    status = obj.get("status")
+    if status == "draft":
+        raise TaskLoadError(
+            f"task {task_id!r} is a draft (status: draft): review it, then turn it into a task"
+            " with 'gradeproxy tasks promote' (docs/review.md)"
+        )
+    if status is not None:
+        raise TaskLoadError(f"task {task_id!r}: 'status' can only be 'draft' (or absent)")
     if "expected" not in obj and "checks" not in obj and "episode" not in obj:
         raise TaskLoadError(f"task {task_id!r} has no 'expected' call")
     episode = None

@@ -48,6 +48,9 @@ TASK_KEYS: tuple[str, ...] = (
     "prompt",
     "tools",
     "episode",
+    # ``"draft"`` on a task drafted from traffic (``gradeproxy tasks draft``): refused by the
+    # loader until ``gradeproxy tasks promote`` removes it (grader/drafts.py).
+    "status",
 )
 # Seed 001's grader-record keys: they belong inside the task's ``episode`` record, where they
 # are graded (docs/episodes.md); at the top level they would be silently ignored, so refused.

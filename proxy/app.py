@@ -29,6 +29,7 @@ from proxy.pipeline.guard import Guard
 from proxy.pipeline.ledger import Ledger
 from proxy.pipeline.malformed import expect_handler
 from proxy.pipeline.queue import GradeQueue
+from proxy.pipeline.record.captures import Captures
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
 from proxy.pipeline.record.pairs import PairTracker
@@ -108,7 +109,7 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
         app[METRICS], config.grading.pair_max_pending, config.grading.pair_ttl_s
     )
     app[QUEUE_SLOT] = QueueSlot()
-    app[FAILURES] = FailureRing(config.ui.failure_ring_size, config.results.capture_answer)
+    app[FAILURES] = FailureRing(config.ui.failure_ring_size, config.results.keeps_answer)
     app.cleanup_ctx.extend(
         [
             _watching,
@@ -235,7 +236,7 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         size=config.grading.queue_size,
         workers=config.grading.workers,
         inline_max_bytes=config.grading.inline_max_bytes,
-        capture_answer=config.results.capture_answer,
+        capture_answer=config.results.keeps_answer,
         pairs=app[PAIRS],
         judge=judge,
         stuck_after_s=config.grading.stuck_after_s,
@@ -253,6 +254,19 @@ async def _results_and_queue(app: web.Application) -> AsyncIterator[None]:
         app[METRICS].worker_rows_lost.inc(ledger.lost)
     app[QUEUE] = app[QUEUE_SLOT].queue = queue
     queue.telemetry = app.get(TELEMETRY)
+    queue.answer_hash = config.results.answer == "hash"
+    if config.results.capture_untagged > 0 and writer is not None:
+        queue.captures = Captures(
+            app[METRICS],
+            queue.writes,
+            writer,
+            mode=config.results.answer,
+            max_answer_chars=config.results.max_answer_chars,
+            backlog=config.grading.queue_size,
+            inline_max_bytes=config.grading.inline_max_bytes,
+            window_s=config.grading.batch_window_s,
+            batch_max=config.grading.batch_max,
+        )
     app[TASKS].listeners.append(queue.on_tasks)  # a reload reaches the grading process
     store = app[TASKS]
     queue.prices = store.prices  # and its price table reaches every job submitted after it

@@ -27,13 +27,14 @@ from multidict import CIMultiDict
 
 from proxy.config import Config
 from proxy.errors import UPSTREAM_KIND_OF, DrainingError, ProxyError, UpstreamError
-from proxy.pipeline.admit import Admission, SkipReason, admit, sampled
+from proxy.pipeline.admit import Admission, SkipReason, admit, capture_untagged, sampled
 from proxy.pipeline.capture.delivered import answered, relay_skip
 from proxy.pipeline.episodes import header_role, turn_of
 from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.guard import STRIP, TRACE
 from proxy.pipeline.record.access import record_request
+from proxy.pipeline.record.captures import CaptureJob
 from proxy.pipeline.route import ShadowTarget, Target
 from proxy.pipeline.transport import TRANSPORTS
 from proxy.shadow.runner import ShadowLeg, shadow_headers
@@ -68,6 +69,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     admitted = admit(
         request.method, request.path, request.headers, grading, app[TASKS].current, request_id
     )
+    if app[QUEUE].captures is not None:
+        capture_untagged(admitted, app[CONFIG].results.capture_untagged)
     body = await request.read()
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = _upstream_headers(request, app[CONFIG], target.api_key, request_id)
@@ -82,6 +85,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             exchange.submit()
         elif admitted.skip is not None:
             app[METRICS].skip(admitted.skip)
+            if admitted.untagged:
+                exchange.capture()
         return response
     finally:
         if exchange.pair_id is not None and not exchange.submitted and admitted.task is not None:
@@ -233,7 +238,12 @@ class _Exchange:
             and answered(outcome, self.body, admitted.api)
         ):
             outcome.client_disconnected = True
-            self.submit()
+            if admitted.task is not None:
+                self.submit()
+            else:  # untagged, sampled for a capture row: its skip is counted as before
+                self.capture()
+                if (skip := admitted.failed("client_disconnected")) is not None:
+                    metrics.skip(skip)
             return outcome.status
         reason: SkipReason
         if outcome.cut is not None:  # cut mid-response, outside the relay's own handling
@@ -244,6 +254,31 @@ class _Exchange:
         if (skip := admitted.failed(reason)) is not None:
             metrics.skip(skip)
         return status
+
+    def capture(self) -> None:
+        """Hand a sampled untagged response to the capture writer when it reached the client
+        whole (proxy/pipeline/record/captures.py); never raises into the request."""
+        request, admitted, outcome = self.request, self.admitted, self.outcome
+        captures = request.app[QUEUE].captures
+        if captures is None or admitted.api is None:
+            return
+        if relay_skip(outcome, self.body, admitted.api) is not None:
+            return  # cut, failed or over the capture limit: not a complete answer
+        grading = request.app[CONFIG].grading
+        captures.submit(
+            CaptureJob(
+                request_id=self.request_id,
+                api=admitted.api,
+                upstream=self.target.url,
+                stream=outcome.stream,
+                request_body=self.body,
+                response=outcome.parts,
+                run=request.headers.get(grading.run_header),
+                meta=_meta(request, grading.meta_header_prefix),
+                sample_id=request.headers.get(grading.sample_id_header),
+                upstream_request_id=outcome.upstream_request_id,
+            )
+        )
 
     def submit(self) -> None:
         """Hand the captured response to the grade queue (from here on it reports the leg)."""

@@ -22,6 +22,7 @@ from gradeproxy.cli import (
     regrade,
     replay,
     server_args,
+    tasks_cmd,
     validate,
 )
 from grader.version import __version__
@@ -68,6 +69,7 @@ def _build_parser() -> argparse.ArgumentParser:
     export.register(sub)
     regrade.register(sub)
     db.register(sub)
+    tasks_cmd.register(sub)
     for name, (module_name, help_text, add_arguments) in _SERVER_COMMANDS.items():
         command = sub.add_parser(
             name,

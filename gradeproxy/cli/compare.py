@@ -22,6 +22,7 @@ from typing import Any
 
 from gradeproxy.cli._io import ExpandGlobs, InputError, Source, results_source, source_lines
 from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
+from grader.capture import is_capture
 from grader.intake import InputReason, Intake, UnusableInputError
 from grader.json import dumps
 from grader.rounding import percent
@@ -122,6 +123,8 @@ def read_legs(paths: list[Source], intake: Intake) -> tuple[list[Leg], int, int]
     rows = unpaired = 0
     for path in paths:
         for lineno, row in source_lines(intake, path):
+            if is_capture(row):  # an untagged request's answer: graded by nothing
+                continue
             try:
                 leg = _leg(row)
             except _BadRowError as exc:

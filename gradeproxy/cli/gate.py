@@ -30,6 +30,7 @@ from grader.analysis.gate import (
     exit_code,
     parse_gate,
 )
+from grader.capture import is_capture
 from grader.intake import InputReason, Intake, UnusableInputError
 from grader.json import dumps
 
@@ -50,6 +51,8 @@ def _rows(paths: list[Source], intake: Intake) -> list[tuple[str, dict[str, Any]
         for lineno, row in source_lines(intake, path):
             if not isinstance(row, dict):
                 intake.problem(str(path), lineno, "not_an_object", _ROW)
+            elif is_capture(row):  # an untagged request's answer: graded by nothing
+                continue
             elif not isinstance(row.get("task_id"), str):
                 code: InputReason = "missing_field" if "task_id" not in row else "bad_field"
                 intake.problem(str(path), lineno, code, _ROW)

@@ -36,6 +36,7 @@ from gradeproxy.cli._io import (
 )
 from gradeproxy.cli.parquet import with_rotations
 from grader.analysis.regrade import RegradeSummary, diff_lines, missing_line, not_regradable
+from grader.capture import is_capture
 from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.intake import InputReason, Intake, Problem, UnusableInputError
@@ -85,6 +86,8 @@ def read_rows(paths: list[Source], intake: Intake) -> tuple[list[Stored], list[d
             if not isinstance(row, dict):
                 problem = intake.problem(str(path), lineno, "not_an_object", _ROW)
                 refused.append(_input_error(problem, None))
+                continue
+            if is_capture(row):  # an untagged request's answer: no verdict to regrade
                 continue
             if not isinstance(row.get("task_id"), str):
                 code: InputReason = "missing_field" if "task_id" not in row else "bad_field"

@@ -223,7 +223,19 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         ),
         "max_bytes": "rotate at this size (`grades.jsonl.1`, `.2`, …)",
         "backups": "rotated files kept",
-        "capture_answer": "store the captured answer in each row",
+        "answer": (
+            "what a row keeps of the answer (a capture row: of the prompt too): `keep` the text,"
+            " `hash` it (`sha256:<hex>`, rows join without customer text) or `drop` it"
+        ),
+        "capture_answer": (
+            "deprecated alias of `answer` (`true`: keep, `false`: drop); a warning at load, an"
+            " error beside `answer`"
+        ),
+        "capture_untagged": (
+            "rate 0..1 at which requests without a task header on the graded routes are written"
+            " as `kind: capture` rows (sampled by the grading sampling key; needs `path` or"
+            " `sink`; docs/review.md)"
+        ),
         "max_answer_chars": (
             "the one cap on the answer a row stores; a longer one is cut and the row says "
             "`truncated: true` (grading always reads the whole answer)"
@@ -304,7 +316,7 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
     "Ui": {
         "failure_ring_size": (
             "failing and stale answers the `/ui` inspector keeps in memory, per process (0: none;"
-            " empty anyway without `results.capture_answer`)"
+            " empty anyway unless `results.answer` is `keep`)"
         ),
     },
     "Tracing": {
@@ -323,7 +335,7 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         "provider_name": "`gen_ai.provider.name` of the upstream call",
         "capture_content": (
             "prompts and answers on the call span (`gen_ai.input.messages`, "
-            "`gen_ai.output.messages`; answers only with `results.capture_answer`)"
+            "`gen_ai.output.messages`; answers only with `results.answer: keep`)"
         ),
         "max_content_chars": "each captured text cut here",
         "evaluation_events": (

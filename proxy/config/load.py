@@ -12,6 +12,7 @@ import difflib
 import importlib.util
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from grader.capture import AnswerMode
 from grader.checks import JudgeConfig
 from proxy.config.coerce import ConfigError, coerce, plain
 from proxy.config.coerce import section as build_section
@@ -163,6 +165,10 @@ def _validate(config: Config) -> Config:
         (config.grading.episode_max_calls >= 1, "grading.episode_max_calls: must be >= 1"),
         (config.grading.episode_max_bytes >= 1024, "grading.episode_max_bytes: must be >= 1024"),
         (config.results.max_answer_chars >= 0, "results.max_answer_chars: must be >= 0"),
+        (
+            0.0 <= config.results.capture_untagged <= 1.0,
+            "results.capture_untagged: must be within 0..1",
+        ),
         (
             0 <= config.ui.failure_ring_size <= 10000,
             "ui.failure_ring_size: must be within 0..10000",
@@ -313,6 +319,7 @@ def _build(
         for key, value in given.items():
             if value is not None and flags and f"{section}.{key}" in flags:
                 origins[f"{section}.{key}"] = f"flag {flags[f'{section}.{key}']}"
+    answer_given = (data.get("results") or {}).get("answer") is not None
     hints = get_type_hints(Config)
     built = {
         name: build_section(name, hints[name], data.get(name), from_text)
@@ -320,4 +327,24 @@ def _build(
         else coerce(name, hints[name], [] if data.get(name) is None else data[name], False)
         for name in known
     }
+    built["results"] = _answer_alias(built["results"], answer_given)
     return _validate(Config(**built))
+
+
+def _answer_alias(results: Results, answer_given: bool) -> Results:
+    """``results.capture_answer``, the deprecated alias, resolved into ``results.answer``
+    (true: keep, false: drop) with a warning; both given is an error, not a guess."""
+    if results.capture_answer is None:
+        return results
+    if answer_given:
+        raise ConfigError(
+            "results.capture_answer: give results.answer or its deprecated alias "
+            "results.capture_answer, not both"
+        )
+    answer: AnswerMode = "keep" if results.capture_answer else "drop"
+    warnings.warn(
+        f"results.capture_answer is deprecated: write 'results.answer: {answer}' instead",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return dataclasses.replace(results, answer=answer)

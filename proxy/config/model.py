@@ -165,7 +165,14 @@ class Results:
     path: Path | None = Path("results/grades.jsonl")
     max_bytes: int = 100 * 1024 * 1024
     backups: int = 5
-    capture_answer: bool = True
+    # What a row keeps of the answer (and a capture row of the prompt): keep the text, hash it
+    # (``sha256:<hex>``: rows join without customer text), or drop it. ``capture_answer`` is
+    # its deprecated alias (true: keep, false: drop), resolved into ``answer`` at load.
+    answer: Literal["keep", "hash", "drop"] = "keep"
+    capture_answer: bool | None = None
+    # Untagged requests on the graded routes written as ``kind: "capture"`` rows, sampled at
+    # this rate by the grading sampling key (grader/capture.py; docs/review.md).
+    capture_untagged: float = 0.0
     # The one cap on the answer a row stores (``truncated: true`` beyond it); grading reads all.
     max_answer_chars: int = 65536
     # The shared rows database (docs/rows-database.md): a postgresql:// URL without its
@@ -179,6 +186,11 @@ class Results:
     sink_buffer_bytes: int = 16 * 1024 * 1024  # rows waiting for the database; past it: spill
     sink_retry_s: float = 2.0
     sink_timeout_s: float = 5.0  # connect and statement timeout
+
+    @property
+    def keeps_answer(self) -> bool:
+        """Whether rows store the answer's text (``answer: keep``)."""
+        return self.answer == "keep"
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,9 @@ class Admission:
     tasks: TaskSet | None
     key: str  # the sampling key, shared by grading and shadow sampling
     skip: SkipReason | None
+    # An untagged request sampled for a capture row (results.capture_untagged): not graded
+    # (its skip stays ``no_task_header``), but relayed with a capture copy.
+    untagged: bool = False
 
     @property
     def route(self) -> Route:
@@ -79,8 +82,8 @@ class Admission:
 
     @property
     def capturing(self) -> bool:
-        """Whether the relay keeps a copy of the response for grading."""
-        return self.task is not None and self.skip is None
+        """Whether the relay keeps a copy of the response, for grading or a capture row."""
+        return self.untagged or (self.task is not None and self.skip is None)
 
     def failed(self, reason: SkipReason) -> SkipReason | None:
         """The skip to count for a request whose relay failed or was cut (``reason``): its own
@@ -123,3 +126,10 @@ def admit(
     elif not sampled(key, grading.sample_rate):
         skip = "sampled_out"
     return Admission(api, task_id, task, tasks, key, skip)
+
+
+def capture_untagged(admission: Admission, rate: float) -> None:
+    """Mark an untagged request on a graded route for a capture row when the sampling key
+    is sampled in at ``rate`` (``results.capture_untagged``; the same hash as grading's)."""
+    if admission.skip == "no_task_header" and rate > 0 and sampled(admission.key, rate):
+        admission.untagged = True

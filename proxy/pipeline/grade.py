@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import orjson
 
+from grader.capture import answer_digest
 from grader.checks import CheckContext
 from grader.engine import LocalColumns, grade, local_columns, needs_judge, reads_request_tools
 from grader.json import dumps
@@ -62,6 +63,7 @@ class GradeJob:
     upstream_request_id: str | None = None  # the upstream's x-request-id
     span: SpanRecord | None = None  # the request's span context while tracing is on
     prices: PriceTable | None = None  # the price table (pricing.path), stamped on submit
+    answer_hash: bool = False  # ``results.answer: hash``: rows store sha256:<hex>, stamped too
 
     @property
     def size(self) -> int:
@@ -188,8 +190,8 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             run=job.run,
             meta=job.meta,
             timings=job.timings,
-            answer=text if capture_answer else None,
-            answer_cap=max_answer_chars,
+            answer=_stored(job, text, capture_answer),
+            answer_cap=max_answer_chars if capture_answer else None,
             upstream_request_id=job.upstream_request_id,
             sample_id=job.sample_id,
             tools=context.request_tools if keep_tools else None,
@@ -216,6 +218,14 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
         episode=episode,
         call=_call(captured),
     )
+
+
+def _stored(job: GradeJob, text: str, capture_answer: bool) -> str | None:
+    """What a row stores of the answer: its text, its digest (``results.answer: hash``, never
+    cut), or nothing."""
+    if capture_answer:
+        return text
+    return answer_digest(text) if job.answer_hash else None
 
 
 def _call(captured: CaptureResult) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from proxy.pipeline.offload import (
     GradingProcessDiedError,
     NotPicklableError,
 )
+from proxy.pipeline.record.captures import Captures
 from proxy.pipeline.record.failures import FailureRing
 from proxy.pipeline.record.metrics import ProxyMetrics
 from proxy.pipeline.record.pairs import PairTracker
@@ -137,6 +138,9 @@ class GradeQueue:
                 deadline_s=job_deadline_s,
             )
         self.prices: PriceTable | None = None  # the store's, stamped on each job submitted
+        self.answer_hash = False  # results.answer: hash, stamped on each job submitted too
+        # results.capture_untagged: untagged answers written as capture rows on the writer thread
+        self.captures: Captures | None = None
         self.heavy_in_thread = 0  # heavy calls run in a thread (no process, or unpicklable)
         self.stuck_after_s = stuck_after_s
         self._stopping = False
@@ -161,6 +165,7 @@ class GradeQueue:
         """Enqueue without waiting; a full queue drops the job and counts it."""
         self.ledger.submitted()
         job.prices = self.prices
+        job.answer_hash = self.answer_hash
         try:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -250,6 +255,9 @@ class GradeQueue:
                 left = None
             await self.process.stop(left)
         self._executor.shutdown(wait=True)
+        if self.captures is not None:  # what waits for its batch window, written now
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.captures.idle(), max(timeout_s or 5.0, 1.0))
         self.writes.close()
 
     async def _work(self) -> None:

@@ -141,7 +141,7 @@ def content_attributes(
 ) -> dict[str, Any]:
     """``gen_ai.input.messages`` / ``gen_ai.output.messages`` (JSON strings, as the conventions
     record structured attributes on spans), every text cut at ``cap`` characters; output only
-    from rows that kept their answer (``results.capture_answer``)."""
+    from rows that kept their answer (``results.answer: keep``)."""
     attributes: dict[str, Any] = {}
     messages: list[dict[str, Any]] = []
     source = request.get("messages") if request is not None else None

@@ -27,6 +27,7 @@ from grader import (
     offline_context,
     parse_task,
 )
+from grader.capture import CAPTURE_FIELDS
 from grader.json import dumps
 from grader.report import Report
 from grader.rows import TOOL_CALL_FIELDS, answer_row
@@ -241,8 +242,10 @@ def test_no_row_carries_a_field_that_contradicts_result(task: Task) -> None:
 
 def test_the_rows_reference_lists_exactly_the_builders_fields() -> None:
     reference = (REPO / "docs" / "rows.md").read_text(encoding="utf-8")
-    documented = re.findall(r"^\| `([A-Za-z_]+)` \|", reference, re.M)
+    answer_rows, capture_rows = reference.split("\n## Capture rows\n")
+    documented = re.findall(r"^\| `([A-Za-z_]+)` \|", answer_rows, re.M)
     assert documented == [*OFFLINE_FIELDS, *SAMPLE_FIELDS, *LIVE_FIELDS]
+    assert re.findall(r"^\| `([A-Za-z_]+)` \|", capture_rows, re.M) == list(CAPTURE_FIELDS)
 
 
 def test_report_keeps_error_rows_out_of_every_denominator() -> None:

@@ -13,7 +13,7 @@ recording a failing answer cost beyond a passing one (bench/instructions_bench.p
 ``record_batch_failing``; docs/performance.md); now only the entries a person looks at pay for
 them, once each.
 
-Raw answers are customer content: the ring stays empty when ``results.capture_answer`` is off,
+Raw answers are customer content: the ring stays empty unless ``results.answer`` is ``keep``,
 it lives only in memory (never logged, gone at restart), and ui.py serves it only on the admin
 port or to loopback clients. It never blocks grading: a draft copies at most ``SHOWN_CHARS``.
 """

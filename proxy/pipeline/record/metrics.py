@@ -53,6 +53,8 @@ CHECK_RESULTS = ("pass", "fail", "error")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
 UNPAIRED_REASONS = ("ungraded", "expired", "overflow")
+# Sampled untagged responses that wrote no capture row (proxy/pipeline/record/captures.py).
+CAPTURE_SKIP_REASONS = ("unreadable", "backlog_full", "write_failed", "error")
 UPSTREAM_ERROR_KINDS: tuple[str, ...] = get_args(UpstreamErrorKind)
 CLIENT_TIMEOUT_PHASES = ("header", "body", "idle")
 EPISODE_RESULTS = ("pass", "fail", "error")
@@ -397,6 +399,19 @@ class ProxyMetrics:
             "Bytes in the spill file: rows waiting for the rows database.",
             registry=reg,
         )
+        self.capture_rows = Counter(
+            "gradeproxy_capture_rows_total",
+            "Capture rows written: answers of sampled untagged requests"
+            " (results.capture_untagged).",
+            registry=reg,
+        )
+        self.capture_skipped = Counter(
+            "gradeproxy_capture_skipped_total",
+            "Sampled untagged responses that wrote no capture row: unreadable (no answer could be"
+            " read), backlog_full, write_failed (the results file or sink refused), error (a bug).",
+            ["reason"],
+            registry=reg,
+        )
         self.rows_dropped = Counter(
             "gradeproxy_rows_dropped_total",
             "Rows lost: the spill file could not take them (disk full, I/O error).",
@@ -425,6 +440,8 @@ class ProxyMetrics:
             self.shadow_requests.labels(result)
         for reason in UNPAIRED_REASONS:
             self.shadow_unpaired.labels(reason)
+        for reason in CAPTURE_SKIP_REASONS:
+            self.capture_skipped.labels(reason)
         for limit in EPISODE_LIMITS:
             self.episode_limits.labels(limit)
         for signal in TRACE_SIGNALS:

@@ -66,6 +66,21 @@ def write(tmp_path: Path, text: str) -> Path:
             id="boolean",
         ),
         pytest.param(
+            BASE + "results:\n  answer: keep\n  capture_answer: true\n",
+            "results.capture_answer: give results.answer or its deprecated alias",
+            id="answer_and_its_alias",
+        ),
+        pytest.param(
+            BASE + "results:\n  answer: redact\n",
+            "results.answer: must be one of",
+            id="answer_closed_set",
+        ),
+        pytest.param(
+            BASE + "results:\n  capture_untagged: 1.5\n",
+            "results.capture_untagged: must be within 0..1",
+            id="capture_untagged_rate",
+        ),
+        pytest.param(
             BASE + "metrics:\n  models: gpt\n",
             "metrics.models: must be a list of strings",
             id="list",
@@ -141,7 +156,7 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
         "GRADEPROXY_LISTEN_PORT": "9100",
         "GRADEPROXY_GRADING_SAMPLE_RATE": "0.5",
         "GRADEPROXY_METRICS_MODELS": "a, b",
-        "GRADEPROXY_RESULTS_CAPTURE_ANSWER": "false",
+        "GRADEPROXY_RESULTS_ANSWER": "hash",
         "GRADEPROXY_TASKS_PATH": "",
         "UNRELATED": "x",
     }
@@ -151,7 +166,7 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert config.grading.workers == 3
     assert config.grading.sample_rate == 0.5
     assert config.metrics.models == ("a", "b")
-    assert config.results.capture_answer is False
+    assert (config.results.answer, config.results.keeps_answer) == ("hash", False)
     assert config.tasks.path is None
 
 
@@ -272,3 +287,24 @@ def test_config_errors_name_file_and_line_in_one_line(
     message = str(caught.value)
     assert message.startswith(f"{tmp_path}/{located}")
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("results", "answer", "keeps"),
+    [
+        pytest.param("  capture_answer: true\n", "keep", True, id="alias_true_keeps"),
+        pytest.param("  capture_answer: false\n", "drop", False, id="alias_false_drops"),
+    ],
+)
+def test_capture_answer_is_a_deprecated_alias_of_answer(
+    tmp_path: Path, results: str, answer: str, keeps: bool
+) -> None:
+    with pytest.warns(FutureWarning, match=f"write 'results.answer: {answer}' instead"):
+        config = load_config(write(tmp_path, BASE + "results:\n" + results), environ={})
+    assert (config.results.answer, config.results.keeps_answer) == (answer, keeps)
+
+
+@pytest.mark.parametrize("answer", ["keep", "hash", "drop"])
+def test_answer_modes_load_without_a_warning(tmp_path: Path, answer: str) -> None:
+    config = load_config(write(tmp_path, BASE + f"results:\n  answer: {answer}\n"), environ={})
+    assert (config.results.answer, config.results.capture_answer) == (answer, None)

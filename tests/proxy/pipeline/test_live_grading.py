@@ -241,7 +241,7 @@ async def test_sample_rate(
 async def test_answer_capture_can_be_turned_off(
     make_proxy: ProxyFactory, results_path: Path
 ) -> None:
-    client = await make_proxy(results={"capture_answer": False})
+    client = await make_proxy(results={"answer": "drop"})
     await client.post(
         "/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": "weather.single"}
     )

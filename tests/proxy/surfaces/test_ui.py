@@ -281,7 +281,7 @@ async def test_no_captured_answers_no_inspector_entries(
     make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
 ) -> None:
     backend.replies.append(Reply(body=WRONG))
-    client = await make_proxy(results={"capture_answer": False})
+    client = await make_proxy(results={"answer": "drop"})
     await send(client, [WRONG])
     await rows_of(client, results_path)
     snapshot = await (await client.get("/ui/failures.json")).json()

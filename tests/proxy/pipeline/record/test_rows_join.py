@@ -105,7 +105,7 @@ async def test_live_rows_regrade_offline_when_they_kept_the_answer_and_tools(
     with tasks_file.open("ab") as handle:
         handle.write(dumps(SCHEMA_TASK) + b"\n")
     backend.replies.append(Reply(body=wire("openai_single_tool.json"), content_type=JSON))
-    client = await make_proxy(results={"capture_answer": capture})
+    client = await make_proxy(results={"answer": "keep" if capture else "drop"})
     headers = {"X-Grade-Task": "weather.schema"}
     await client.post("/v1/chat/completions", data=dumps(REQUEST), headers=headers)
     await rows_of(client, results_path)
