@@ -58,6 +58,7 @@ EPISODE_AUTHORITY: Final = "episode.authority_ok"
 # schema, the episode record's authority.
 TargetKind = Literal["stale", "policy", "request_schema", "episode_authority"]
 _ENFORCING_BEHAVIOURS: Final = ("authority_ok", "no_forbidden_call")
+_CONFIGURED_BY: Final = ("allowed_actions", "forbidden_calls")  # the policy key of each
 
 
 class EnforceError(GraderError, ValueError):
@@ -168,8 +169,7 @@ def _target(
     if name == EPISODE_AUTHORITY:
         if not episode_authority:
             raise EnforceError(
-                f"{where}: check {name!r} needs the task's 'episode' record with "
-                "'allowed_actions'"
+                f"{where}: check {name!r} needs the task's 'episode' record with 'allowed_actions'"
             )
         return Target("episode_authority", name)
     check_name, behaviour = name, ""
@@ -205,7 +205,7 @@ def _target(
     if kind == "policy":
         configured = tuple(
             b
-            for b, key in zip(_ENFORCING_BEHAVIOURS, ("allowed_actions", "forbidden_calls"))
+            for b, key in zip(_ENFORCING_BEHAVIOURS, _CONFIGURED_BY, strict=True)
             if key in definition.definition
         )
         if behaviour:

@@ -101,7 +101,9 @@ def _policy(raw: Any, index: int, source: str) -> RoutePolicy:
     label = f"{source}: route policy {name!r}"
     unknown = sorted(set(raw) - set(_POLICY_KEYS))
     if unknown:
-        raise EnforceError(f"{label}: unknown key {unknown[0]!r} (known: {', '.join(_POLICY_KEYS)})")
+        raise EnforceError(
+            f"{label}: unknown key {unknown[0]!r} (known: {', '.join(_POLICY_KEYS)})"
+        )
     models = _globs(raw.get("models"), "models", label, ("*",))
     apis = _globs(raw.get("apis"), "apis", label, APIS)
     if bad := [a for a in apis if a not in APIS]:

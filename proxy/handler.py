@@ -4,7 +4,9 @@
 
     admit (proxy/pipeline/admit.py)        graded or not, and why not: the skip reason
     route (proxy/pipeline/route.py)        which upstream, and its shadow
+    enforce (proxy/pipeline/enforce/)      the task's and the route's enforce policies, if any
     forward (proxy/pipeline/forward.py)    relay upstream and back, keeping a copy if graded
+                                           (an enforced answer judged before it is sent)
       + shadow (proxy/shadow/runner.py)    a copy to the shadow, started but never awaited
     delivered (proxy/pipeline/capture/)    did the client get it whole: the relay's skips
     grade job → queue (proxy/pipeline/)    submitted; parsed and graded off the hot path
@@ -29,11 +31,13 @@ from proxy.config import Config
 from proxy.errors import UPSTREAM_KIND_OF, DrainingError, ProxyError, UpstreamError
 from proxy.pipeline.admit import Admission, SkipReason, admit, sampled
 from proxy.pipeline.capture.delivered import answered, relay_skip
+from proxy.pipeline.enforce.judge import Plan, plan_for
 from proxy.pipeline.episodes import header_role, turn_of
 from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.guard import STRIP, TRACE
 from proxy.pipeline.record.access import record_request
+from proxy.pipeline.record.enforced import count_enforced, enforcement_record
 from proxy.pipeline.route import ShadowTarget, Target
 from proxy.pipeline.transport import TRANSPORTS
 from proxy.shadow.runner import ShadowLeg, shadow_headers
@@ -72,6 +76,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = _upstream_headers(request, app[CONFIG], target.api_key, request_id)
     exchange = _Exchange(request, request_id, admitted, target, body, started)
+    exchange.plan = _enforce_plan(request, admitted, body)
     span = exchange.span = _span(request, headers, admitted.route, body, target.url)
     if target.shadow is not None and admitted.task is not None:
         # Started before the primary is awaited, so both legs run together.
@@ -88,6 +93,17 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             app[PAIRS].leg(exchange.pair_id, "primary", admitted.task.id, None)
         if span is not None and not exchange.submitted:  # a submitted one ends with its grade
             app[TELEMETRY].finish(span)
+
+
+def _enforce_plan(request: web.Request, admitted: Admission, body: bytes) -> Plan | None:
+    """The enforce policies covering this request (docs/enforce.md); None, at the cost of two
+    attribute reads, when neither its task nor a route policy file asks for any."""
+    policies = request.app[TASKS].policies
+    task = admitted.task
+    if admitted.api is None or (policies is None and (task is None or task.enforce is None)):
+        return None
+    role = header_role(request.headers, request.app[CONFIG].grading)
+    return plan_for(admitted.api, task, policies, body, role)
 
 
 def _upstream_headers(
@@ -120,6 +136,7 @@ class _Exchange:
         "body",
         "outcome",
         "pair_id",
+        "plan",
         "request",
         "request_id",
         "span",
@@ -145,6 +162,7 @@ class _Exchange:
         self.started = started
         self.outcome = Relay()
         self.pair_id: str | None = None
+        self.plan: Plan | None = None  # the enforce policies covering it, if any
         self.submitted = False
         self.span: SpanRecord | None = None  # tracing on: the request's span record
 
@@ -170,6 +188,8 @@ class _Exchange:
                 out=outcome,
                 timeouts=self.target.timeouts,
                 capture_limit=config.limits.max_capture_bytes,
+                enforce=self.plan,
+                api=admitted.api,
             )
             status = outcome.status
             if outcome.client_disconnected and not outcome.headers_sent:
@@ -194,6 +214,8 @@ class _Exchange:
             raise
         finally:
             relays.pop(handler_task, None)  # type: ignore[arg-type]
+            if outcome.enforced is not None:
+                count_enforced(metrics, outcome.enforced)
             total = time.perf_counter() - self.started
             record_request(
                 request,
@@ -283,6 +305,11 @@ class _Exchange:
             sample_id=request.headers.get(grading.sample_id_header),
             upstream_request_id=outcome.upstream_request_id,
             span=self.span,
+            enforcement=(
+                None
+                if outcome.enforced is None
+                else enforcement_record(outcome.enforced, outcome.enforce_changed)
+            ),
         )
         self.submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)

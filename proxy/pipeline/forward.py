@@ -1,9 +1,11 @@
 """Forwarding: relay a request upstream and its response back, byte for byte.
 
 The client gets the upstream's status, end-to-end headers and body bytes unchanged; nothing is
-re-serialised. Streams are relayed chunk by chunk as they arrive, and a graded response keeps
-only *references* to the chunks it relayed, parsed later by the grade queue, so grading adds
-no work between two chunks and no time to the first one.
+re-serialised, except an answer an enforce policy acts on (docs/enforce.md): a non-streamed
+one is read whole, judged within its budget and, when a call is withheld, sent rewritten
+(``proxy/pipeline/enforce/``). Streams are relayed chunk by chunk as they arrive, and a
+graded response keeps only *references* to the chunks it relayed, parsed later by the grade
+queue, so grading adds no work between two chunks and no time to the first one.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from yarl import URL
 from proxy.errors import DrainingError, UpstreamError, UpstreamTimeoutError, in_band_error
 from proxy.logs import escape_text
 from proxy.pipeline.decoding import CaptureBuffer
+from proxy.pipeline.enforce.judge import Plan, enforce_answer
 from proxy.pipeline.rawhead import RawHeadResponse, RawHeadStreamResponse
 from proxy.pipeline.transport.base import Reply, Transport
 from proxy.pipeline.upstream import Origin, Timeouts
@@ -149,6 +152,9 @@ class Relay:
     at_event_boundary: bool = True  # whether the bytes relayed so far end an SSE event
     started_at: float = 0.0  # perf_counter when the upstream request was sent
     finished_at: float = 0.0
+    # The enforce plan that judged this answer (None: no policy covered it, or not judged).
+    enforced: Plan | None = None
+    enforce_changed: bool = False  # the client got the answer rewritten (a call withheld)
 
 
 def upstream_url(base: str, raw_path: str) -> URL:
@@ -167,9 +173,12 @@ async def relay(
     out: Relay,
     timeouts: Timeouts,
     capture_limit: int = CAPTURE_MAX_BYTES,
+    enforce: Plan | None = None,
+    api: str | None = None,
 ) -> web.StreamResponse:
     """Send the request upstream and relay the response, recording into ``out`` as it goes
-    (so a cancelled handler still knows how far it got); raise ProxyError before it starts."""
+    (so a cancelled handler still knows how far it got); raise ProxyError before it starts.
+    With an enforce plan, a successful non-streamed JSON answer is judged before it is sent."""
     sent = out.started_at = time.perf_counter()
     path = origin.base_path + request.raw_path[len("/v1") :]
     upstream = await transport.request(request.method, origin, path, headers, body, timeouts)
@@ -183,7 +192,18 @@ async def relay(
         copy = CaptureBuffer(upstream.headers.get("Content-Encoding"), capture_limit)
         if capture:
             out.parts = copy.parts
+        judged = (
+            enforce is not None
+            and upstream.status == 200
+            and not out.stream
+            and "json" in upstream.content_type
+        )
         try:
+            if judged:  # read whole, whatever its size: it is judged before it is sent
+                assert enforce is not None
+                return await _buffered(
+                    request, upstream, headers_out, out, copy, capture, (enforce, api or "")
+                )
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
                 return await _buffered(request, upstream, headers_out, out, copy, capture)
             return await _streamed(request, upstream, headers_out, out, copy, capture)
@@ -207,6 +227,7 @@ async def _buffered(
     out: Relay,
     copy: CaptureBuffer,
     capture: bool,
+    enforce: tuple[Plan, str] | None = None,
 ) -> web.StreamResponse:
     started = time.perf_counter()
     data = await upstream.read()  # an UpstreamError here is a 502 or 504: nothing was sent
@@ -214,6 +235,8 @@ async def _buffered(
     out.body_bytes = len(data)
     if capture:
         copy.add(data)
+    if enforce is not None:
+        data = await _enforced(enforce[0], enforce[1], data, headers, copy, capture, out)
     kind = RawHeadResponse if upstream.raw_values else web.Response
     response = kind(status=upstream.status, body=data, headers=headers)
     if client_gone(request):
@@ -232,6 +255,45 @@ async def _buffered(
         out.client_disconnected = True
     out.finished_at = time.perf_counter()
     return response
+
+
+ENFORCED_HEADER = "X-Gradeproxy-Enforced"
+
+
+async def _enforced(
+    plan: Plan,
+    api: str,
+    data: bytes,
+    headers: CIMultiDict[str],
+    copy: CaptureBuffer,
+    captured: bool,
+    out: Relay,
+) -> bytes:
+    """The body the client gets once ``plan`` has judged it (its headers adjusted in place).
+
+    A compressed answer is judged decoded (the capture copy, when there is one) and, when
+    rewritten, sent uncompressed (every client takes identity); one the proxy cannot decode is
+    an infrastructure failure: it passes as it came and is counted (``unreadable``).
+    """
+    out.enforced = plan
+    text = data
+    coding = (headers.get("Content-Encoding") or "identity").strip().lower()
+    if coding != "identity":
+        decoded = copy if captured else CaptureBuffer(coding, CAPTURE_MAX_BYTES)
+        if not captured:
+            decoded.add(data)
+        if decoded.truncated:
+            plan.failed("unreadable", decoded.error or "over the capture limit")
+            return data
+        text = b"".join(decoded.parts)
+    answer = await enforce_answer(plan, api, text)
+    if not answer.changed:
+        return data
+    out.enforce_changed = True
+    headers.popall("Content-Encoding", None)
+    fired = next(o.decision for o in answer.outcomes if o.decision.action in ("block", "strip"))
+    headers[ENFORCED_HEADER] = escape_text(f"{fired.action}; check={fired.check}")
+    return answer.body
 
 
 async def _streamed(
