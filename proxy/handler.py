@@ -31,7 +31,8 @@ from proxy.config import Config
 from proxy.errors import UPSTREAM_KIND_OF, DrainingError, ProxyError, UpstreamError
 from proxy.pipeline.admit import Admission, SkipReason, admit, sampled
 from proxy.pipeline.capture.delivered import answered, relay_skip
-from proxy.pipeline.enforce.judge import Plan, plan_for
+from proxy.pipeline.enforce.judge import plan_for
+from proxy.pipeline.enforce.relay import RelayEnforcer
 from proxy.pipeline.episodes import header_role, turn_of
 from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
 from proxy.pipeline.grade import GradeJob
@@ -76,7 +77,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = _upstream_headers(request, app[CONFIG], target.api_key, request_id)
     exchange = _Exchange(request, request_id, admitted, target, body, started)
-    exchange.plan = _enforce_plan(request, admitted, body)
+    exchange.enforce = _enforcer(request, admitted, body)
     span = exchange.span = _span(request, headers, admitted.route, body, target.url)
     if target.shadow is not None and admitted.task is not None:
         # Started before the primary is awaited, so both legs run together.
@@ -95,15 +96,17 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             app[TELEMETRY].finish(span)
 
 
-def _enforce_plan(request: web.Request, admitted: Admission, body: bytes) -> Plan | None:
-    """The enforce policies covering this request (docs/enforce.md); None, at the cost of two
-    attribute reads, when neither its task nor a route policy file asks for any."""
+def _enforcer(request: web.Request, admitted: Admission, body: bytes) -> RelayEnforcer | None:
+    """The relay's enforce hook for the policies covering this request (docs/enforce.md);
+    None, at the cost of two attribute reads, when neither its task nor a route policy file
+    asks for any."""
     policies = request.app[TASKS].policies
     task = admitted.task
     if admitted.api is None or (policies is None and (task is None or task.enforce is None)):
         return None
     role = header_role(request.headers, request.app[CONFIG].grading)
-    return plan_for(admitted.api, task, policies, body, role)
+    plan = plan_for(admitted.api, task, policies, body, role)
+    return None if plan is None else RelayEnforcer(plan, admitted.api)
 
 
 def _upstream_headers(
@@ -134,9 +137,9 @@ class _Exchange:
     __slots__ = (
         "admitted",
         "body",
+        "enforce",
         "outcome",
         "pair_id",
-        "plan",
         "request",
         "request_id",
         "span",
@@ -162,7 +165,7 @@ class _Exchange:
         self.started = started
         self.outcome = Relay()
         self.pair_id: str | None = None
-        self.plan: Plan | None = None  # the enforce policies covering it, if any
+        self.enforce: RelayEnforcer | None = None  # the enforce policies covering it, if any
         self.submitted = False
         self.span: SpanRecord | None = None  # tracing on: the request's span record
 
@@ -188,8 +191,7 @@ class _Exchange:
                 out=outcome,
                 timeouts=self.target.timeouts,
                 capture_limit=config.limits.max_capture_bytes,
-                enforce=self.plan,
-                api=admitted.api,
+                enforce=self.enforce,
             )
             status = outcome.status
             if outcome.client_disconnected and not outcome.headers_sent:
@@ -214,8 +216,8 @@ class _Exchange:
             raise
         finally:
             relays.pop(handler_task, None)  # type: ignore[arg-type]
-            if outcome.enforced is not None:
-                count_enforced(metrics, outcome.enforced)
+            if self.enforce is not None and outcome.enforced:
+                count_enforced(metrics, self.enforce.plan)
             total = time.perf_counter() - self.started
             record_request(
                 request,
@@ -306,9 +308,9 @@ class _Exchange:
             upstream_request_id=outcome.upstream_request_id,
             span=self.span,
             enforcement=(
-                None
-                if outcome.enforced is None
-                else enforcement_record(outcome.enforced, outcome.enforce_changed)
+                enforcement_record(self.enforce.plan, self.enforce.changed)
+                if self.enforce is not None and outcome.enforced
+                else None
             ),
         )
         self.submitted = True  # from here on the queue reports the leg, even when full

@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -22,7 +23,6 @@ from yarl import URL
 from proxy.errors import DrainingError, UpstreamError, UpstreamTimeoutError, in_band_error
 from proxy.logs import escape_text
 from proxy.pipeline.decoding import CaptureBuffer
-from proxy.pipeline.enforce.judge import Plan, enforce_answer
 from proxy.pipeline.rawhead import RawHeadResponse, RawHeadStreamResponse
 from proxy.pipeline.transport.base import Reply, Transport
 from proxy.pipeline.upstream import Origin, Timeouts
@@ -110,6 +110,8 @@ def request_headers(
 
 
 PROXY_REQUEST_ID_HEADER = "X-Gradeproxy-Request-Id"
+# On an answer enforce mode rewrote: ``<action>; check=<check>`` (docs/enforce.md).
+ENFORCED_HEADER = "X-Gradeproxy-Enforced"
 
 
 def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMultiDict[str]:
@@ -132,6 +134,27 @@ def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMult
     return out
 
 
+class EnforceHook(Protocol):
+    """What the relay asks of enforce mode for one request (proxy/pipeline/enforce/relay.py):
+    a whole answer judged before it is sent, or a stream fed through the hold-back."""
+
+    async def answer(self, data: bytes, coding: str) -> tuple[bytes, str | None]:
+        """The body to send, and the ``X-Gradeproxy-Enforced`` value when it was rewritten."""
+        ...
+
+    def open_stream(self, coding: str) -> bool:
+        """Whether this stream is fed through :meth:`feed` (False: relayed as it comes)."""
+        ...
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to write to the client now (text at once, tool calls once complete)."""
+        ...
+
+    def close(self) -> bytes:
+        """At the end of the upstream body: whatever is still held, resolved."""
+        ...
+
+
 @dataclass(slots=True)
 class Relay:
     """What happened while relaying one response, for metrics, logs and grading."""
@@ -152,9 +175,7 @@ class Relay:
     at_event_boundary: bool = True  # whether the bytes relayed so far end an SSE event
     started_at: float = 0.0  # perf_counter when the upstream request was sent
     finished_at: float = 0.0
-    # The enforce plan that judged this answer (None: no policy covered it, or not judged).
-    enforced: Plan | None = None
-    enforce_changed: bool = False  # the client got the answer rewritten (a call withheld)
+    enforced: bool = False  # an enforce hook judged this answer (docs/enforce.md)
 
 
 def upstream_url(base: str, raw_path: str) -> URL:
@@ -173,8 +194,7 @@ async def relay(
     out: Relay,
     timeouts: Timeouts,
     capture_limit: int = CAPTURE_MAX_BYTES,
-    enforce: Plan | None = None,
-    api: str | None = None,
+    enforce: EnforceHook | None = None,
 ) -> web.StreamResponse:
     """Send the request upstream and relay the response, recording into ``out`` as it goes
     (so a cancelled handler still knows how far it got); raise ProxyError before it starts.
@@ -200,13 +220,11 @@ async def relay(
         )
         try:
             if judged:  # read whole, whatever its size: it is judged before it is sent
-                assert enforce is not None
-                return await _buffered(
-                    request, upstream, headers_out, out, copy, capture, (enforce, api or "")
-                )
+                return await _buffered(request, upstream, headers_out, out, copy, capture, enforce)
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
                 return await _buffered(request, upstream, headers_out, out, copy, capture)
-            return await _streamed(request, upstream, headers_out, out, copy, capture)
+            held = enforce if out.stream and upstream.status == 200 else None
+            return await _streamed(request, upstream, headers_out, out, copy, capture, held)
         finally:
             out.capture_truncated = copy.truncated
             out.capture_over_limit = copy.truncated and copy.error is None
@@ -227,7 +245,7 @@ async def _buffered(
     out: Relay,
     copy: CaptureBuffer,
     capture: bool,
-    enforce: tuple[Plan, str] | None = None,
+    enforce: EnforceHook | None = None,
 ) -> web.StreamResponse:
     started = time.perf_counter()
     data = await upstream.read()  # an UpstreamError here is a 502 or 504: nothing was sent
@@ -236,7 +254,12 @@ async def _buffered(
     if capture:
         copy.add(data)
     if enforce is not None:
-        data = await _enforced(enforce[0], enforce[1], data, headers, copy, capture, out)
+        out.enforced = True
+        coding = (headers.get("Content-Encoding") or "identity").strip().lower()
+        data, action = await enforce.answer(data, coding)
+        if action is not None:  # rewritten: sent uncompressed, and the client told why
+            headers.popall("Content-Encoding", None)
+            headers[ENFORCED_HEADER] = escape_text(action)
     kind = RawHeadResponse if upstream.raw_values else web.Response
     response = kind(status=upstream.status, body=data, headers=headers)
     if client_gone(request):
@@ -257,45 +280,6 @@ async def _buffered(
     return response
 
 
-ENFORCED_HEADER = "X-Gradeproxy-Enforced"
-
-
-async def _enforced(
-    plan: Plan,
-    api: str,
-    data: bytes,
-    headers: CIMultiDict[str],
-    copy: CaptureBuffer,
-    captured: bool,
-    out: Relay,
-) -> bytes:
-    """The body the client gets once ``plan`` has judged it (its headers adjusted in place).
-
-    A compressed answer is judged decoded (the capture copy, when there is one) and, when
-    rewritten, sent uncompressed (every client takes identity); one the proxy cannot decode is
-    an infrastructure failure: it passes as it came and is counted (``unreadable``).
-    """
-    out.enforced = plan
-    text = data
-    coding = (headers.get("Content-Encoding") or "identity").strip().lower()
-    if coding != "identity":
-        decoded = copy if captured else CaptureBuffer(coding, CAPTURE_MAX_BYTES)
-        if not captured:
-            decoded.add(data)
-        if decoded.truncated:
-            plan.failed("unreadable", decoded.error or "over the capture limit")
-            return data
-        text = b"".join(decoded.parts)
-    answer = await enforce_answer(plan, api, text)
-    if not answer.changed:
-        return data
-    out.enforce_changed = True
-    headers.popall("Content-Encoding", None)
-    fired = next(o.decision for o in answer.outcomes if o.decision.action in ("block", "strip"))
-    headers[ENFORCED_HEADER] = escape_text(f"{fired.action}; check={fired.check}")
-    return answer.body
-
-
 async def _streamed(
     request: web.Request,
     upstream: Reply,
@@ -303,7 +287,13 @@ async def _streamed(
     out: Relay,
     copy: CaptureBuffer,
     capture: bool,
+    enforce: EnforceHook | None = None,
 ) -> web.StreamResponse:
+    if enforce is not None:
+        coding = (headers.get("Content-Encoding") or "identity").strip().lower()
+        out.enforced = True
+        if not enforce.open_stream(coding):
+            enforce = None
     if out.stream:
         headers.setdefault("Cache-Control", "no-cache")
         headers["X-Accel-Buffering"] = "no"
@@ -330,28 +320,35 @@ async def _streamed(
             error = type(failure)(f"the upstream {what} the stream: {failure}")
             out.upstream_failed = error.code
             if out.stream:
+                held = enforce.close() if enforce is not None else b""
+                ended = held.endswith(_EVENT_ENDS) if held else out.at_event_boundary
                 # End a half-relayed event first, so the error is an event of its own.
-                prefix = b"" if out.at_event_boundary else b"\n\n"
-                await _write_quietly(response, prefix + in_band_error(error), out)
+                prefix = b"" if ended else b"\n\n"
+                await _write_quietly(response, held + prefix + in_band_error(error), out)
             break
         finally:
             out.upstream_wait_s += time.perf_counter() - waited
         if not chunk:
+            if enforce is not None and (held := enforce.close()):
+                await _write_quietly(response, held, out)
             break
-        try:
-            await response.write(chunk)
-        except ConnectionResetError:  # the client went away: stop reading the upstream
-            out.client_disconnected = True
-            break
-        except asyncio.CancelledError:  # cut while a slow client was still reading
-            if out.cut is None:
-                raise
-            await _end_cut(response, out)
-            break
+        # Enforced, a tool call is held until it is complete (b""); text passes at once.
+        written = chunk if enforce is None else enforce.feed(chunk)
+        if written:
+            try:
+                await response.write(written)
+            except ConnectionResetError:  # the client went away: stop reading the upstream
+                out.client_disconnected = True
+                break
+            except asyncio.CancelledError:  # cut while a slow client was still reading
+                if out.cut is None:
+                    raise
+                await _end_cut(response, out)
+                break
+            out.at_event_boundary = written.endswith(_EVENT_ENDS)
         out.body_bytes += len(chunk)
-        out.at_event_boundary = chunk.endswith(_EVENT_ENDS)
         if capture:
-            copy.add(chunk)
+            copy.add(chunk)  # the model's answer as the upstream sent it: what is graded
     if not out.client_disconnected:
         try:
             await response.write_eof()

@@ -281,7 +281,9 @@ def _slow(self: Plan, name: str, arguments: str) -> Any:
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
-@pytest.mark.parametrize(("fault", "kind"), [(_raises, "grader_error"), (_slow, "budget")])
+@pytest.mark.parametrize(
+    ("fault", "kind", "budget_ms"), [(_raises, "grader_error", BUDGET_MS), (_slow, "budget", 1)]
+)
 @pytest.mark.parametrize("fail_closed", [False, True])
 async def test_a_grader_failure_or_an_overrun_fails_open_or_closed_and_is_counted(
     make_proxy: ProxyFactory,
@@ -291,11 +293,12 @@ async def test_a_grader_failure_or_an_overrun_fails_open_or_closed_and_is_counte
     api: str,
     fault: Any,
     kind: str,
+    budget_ms: int,
     fail_closed: bool,
 ) -> None:
     monkeypatch.setattr(Plan, "_decide", fault)
     client = await proxied(
-        make_proxy, backend, tmp_path, "block", budget_ms=1, fail_closed=fail_closed
+        make_proxy, backend, tmp_path, "block", budget_ms=budget_ms, fail_closed=fail_closed
     )
     body, headers = await post(client, backend, api)
     if fail_closed:

@@ -1,0 +1,371 @@
+"""StreamEnforcer over real wire-format streams: what the client receives per mode and decision,
+that text is never held, and that any chunking of the upstream bytes gives the same output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.pipeline.enforce.decision import PASS, Decision
+from proxy.pipeline.enforce.stream import StreamEnforcer, notice_line
+from tests.proxy.pipeline.enforce.streams import (
+    CHAT,
+    RESPONSES,
+    call_names,
+    chat_calls,
+    events_of,
+    forbid,
+    read_chat,
+    read_responses,
+    responses_calls,
+    responses_text,
+    run,
+)
+
+NOTICE = "[gradeproxy] withheld tool call"
+
+
+def _line(name: str, forbidden: str) -> str:
+    if name == forbidden:
+        return notice_line(
+            name, Decision("block", check=f"no_{name}", reason=f"forbidden call '{name}'")
+        )
+    return notice_line(
+        name,
+        Decision(
+            "block",
+            check=f"no_{forbidden}",
+            reason="withheld with the blocked call in the same answer",
+        ),
+    )
+
+
+W, T, D = "get_weather", "get_time", "delete_payment"
+TC = "tool_calls"
+# (stream, forbidden call, mode, calls the client gets per choice, finish per choice, notice)
+CHAT_TABLE = [
+    ("openai_single", W, "strip", {0: []}, {0: "stop"}, None),
+    ("openai_single", W, "block", {0: []}, {0: "stop"}, [W]),
+    ("openai_single", "nothing", "block", {0: [W]}, {0: TC}, None),
+    ("openai_parallel", T, "strip", {0: [W]}, {0: TC}, None),
+    ("openai_parallel", W, "strip", {0: [T]}, {0: TC}, None),
+    ("openai_parallel", T, "block", {0: []}, {0: "stop"}, [W, T]),
+    ("openai_legacy_function_call", W, "strip", {0: []}, {0: "stop"}, None),
+    ("llamacpp_single_mirrored_legacy", W, "strip", {0: []}, {0: "stop"}, None),
+    ("llamacpp_single_mirrored_legacy", W, "block", {0: []}, {0: "stop"}, [W]),
+    ("llamacpp_parallel", T, "strip", {0: [W]}, {0: TC}, None),
+    ("vllm_parallel", W, "strip", {0: [T]}, {0: TC}, None),
+    ("vllm_parallel", W, "block", {0: []}, {0: "stop"}, [W, T]),
+    ("ollama_parallel_one_chunk", W, "strip", {0: []}, {0: "stop"}, None),
+    ("text_then_delete", D, "strip", {0: []}, {0: "stop"}, None),
+    ("text_then_delete", D, "block", {0: []}, {0: "stop"}, [D]),
+    ("weather_then_delete", D, "strip", {0: [W]}, {0: TC}, None),
+    ("delete_then_weather", D, "strip", {0: [W]}, {0: TC}, None),
+    ("delete_then_weather", D, "block", {0: []}, {0: "stop"}, [D, W]),
+    ("mixed_chunk", D, "strip", {0: []}, {0: "stop"}, None),
+    ("mixed_chunk", D, "block", {0: []}, {0: "stop"}, [D]),
+    ("two_choices", D, "strip", {0: [], 1: [W]}, {0: "stop", 1: TC}, None),
+    ("two_choices", D, "block", {0: [], 1: [W]}, {0: "stop", 1: TC}, [D]),
+    ("invalid_json_args", D, "strip", {0: []}, {0: "stop"}, None),
+    ("invalid_json_args", "nothing", "strip", {0: [D]}, {0: TC}, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("stream", "forbidden", "mode", "calls", "finish", "notice"),
+    CHAT_TABLE,
+    ids=[f"{r[0]}-{r[2]}-{r[1]}" for r in CHAT_TABLE],
+)
+def test_chat_client_gets_only_allowed_calls(
+    stream: str,
+    forbidden: str,
+    mode: str,
+    calls: dict[int, list[str]],
+    finish: dict[int, str],
+    notice: list[str] | None,
+) -> None:
+    body = CHAT[stream]
+    out, outcomes = run("chat", mode, forbid(forbidden), body)
+    before, after = read_chat(body), read_chat(out)
+    assert {n: chat_calls(after, n) for n in after.choices} == calls
+    assert {n: c.finish for n, c in after.choices.items()} == finish
+    assert after.done == before.done
+    assert after.usage == before.usage
+    for number, choice in after.choices.items():
+        # text is kept whole; a notice is appended after it (on a line of its own)
+        original = before.choices[number].content
+        assert choice.content.startswith(original)
+        added = choice.content[len(original) :].lstrip("\n")
+        if notice is not None and number == 0:
+            assert added == "\n".join(_line(name, forbidden) for name in notice)
+        else:
+            assert added == ""
+        if not calls[number]:
+            assert not choice.legacy, "a legacy function_call of a removed call was kept"
+        for index, call in choice.calls.items():
+            original_call = next(
+                c for c in before.choices[number].calls.values() if c["id"] == call["id"]
+            )
+            assert call == original_call, f"call {index} changed"
+    assert {o.name for o in outcomes} == call_names(before)
+
+
+def test_chat_judge_sees_arguments_as_sent_even_invalid_json() -> None:
+    seen: list[tuple[str, str]] = []
+
+    def judge(name: str, arguments: str) -> Decision:
+        seen.append((name, arguments))
+        return PASS
+
+    run("chat", "strip", judge, CHAT["invalid_json_args"], cuts=[50, 51, 300])
+    assert seen == [("delete_payment", '{"payment_id": "pay_10')]
+
+
+# A stream cut before finish_reason and [DONE]: held calls are judged as complete at EOF, kept
+# calls released as they came, and nothing (no finish_reason, no [DONE]) is invented.
+@pytest.mark.parametrize(
+    ("mode", "forbidden", "calls", "notice"),
+    [
+        ("strip", "delete_payment", ["get_weather"], False),
+        ("strip", "nothing", ["get_weather", "delete_payment"], False),
+        ("block", "delete_payment", [], True),
+        ("observe", "delete_payment", ["get_weather", "delete_payment"], False),
+    ],
+)
+def test_chat_upstream_cut_resolves_held_calls_at_close(
+    mode: str, forbidden: str, calls: list[str], notice: bool
+) -> None:
+    body = CHAT["cut_before_finish"]
+    enforcer = StreamEnforcer("chat", forbid(forbidden), mode)  # type: ignore[arg-type]
+    during = enforcer.feed(body)
+    out = during + enforcer.close()
+    read = read_chat(out)
+    assert chat_calls(read) == calls
+    assert read.choices[0].finish is None
+    assert not read.done
+    assert (NOTICE in read.choices[0].content) is notice
+    assert [o.name for o in enforcer.outcomes] == ["get_weather", "delete_payment"]
+    if mode in ("strip", "block"):
+        # the last call was still held when the upstream cut: only close() released it
+        assert b"delete_payment" not in during
+
+
+@pytest.mark.parametrize("stream", sorted(CHAT))
+def test_chat_observe_is_byte_identical_and_records(stream: str) -> None:
+    body = CHAT[stream]
+    out, outcomes = run("chat", "observe", forbid("delete_payment", "get_time"), body, [13, 200])
+    assert out == body
+    assert {o.name for o in outcomes} == call_names(read_chat(body))
+    for outcome in outcomes:
+        assert outcome.decision.action == (
+            "block" if outcome.name in {"delete_payment", "get_time"} else "pass"
+        )
+
+
+# Where a pass is not byte-identical, by design: a chunk mixing text with a call is split (the
+# text goes at once), and another choice's text overtakes a call still held. What the client
+# accumulates is the same.
+REORDERED = {"mixed_chunk", "two_choices"}
+
+
+@pytest.mark.parametrize("stream", sorted(set(CHAT) - REORDERED))
+@pytest.mark.parametrize("mode", ["block", "strip"])
+def test_chat_pass_is_byte_identical(stream: str, mode: str) -> None:
+    body = CHAT[stream]
+    assert run("chat", mode, lambda n, a: PASS, body)[0] == body
+
+
+@pytest.mark.parametrize("stream", sorted(REORDERED))
+@pytest.mark.parametrize("mode", ["block", "strip"])
+def test_chat_pass_of_split_or_interleaved_stream_reads_the_same(stream: str, mode: str) -> None:
+    body = CHAT[stream]
+    out = run("chat", mode, lambda n, a: PASS, body)[0]
+    assert out != body
+    assert read_chat(out) == read_chat(body)
+
+
+@pytest.mark.parametrize("stream", ["text_then_delete", "mixed_chunk"])
+def test_chat_text_is_written_as_soon_as_it_arrives(stream: str) -> None:
+    """Each text event comes out of the feed that completed it, before the call is judged."""
+    body = CHAT[stream]
+    enforcer = StreamEnforcer("chat", forbid("delete_payment"), "block")
+    text = ""
+    for raw in body.split(b"\n\n")[:-1]:
+        if b'"finish_reason":"tool_calls"' in raw:
+            break
+        out = enforcer.feed(raw + b"\n\n")
+        for _, data in events_of(out):
+            for choice in json.loads(data).get("choices", []):
+                text += (choice.get("delta") or {}).get("content") or ""
+        expected = read_chat(raw + b"\n\n").choices
+        sent = "".join(c.content for c in expected.values())
+        if sent:
+            assert text.endswith(sent), "text held back"
+    assert text == read_chat(body).choices[0].content
+
+
+def test_chat_text_only_stream_passes_each_event_unchanged_at_once() -> None:
+    body = CHAT["openai_text"]
+    enforcer = StreamEnforcer("chat", forbid("get_weather"), "block")
+    for raw in body.split(b"\n\n")[:-1]:
+        assert enforcer.feed(raw + b"\n\n") == raw + b"\n\n"
+    assert enforcer.close() == b""
+
+
+# -- Responses ------------------------------------------------------------------------------
+
+# (stream, forbidden, mode, calls the client gets, withheld names in the notice)
+RESPONSES_TABLE = [
+    ("single", "get_weather", "strip", [], None),
+    ("single", "get_weather", "block", [], ["get_weather"]),
+    ("single", "nothing", "block", ["get_weather"], None),
+    ("parallel", "get_time", "strip", ["get_weather"], None),
+    ("parallel", "get_weather", "strip", ["get_time"], None),
+    ("parallel", "get_time", "block", [], ["get_weather", "get_time"]),
+    ("text_then_delete", "delete_payment", "strip", [], None),
+    ("text_then_delete", "delete_payment", "block", [], ["delete_payment"]),
+    ("reasoning_delete_weather", "delete_payment", "strip", ["get_weather"], None),
+    ("reasoning_delete_weather", "delete_payment", "block", [], ["delete_payment", "get_weather"]),
+    ("weather_delete_text", "delete_payment", "strip", ["get_weather"], None),
+    ("weather_delete_text", "delete_payment", "block", [], ["get_weather", "delete_payment"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stream", "forbidden", "mode", "calls", "notice"),
+    RESPONSES_TABLE,
+    ids=[f"{r[0]}-{r[2]}-{r[1]}" for r in RESPONSES_TABLE],
+)
+def test_responses_client_gets_only_allowed_calls(
+    stream: str, forbidden: str, mode: str, calls: list[str], notice: list[str] | None
+) -> None:
+    body = RESPONSES[stream]
+    out, _ = run("responses", mode, forbid(forbidden), body)
+    before, _ = read_responses(body)
+    events, terminal = read_responses(out)
+    assert responses_calls(events) == calls
+    assert terminal is not None
+    assert [i.get("name") for i in terminal["output"] if i["type"] == "function_call"] == calls
+    original_text = responses_text(before)
+    text = responses_text(events)
+    assert text.startswith(original_text)
+    if notice is None:
+        assert text == original_text
+    else:
+        assert text[len(original_text) :] == "\n".join(_line(n, forbidden) for n in notice)
+        message = terminal["output"][-1]
+        assert message["type"] == "message"
+        assert message["content"][0]["text"].startswith(NOTICE)
+    # everything else the upstream said (reasoning, text, usage, status) is kept
+    assert terminal["status"] == "completed"
+    original_terminal = read_responses(body)[1]
+    assert original_terminal is not None
+    assert terminal["usage"] == original_terminal["usage"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "forbidden", "calls", "notice"),
+    [
+        ("strip", "get_weather", ["delete_payment"], False),
+        ("strip", "nothing", ["delete_payment", "get_weather"], False),
+        ("block", "delete_payment", [], True),
+    ],
+)
+def test_responses_upstream_cut_resolves_held_calls_at_close(
+    mode: str, forbidden: str, calls: list[str], notice: bool
+) -> None:
+    body = RESPONSES["cut_before_item_done"]
+    out, outcomes = run("responses", mode, forbid(forbidden), body)
+    events, terminal = read_responses(out)
+    added = [e["item"].get("name") for e in events if e["type"] == "response.output_item.added"]
+    assert [n for n in added if n] == calls
+    assert terminal is None  # nothing invented
+    assert (NOTICE in responses_text(events)) is notice
+    assert [o.name for o in outcomes] == ["delete_payment", "get_weather"]
+
+
+@pytest.mark.parametrize("stream", sorted(RESPONSES))
+@pytest.mark.parametrize("mode", ["block", "strip"])
+def test_responses_pass_is_byte_identical(stream: str, mode: str) -> None:
+    body = RESPONSES[stream]
+    assert run("responses", mode, lambda n, a: PASS, body)[0] == body
+
+
+@pytest.mark.parametrize("stream", sorted(RESPONSES))
+def test_responses_observe_is_byte_identical_and_records(stream: str) -> None:
+    body = RESPONSES[stream]
+    out, outcomes = run("responses", "observe", forbid("delete_payment"), body, [5, 999])
+    assert out == body
+    assert sorted(o.name for o in outcomes) == sorted(
+        e["item"]["name"]
+        for e in read_responses(body)[0]
+        if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
+    )
+
+
+def test_responses_text_before_a_call_is_not_held() -> None:
+    body = RESPONSES["text_then_delete"]
+    enforcer = StreamEnforcer("responses", forbid("delete_payment"), "block")
+    for raw in body.split(b"\n\n")[:-1]:
+        out = enforcer.feed(raw + b"\n\n")
+        if b"function_call" in raw:
+            break
+        assert out == raw + b"\n\n"
+
+
+# -- any chunking ---------------------------------------------------------------------------
+
+ALL = [("chat", name) for name in sorted(CHAT)] + [("responses", n) for n in sorted(RESPONSES)]
+IDENTICAL = [case for case in ALL if case[1] not in REORDERED or case[0] == "responses"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(ALL),
+    mode=st.sampled_from(["observe", "block", "strip"]),
+    forbidden=st.sampled_from(["delete_payment", "get_weather", "get_time", "nothing"]),
+    data=st.data(),
+)
+def test_any_chunking_gives_the_output_of_one_feed(
+    case: tuple[str, str], mode: str, forbidden: str, data: st.DataObject
+) -> None:
+    api, name = case
+    body = (CHAT if api == "chat" else RESPONSES)[name]
+    cuts = data.draw(st.lists(st.integers(1, len(body) - 1), max_size=40))
+    whole, outcomes = run(api, mode, forbid(forbidden), body)
+    chopped, chopped_outcomes = run(api, mode, forbid(forbidden), body, cuts)
+    assert chopped == whole
+    assert chopped_outcomes == outcomes
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=st.sampled_from(IDENTICAL), mode=st.sampled_from(["block", "strip"]), data=st.data())
+def test_pass_output_is_the_input_for_any_chunking(
+    case: tuple[str, str], mode: str, data: st.DataObject
+) -> None:
+    api, name = case
+    body = (CHAT if api == "chat" else RESPONSES)[name]
+    cuts = data.draw(st.lists(st.integers(1, len(body) - 1), max_size=40))
+    assert run(api, mode, lambda n, a: PASS, body, cuts)[0] == body
+
+
+@pytest.mark.parametrize("case", [("chat", "openai_parallel"), ("responses", "parallel")])
+def test_a_call_split_at_every_byte_boundary(case: tuple[str, str]) -> None:
+    api, name = case
+    body = (CHAT if api == "chat" else RESPONSES)[name]
+    whole, _ = run(api, "strip", forbid("get_time"), body)
+    for cut in range(1, len(body)):
+        assert run(api, "strip", forbid("get_time"), body, [cut])[0] == whole, cut
+
+
+def test_crlf_and_cr_line_ends_split_anywhere() -> None:
+    body = CHAT["openai_parallel"]
+    for ending in (b"\r\n", b"\r"):
+        converted = body.replace(b"\n", ending)
+        whole, _ = run("chat", "strip", forbid("get_time"), converted)
+        assert chat_calls(read_chat(whole)) == ["get_weather"]
+        for cut in range(1, len(converted), 97):
+            assert run("chat", "strip", forbid("get_time"), converted, [cut, cut + 1])[0] == whole
