@@ -29,11 +29,13 @@ import orjson
 
 from proxy.pipeline.enforce.decision import CallJudge, Decision, Enforced
 
-__all__ = ["WITHHELD_PREFIX", "enforce_body", "withheld_line"]
+__all__ = ["SIBLING_REASON", "WITHHELD_PREFIX", "enforce_body", "withheld_line"]
 
 Api = Literal["chat", "responses"]
 Mode = Literal["observe", "block", "strip"]
 WITHHELD_PREFIX = "[gradeproxy] withheld tool call"
+# Why a call whose checks passed is withheld too (the streamed hold-back says the same).
+SIBLING_REASON = "withheld with the blocked call in the same answer"
 _ACTING = ("block", "strip")
 
 
@@ -56,12 +58,9 @@ def _judged(
     if mode == "strip":
         return decisions, True
     # block: the answer as a whole is refused; a call that did not fire goes with it
-    first = next(i for i, d in enumerate(decisions) if d.action in _ACTING)
-    cause = decisions[first]
+    cause = next(d for d in decisions if d.action in _ACTING)
     withheld = [
-        d
-        if d.action in _ACTING
-        else Decision("block", cause.check, f"withheld with {calls[first][0]}")
+        d if d.action in _ACTING else Decision("block", cause.check, SIBLING_REASON)
         for d in decisions
     ]
     return [Decision("block", d.check, d.reason) for d in withheld], True

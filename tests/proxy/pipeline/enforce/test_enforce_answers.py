@@ -33,7 +33,10 @@ TIME_LINE = (
     "[gradeproxy] withheld tool call get_time: forbidden call 'get_time' (matches 'get_t*') "
     "(check no_time)"
 )
-WEATHER_LINE = "[gradeproxy] withheld tool call get_weather: withheld with get_time (check no_time)"
+WEATHER_LINE = (
+    "[gradeproxy] withheld tool call get_weather: withheld with the blocked call in the same "
+    "answer (check no_time)"
+)
 
 
 # Generous, so a loaded test machine never falls open by accident (the budget tests set 1).
