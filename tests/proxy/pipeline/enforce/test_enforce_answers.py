@@ -8,10 +8,13 @@ upstream's bytes and counts, and the openai SDK parses every enforced answer.
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import orjson
 import pytest
@@ -22,6 +25,7 @@ from proxy.pipeline.forward import ENFORCED_HEADER
 from proxy.state import TASKS
 from tests.support.backend import JSON, Reply, ScriptedBackend, wire
 from tests.support.metrics import metric_value
+from tests.support.process import free_port, serve_config, serving, spawn_serve
 from tests.support.proxy import Client, ProxyFactory, rows_of
 from tests.support.waits import until
 
@@ -187,8 +191,6 @@ async def test_the_openai_sdk_parses_every_enforced_answer(
     calls: list[str],
     text: str,
 ) -> None:
-    import asyncio
-
     client = await proxied(make_proxy, backend, tmp_path, mode)
     backend.replies.append(Reply(body=BODIES[api], content_type=JSON, chunked=False))
     got = await asyncio.to_thread(_sdk, str(client.make_url("/v1")), api)
@@ -338,3 +340,59 @@ async def test_a_policy_change_is_picked_up_by_watch_before_the_next_request(
     await until(lambda: store.error is not None, "the broken policy file refused")
     assert store.policies is kept
     assert "route policy 'x'" in (store.error or "")
+
+
+@pytest.mark.e2e
+async def test_sighup_reloads_the_policy_file_before_the_next_request(
+    tmp_path: Path, backend_server: Any, backend: ScriptedBackend
+) -> None:
+    """The real ``serve`` process: SIGHUP turns an observe policy into a block."""
+    policy = policy_file(tmp_path / "policy.yaml", "observe")
+    port = free_port()
+    config = serve_config(
+        tmp_path / "config.yaml",
+        upstream=str(backend_server.make_url("/v1")),
+        port=port,
+        tasks=tmp_path / "tasks.jsonl",
+        results=tmp_path / "grades.jsonl",
+        drain_delay_s=0.0,
+        grace_period_s=2.0,
+    )
+    (tmp_path / "tasks.jsonl").write_bytes(dumps(TASK) + b"\n")
+    config.write_text(config.read_text() + f"enforce:\n  path: {policy}\n")
+    async with serving(config, port) as (process, base), aiohttp.ClientSession() as session:
+
+        async def calls() -> list[str]:
+            backend.replies.append(Reply(body=CHAT, content_type=JSON, chunked=False))
+            async with session.post(f"{base}/v1/chat/completions", data=b"{}") as response:
+                return calls_of("chat", orjson.loads(await response.read()))
+
+        assert await calls() == ["get_weather", "get_time"]
+        policy_file(policy, "block")
+        process.send_signal(signal.SIGHUP)
+        for _ in range(200):  # the reload runs off the signal handler: the next request after it
+            if (names := await calls()) == []:
+                break
+            assert names == ["get_weather", "get_time"]
+            await asyncio.sleep(0.05)
+        assert names == []
+
+
+async def test_serve_refuses_a_policy_file_that_cannot_enforce_naming_route_and_check(
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "policies:\n  - name: p\n    checks:\n"
+        "      - {type: json_schema, name: lit, schema: {type: object}}\n"
+        "    enforce: {mode: block}\n"
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text(f"upstream:\n  url: http://127.0.0.1:9/v1\nenforce:\n  path: {policy}\n")
+    process = await spawn_serve(config, stderr=asyncio.subprocess.PIPE)
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 1
+    assert (
+        f"gradeproxy serve: enforce.path: {policy}: route policy 'p': enforce.checks[0]: "
+        "check 'lit' (json_schema) may enforce only with 'schema': 'from_request'"
+    ) in stderr.decode()
