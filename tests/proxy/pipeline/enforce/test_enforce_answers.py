@@ -396,3 +396,32 @@ async def test_serve_refuses_a_policy_file_that_cannot_enforce_naming_route_and_
         f"gradeproxy serve: enforce.path: {policy}: route policy 'p': enforce.checks[0]: "
         "check 'lit' (json_schema) may enforce only with 'schema': 'from_request'"
     ) in stderr.decode()
+
+
+async def test_the_ui_inspector_shows_an_enforced_answer_whatever_its_grade(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, tmp_path: Path, results_path: Path
+) -> None:
+    """time.tokyo expects get_time: the answer passes, but the route policy blocked it."""
+    client = await proxied(make_proxy, backend, tmp_path, "block")
+    await post(client, backend, "chat", **{"X-Grade-Task": "time.tokyo"})
+    await post(client, backend, "chat", **{"X-Grade-Task": "weather.city_only"})
+    rows = await rows_of(client, results_path)
+    assert [r["enforcement"]["action"] for r in rows] == ["block", "block"]
+    failures = (await (await client.get("/ui/failures.json")).json())["failures"]
+    assert [(f["task_id"], f["result"]) for f in failures] == [
+        ("weather.city_only", "fail"),
+        ("time.tokyo", "pass"),  # shown for its enforcement alone
+    ]
+    shown = failures[1]["enforcement"]
+    assert (shown["action"], shown["check"], shown["received"]) == ("block", "no_time", "blocked")
+
+
+async def test_an_answer_that_passes_and_was_not_enforced_stays_out_of_the_inspector(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, tmp_path: Path, results_path: Path
+) -> None:
+    client = await proxied(make_proxy, backend, tmp_path, "block")
+    backend.replies.append(Reply(body=wire("openai_single_tool.json"), content_type=JSON))
+    await client.post(PATHS["chat"], data=b"{}", headers={"X-Grade-Task": "weather.single"})
+    [row] = await rows_of(client, results_path)
+    assert (row["result"], row["enforcement"]["action"]) == ("pass", "pass")
+    assert (await (await client.get("/ui/failures.json")).json())["failures"] == []
