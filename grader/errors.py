@@ -29,7 +29,7 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── JudgeParseError(ValueError)        grader.checks     a judge reply outside the contract
     ├── UnusableInputError(ValueError)     grader.intake     a batch input with nothing usable
     ├── PriceTableError(ValueError)        grader.pricing    a price table is unusable
-    └── EnforceError(ValueError)           grader.enforce    an enforce entry or route policy unusable
+    └── EnforceError(ValueError)           grader.enforce    an enforce entry or policy unusable
 
 The console script's ``InputError`` (an answers file line it refuses, ``gradeproxy/cli/_io.py``)
 derives from this root too. The judge's transport and its ``JudgeHTTPError`` are the proxy's
