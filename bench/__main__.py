@@ -48,6 +48,9 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "otel": Scenario("otel_bench.py", "OpenTelemetry export's cost, off against on"),
     "shadow": Scenario("shadow_bench.py", "primary latency with and without a shadow"),
+    "enforce": Scenario(
+        "enforce_bench.py", "enforced answers, text-stream TTFB and throughput against off"
+    ),
     "ui": Scenario("ui_bench.py", "what the live page costs to build and read"),
     "upstream": Scenario("upstream_bench.py", "the upstream client against aiohttp's"),
     "transport": Scenario(

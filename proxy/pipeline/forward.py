@@ -136,7 +136,17 @@ def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMult
 
 class EnforceHook(Protocol):
     """What the relay asks of enforce mode for one request (proxy/pipeline/enforce/relay.py):
-    a whole answer judged before it is sent, or a stream fed through the hold-back."""
+    a whole answer judged before it is sent (or, observing, after), or a stream fed through
+    the hold-back."""
+
+    @property
+    def holds(self) -> bool:
+        """Whether a whole answer waits for :meth:`answer` (False: observed once sent)."""
+        ...
+
+    def observe(self, data: bytes, coding: str) -> None:
+        """Judge an answer the client already has, to count what would have been done."""
+        ...
 
     async def answer(self, data: bytes, coding: str) -> tuple[bytes, str | None]:
         """The body to send, and the ``X-Gradeproxy-Enforced`` value when it was rewritten."""
@@ -253,13 +263,15 @@ async def _buffered(
     out.body_bytes = len(data)
     if capture:
         copy.add(data)
+    coding = (headers.get("Content-Encoding") or "identity").strip().lower()
+    observed = data  # what an observing hook judges once the client has it
     if enforce is not None:
         out.enforced = True
-        coding = (headers.get("Content-Encoding") or "identity").strip().lower()
-        data, action = await enforce.answer(data, coding)
-        if action is not None:  # rewritten: sent uncompressed, and the client told why
-            headers.popall("Content-Encoding", None)
-            headers[ENFORCED_HEADER] = escape_text(action)
+        if enforce.holds:  # judged before it is sent
+            data, action = await enforce.answer(data, coding)
+            if action is not None:  # rewritten: sent uncompressed, and the client told why
+                headers.popall("Content-Encoding", None)
+                headers[ENFORCED_HEADER] = escape_text(action)
     kind = RawHeadResponse if upstream.raw_values else web.Response
     response = kind(status=upstream.status, body=data, headers=headers)
     if client_gone(request):
@@ -277,6 +289,8 @@ async def _buffered(
     except ConnectionResetError:
         out.client_disconnected = True
     out.finished_at = time.perf_counter()
+    if enforce is not None and not enforce.holds:
+        enforce.observe(observed, coding)  # observe never holds an answer back
     return response
 
 

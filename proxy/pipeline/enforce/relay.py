@@ -3,7 +3,9 @@
 The relay (proxy/pipeline/forward.py) knows nothing of policies: it asks this hook
 (:class:`proxy.pipeline.forward.EnforceHook`) for the body to send, or feeds a stream through
 it. A non-streamed answer is judged in a worker thread within the budget
-(:func:`proxy.pipeline.enforce.judge.enforce_answer`); a stream goes through the hold-back
+(:func:`proxy.pipeline.enforce.judge.enforce_answer`), unless every policy only observes: then
+it is sent at once and judged after (observe never holds anything back); a stream goes through
+the hold-back
 (:class:`proxy.pipeline.enforce.stream.StreamEnforcer`), whose judge is the plan itself.
 
 An answer the proxy cannot read (a coding it cannot decode, a decoded body over the capture
@@ -17,6 +19,7 @@ from typing import Final, Literal
 
 from proxy.logs import get_logger
 from proxy.pipeline.decoding import CaptureBuffer
+from proxy.pipeline.enforce.answer import enforce_body
 from proxy.pipeline.enforce.judge import Plan, enforce_answer
 from proxy.pipeline.enforce.stream import StreamEnforcer
 
@@ -39,15 +42,34 @@ class RelayEnforcer:
         self.stream: StreamEnforcer | None = None
         self.changed = False  # the client got the answer rewritten (a call withheld)
 
+    @property
+    def holds(self) -> bool:
+        """Only a policy that may act holds an answer; an observing one judges it once sent."""
+        return self.plan.mode != "observe"
+
+    def _decoded(self, data: bytes, coding: str) -> bytes | None:
+        if coding == "identity":
+            return data
+        decoded = CaptureBuffer(coding, DECODED_MAX_BYTES)
+        decoded.add(data)
+        if decoded.truncated:
+            self.plan.failed("unreadable", decoded.error or "over the decoded limit")
+            return None
+        return b"".join(decoded.parts)
+
+    def observe(self, data: bytes, coding: str) -> None:
+        text = self._decoded(data, coding)
+        if text is None:
+            return
+        try:
+            _, self.plan.outcomes = enforce_body(self.api, text, self.plan, "observe")
+        except Exception as exc:  # never the relay's problem (the answer is already sent)
+            self.plan.failed("grader_error", repr(exc)[:300])
+
     async def answer(self, data: bytes, coding: str) -> tuple[bytes, str | None]:
-        text = data
-        if coding != "identity":
-            decoded = CaptureBuffer(coding, DECODED_MAX_BYTES)
-            decoded.add(data)
-            if decoded.truncated:
-                self.plan.failed("unreadable", decoded.error or "over the decoded limit")
-                return data, None
-            text = b"".join(decoded.parts)
+        text = self._decoded(data, coding)
+        if text is None:
+            return data, None
         answer = await enforce_answer(self.plan, self.api, text)
         if not answer.changed:
             return data, None

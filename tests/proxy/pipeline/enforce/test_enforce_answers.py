@@ -24,42 +24,21 @@ from proxy.pipeline.enforce.judge import Plan
 from proxy.pipeline.forward import ENFORCED_HEADER
 from proxy.state import TASKS
 from tests.support.backend import JSON, Reply, ScriptedBackend, wire
+from tests.support.enforce import (
+    BODIES,
+    BUDGET_MS,
+    CHAT,
+    PATHS,
+    TIME_LINE,
+    WEATHER_LINE,
+    metrics_text,
+    policy_file,
+    proxied,
+)
 from tests.support.metrics import metric_value
 from tests.support.process import free_port, serve_config, serving, spawn_serve
 from tests.support.proxy import Client, ProxyFactory, rows_of
 from tests.support.waits import until
-
-CHAT = wire("openai_parallel_tools.json")
-RESPONSES = wire("openai_responses_parallel_tools.json")
-PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
-BODIES = {"chat": CHAT, "responses": RESPONSES}
-TIME_LINE = (
-    "[gradeproxy] withheld tool call get_time: forbidden call 'get_time' (matches 'get_t*') "
-    "(check no_time)"
-)
-WEATHER_LINE = (
-    "[gradeproxy] withheld tool call get_weather: withheld with the blocked call in the same "
-    "answer (check no_time)"
-)
-
-
-# Generous, so a loaded test machine never falls open by accident (the budget tests set 1).
-BUDGET_MS = 10_000
-
-
-def policy_file(path: Path, mode: str, **enforce: Any) -> Path:
-    enforce.setdefault("budget_ms", BUDGET_MS)
-    policy = {
-        "policies": [
-            {
-                "name": "tools",
-                "checks": [{"type": "policy", "name": "no_time", "forbidden_calls": ["get_t*"]}],
-                "enforce": {"mode": mode, **enforce},
-            }
-        ]
-    }
-    path.write_bytes(dumps(policy))  # JSON is YAML
-    return path
 
 
 def calls_of(api: str, payload: dict[str, Any]) -> list[str]:
@@ -80,15 +59,6 @@ def text_of(api: str, payload: dict[str, Any]) -> str:
     return str(payload["choices"][0]["message"].get("content") or "")
 
 
-async def proxied(
-    make_proxy: ProxyFactory, backend: ScriptedBackend, tmp_path: Path, mode: str, **kw: Any
-) -> Client:
-    path = policy_file(tmp_path / "policy.yaml", mode, **kw)
-    client = await make_proxy(enforce={"path": str(path)})
-    assert client.app[TASKS].policies is not None
-    return client
-
-
 async def post(
     client: Client, backend: ScriptedBackend, api: str, reply: bytes = b"", **headers: str
 ) -> tuple[bytes, Any]:
@@ -96,10 +66,6 @@ async def post(
     response = await client.post(PATHS[api], data=b'{"model": "gpt-4.1-mini"}', headers=headers)
     assert response.status == 200
     return await response.read(), response.headers
-
-
-async def metrics_text(client: Client) -> str:
-    return await (await client.get("/metrics")).text()
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])

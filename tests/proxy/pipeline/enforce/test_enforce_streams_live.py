@@ -16,7 +16,8 @@ import pytest
 
 from grader.json import dumps
 from proxy.pipeline.forward import ENFORCED_HEADER
-from tests.proxy.pipeline.enforce.test_enforce_answers import (
+from tests.support.backend import SSE, Reply, ScriptedBackend, wire
+from tests.support.enforce import (
     BUDGET_MS,
     PATHS,
     TIME_LINE,
@@ -24,7 +25,6 @@ from tests.proxy.pipeline.enforce.test_enforce_answers import (
     metrics_text,
     proxied,
 )
-from tests.support.backend import SSE, Reply, ScriptedBackend, wire
 from tests.support.metrics import metric_value
 from tests.support.proxy import ProxyFactory, rows_of
 
