@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 
 from proxy.pipeline.enforce.decision import PASS, Decision
 from proxy.pipeline.enforce.stream import StreamEnforcer, notice_line
-from tests.proxy.pipeline.enforce.streams import (
+from tests.support.enforce_streams import (
     CHAT,
+    CHAT_TABLE,
+    NOTICE,
     RESPONSES,
+    RESPONSES_TABLE,
     call_names,
     chat_calls,
     events_of,
@@ -24,8 +27,6 @@ from tests.proxy.pipeline.enforce.streams import (
     responses_text,
     run,
 )
-
-NOTICE = "[gradeproxy] withheld tool call"
 
 
 def _line(name: str, forbidden: str) -> str:
@@ -43,37 +44,6 @@ def _line(name: str, forbidden: str) -> str:
     )
 
 
-W, T, D = "get_weather", "get_time", "delete_payment"
-TC = "tool_calls"
-# (stream, forbidden call, mode, calls the client gets per choice, finish per choice, notice)
-CHAT_TABLE = [
-    ("openai_single", W, "strip", {0: []}, {0: "stop"}, None),
-    ("openai_single", W, "block", {0: []}, {0: "stop"}, [W]),
-    ("openai_single", "nothing", "block", {0: [W]}, {0: TC}, None),
-    ("openai_parallel", T, "strip", {0: [W]}, {0: TC}, None),
-    ("openai_parallel", W, "strip", {0: [T]}, {0: TC}, None),
-    ("openai_parallel", T, "block", {0: []}, {0: "stop"}, [W, T]),
-    ("openai_legacy_function_call", W, "strip", {0: []}, {0: "stop"}, None),
-    ("llamacpp_single_mirrored_legacy", W, "strip", {0: []}, {0: "stop"}, None),
-    ("llamacpp_single_mirrored_legacy", W, "block", {0: []}, {0: "stop"}, [W]),
-    ("llamacpp_parallel", T, "strip", {0: [W]}, {0: TC}, None),
-    ("vllm_parallel", W, "strip", {0: [T]}, {0: TC}, None),
-    ("vllm_parallel", W, "block", {0: []}, {0: "stop"}, [W, T]),
-    ("ollama_parallel_one_chunk", W, "strip", {0: []}, {0: "stop"}, None),
-    ("text_then_delete", D, "strip", {0: []}, {0: "stop"}, None),
-    ("text_then_delete", D, "block", {0: []}, {0: "stop"}, [D]),
-    ("weather_then_delete", D, "strip", {0: [W]}, {0: TC}, None),
-    ("delete_then_weather", D, "strip", {0: [W]}, {0: TC}, None),
-    ("delete_then_weather", D, "block", {0: []}, {0: "stop"}, [D, W]),
-    ("mixed_chunk", D, "strip", {0: []}, {0: "stop"}, None),
-    ("mixed_chunk", D, "block", {0: []}, {0: "stop"}, [D]),
-    ("two_choices", D, "strip", {0: [], 1: [W]}, {0: "stop", 1: TC}, None),
-    ("two_choices", D, "block", {0: [], 1: [W]}, {0: "stop", 1: TC}, [D]),
-    ("invalid_json_args", D, "strip", {0: []}, {0: "stop"}, None),
-    ("invalid_json_args", "nothing", "strip", {0: [D]}, {0: TC}, None),
-]
-
-
 @pytest.mark.parametrize(
     ("stream", "forbidden", "mode", "calls", "finish", "notice"),
     CHAT_TABLE,
@@ -84,7 +54,7 @@ def test_chat_client_gets_only_allowed_calls(
     forbidden: str,
     mode: str,
     calls: dict[int, list[str]],
-    finish: dict[int, str],
+    finish: dict[int, str | None],
     notice: list[str] | None,
 ) -> None:
     body = CHAT[stream]
@@ -216,22 +186,6 @@ def test_chat_text_only_stream_passes_each_event_unchanged_at_once() -> None:
 
 
 # -- Responses ------------------------------------------------------------------------------
-
-# (stream, forbidden, mode, calls the client gets, withheld names in the notice)
-RESPONSES_TABLE = [
-    ("single", "get_weather", "strip", [], None),
-    ("single", "get_weather", "block", [], ["get_weather"]),
-    ("single", "nothing", "block", ["get_weather"], None),
-    ("parallel", "get_time", "strip", ["get_weather"], None),
-    ("parallel", "get_weather", "strip", ["get_time"], None),
-    ("parallel", "get_time", "block", [], ["get_weather", "get_time"]),
-    ("text_then_delete", "delete_payment", "strip", [], None),
-    ("text_then_delete", "delete_payment", "block", [], ["delete_payment"]),
-    ("reasoning_delete_weather", "delete_payment", "strip", ["get_weather"], None),
-    ("reasoning_delete_weather", "delete_payment", "block", [], ["delete_payment", "get_weather"]),
-    ("weather_delete_text", "delete_payment", "strip", ["get_weather"], None),
-    ("weather_delete_text", "delete_payment", "block", [], ["get_weather", "delete_payment"]),
-]  # fmt: skip
 
 
 @pytest.mark.parametrize(
