@@ -205,6 +205,9 @@ class StreamEnforcer:
         self._queue: list[_Held] = []
         self._envelope: dict[str, Any] | None = None
         self._noticed: set[int] = set()
+        # Bumped whenever a call is resolved: a held event can only become writable then, so a
+        # long call's fragments do not rescan the queue each (which would be quadratic).
+        self._resolutions = 0
         # Responses
         self._rqueue: list[tuple[bytes, dict[str, Any] | None, str, int | None]] = []
         self._items: dict[int, _Call] = {}  # function_call items by input output_index
@@ -304,6 +307,7 @@ class StreamEnforcer:
             self._out.append(raw)  # usage chunk, error object, anything without choices
             return
         self._envelope = obj
+        resolutions = self._resolutions
         refs: dict[tuple[int, int], _Call] = {}
         finishes: set[int] = set()
         numbers: set[int] = set()
@@ -344,7 +348,8 @@ class StreamEnforcer:
                 return
             obj, split = held, True
         self._queue.append(_Held(raw, obj, frozenset(numbers), refs, finishing, split))
-        self._drain()
+        if self._resolutions != resolutions or not pending:
+            self._drain()
 
     def _end_chat(self) -> None:
         for choice in self._choices.values():
@@ -408,6 +413,7 @@ class StreamEnforcer:
 
     def _complete(self, call: _Call) -> None:
         call.complete = True
+        self._resolutions += 1
         decision = self._judge_call(call)
         if self._mode == "strip":
             call.keep = not _acts(decision)
@@ -417,6 +423,7 @@ class StreamEnforcer:
 
     def _finish_choice(self, choice: _Choice) -> None:
         choice.finished = True
+        self._resolutions += 1
         for call in choice.calls:
             if not call.complete:
                 self._complete(call)
