@@ -245,7 +245,7 @@ class StreamEnforcer:
             return b""
         self._closed = True
         tail = self._framer.tail()
-        tail_events = self._decoder.close_raw(flush=True) if tail else []
+        tail_events = [*self._decoder.feed_raw(tail), *self._decoder.close_raw(flush=True)]
         if self._api == "chat":
             self._end_chat()
         else:
@@ -257,7 +257,7 @@ class StreamEnforcer:
             self._out.append(tail)
         out = b"".join(self._out)
         self._out.clear()
-        return tail if self._mode == "observe" else out
+        return b"" if self._mode == "observe" else out  # observe: feed returned every byte
 
     # -- framing and dispatch -----------------------------------------------------------
 

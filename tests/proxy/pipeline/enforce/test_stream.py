@@ -4,6 +4,7 @@ that text is never held, and that any chunking of the upstream bytes gives the s
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -323,3 +324,65 @@ def test_crlf_and_cr_line_ends_split_anywhere() -> None:
         assert chat_calls(read_chat(whole)) == ["get_weather"]
         for cut in range(1, len(converted), 97):
             assert run("chat", "strip", forbid("get_time"), converted, [cut, cut + 1])[0] == whole
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(ALL),
+    mode=st.sampled_from(["observe", "block", "strip"]),
+    forbidden=st.sampled_from(["delete_payment", "get_weather", "get_time"]),
+    data=st.data(),
+)
+def test_a_stream_cut_at_any_byte_gives_the_output_of_one_feed(
+    case: tuple[str, str], mode: str, forbidden: str, data: st.DataObject
+) -> None:
+    """Upstream EOF anywhere (inside an event too): chunking still does not matter, observe
+    still gives the bytes that came, and no removed call leaks through close()."""
+    api, name = case
+    full = (CHAT if api == "chat" else RESPONSES)[name]
+    body = full[: data.draw(st.integers(1, len(full)))]
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(body) - 1)), max_size=20))
+    whole, outcomes = run(api, mode, forbid(forbidden), body)
+    chopped, chopped_outcomes = run(api, mode, forbid(forbidden), body, cuts)
+    assert chopped == whole
+    assert chopped_outcomes == outcomes
+    if mode == "observe":
+        assert whole == body
+    elif mode == "strip":
+        refused = {o.name for o in outcomes if o.decision.action != "pass"}
+        for _, event_data in events_of(whole):
+            if event_data != "[DONE]":
+                assert not refused & _called_names(json.loads(event_data))
+
+
+def _called_names(obj: Any) -> set[str]:
+    """Names of calls an event hands the client (a tool_calls entry, a function_call item)."""
+    names: set[str] = set()
+    for choice in obj.get("choices") or []:
+        delta = choice.get("delta") or {}
+        for entry in delta.get("tool_calls") or []:
+            names.add((entry.get("function") or {}).get("name") or "")
+        names.add((delta.get("function_call") or {}).get("name") or "")
+    item = obj.get("item") or {}
+    if item.get("type") == "function_call":
+        names.add(item.get("name") or "")
+    return names - {""}
+
+
+@pytest.mark.parametrize(
+    ("tail", "mode", "kept"),
+    [
+        (b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}', "block", True),
+        (b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}', "observe", True),
+        (b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":1}]}}]}', "strip", False),
+        (b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":1}]}}]}', "observe", True),
+        (b"data: [DO", "strip", True),
+    ],
+)
+def test_an_unterminated_last_event_passes_unless_it_carries_a_call(
+    tail: bytes, mode: str, kept: bool
+) -> None:
+    body = CHAT["openai_text"].removesuffix(b"data: [DONE]\n\n") + tail
+    out, _ = run("chat", mode, forbid("delete_payment"), body)
+    assert out.endswith(tail) is kept
+    assert out.removesuffix(tail) == body.removesuffix(tail)
