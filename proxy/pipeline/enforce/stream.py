@@ -212,7 +212,8 @@ class StreamEnforcer:
         self._rqueue: list[tuple[bytes, dict[str, Any] | None, str, int | None]] = []
         self._items: dict[int, _Call] = {}  # function_call items by input output_index
         self._item_ids: dict[int, str | None] = {}
-        self._seq_out = 0
+        # The next sequence_number to write; starts at the upstream's first (0 on OpenAI).
+        self._seq_out: int | None = None
         self._removed: list[int] = []  # input output_indexes of removed items, ascending
         self._max_index = -1
         self._notice_index: int | None = None
@@ -660,6 +661,8 @@ class StreamEnforcer:
         changes: dict[str, Any] = {}
         seq = obj.get("sequence_number")
         if is_index(seq):
+            if self._seq_out is None:
+                self._seq_out = seq
             if seq != self._seq_out:
                 changes["sequence_number"] = self._seq_out
             self._seq_out += 1
@@ -723,8 +726,9 @@ class StreamEnforcer:
         ]
         for event in events:
             kind = event["type"]
-            body = {"type": kind, "sequence_number": self._seq_out, **event}
-            self._seq_out += 1
+            seq = self._seq_out or 0
+            body = {"type": kind, "sequence_number": seq, **event}
+            self._seq_out = seq + 1
             self._out.append(_responses_block(kind, body))
 
 

@@ -4,6 +4,7 @@ that text is never held, and that any chunking of the upstream bytes gives the s
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -386,3 +387,17 @@ def test_an_unterminated_last_event_passes_unless_it_carries_a_call(
     out, _ = run("chat", mode, forbid("delete_payment"), body)
     assert out.endswith(tail) is kept
     assert out.removesuffix(tail) == body.removesuffix(tail)
+
+
+def test_responses_sequence_numbers_continue_from_the_upstreams_first() -> None:
+    """A stream whose numbering starts at 5 (a relay that resumed) keeps its base."""
+    body = re.sub(
+        rb'"sequence_number":(\d+)',
+        lambda m: b'"sequence_number":%d' % (int(m[1]) + 5),
+        RESPONSES["parallel"],
+    )
+    assert run("responses", "strip", lambda n, a: PASS, body)[0] == body
+    for mode in ("strip", "block"):
+        out, _ = run("responses", mode, forbid("get_time"), body)
+        numbers = [json.loads(data)["sequence_number"] for _, data in events_of(out)]
+        assert numbers == list(range(5, 5 + len(numbers)))
