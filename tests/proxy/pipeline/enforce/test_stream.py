@@ -401,3 +401,76 @@ def test_responses_sequence_numbers_continue_from_the_upstreams_first() -> None:
         out, _ = run("responses", mode, forbid("get_time"), body)
         numbers = [json.loads(data)["sequence_number"] for _, data in events_of(out)]
         assert numbers == list(range(5, 5 + len(numbers)))
+
+
+# -- whatever the backend sends -------------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_ODD = st.one_of(_JSON, st.integers(0, 3), st.sampled_from(["get_weather", "delete_payment"]))
+_FUNCTION = st.one_of(_JSON, st.fixed_dictionaries({"name": _ODD, "arguments": _ODD}))
+_TOOL_CALLS = st.lists(
+    st.fixed_dictionaries({"index": _ODD, "id": _ODD, "function": _FUNCTION}), max_size=3
+)
+_DELTA = st.fixed_dictionaries(
+    {"content": _ODD, "function_call": _FUNCTION, "tool_calls": st.one_of(_JSON, _TOOL_CALLS)}
+)
+_CHOICE = st.fixed_dictionaries(
+    {
+        "index": _ODD,
+        "delta": st.one_of(_JSON, _DELTA),
+        "finish_reason": st.one_of(_ODD, st.just("tool_calls")),
+    }
+)
+_CHAT_EVENT = st.fixed_dictionaries({"choices": st.one_of(_JSON, st.lists(_CHOICE, max_size=3))})
+_ITEM = st.fixed_dictionaries(
+    {"type": st.just("function_call"), "id": _ODD, "name": _ODD, "arguments": _ODD}
+)
+_RESPONSES_EVENT = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            [
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed",
+                "response.output_text.delta",
+            ]
+        ),
+        "sequence_number": _ODD,
+        "output_index": _ODD,
+        "item": st.one_of(_JSON, _ITEM),
+        "delta": _ODD,
+        "arguments": _ODD,
+        "response": st.one_of(
+            _JSON, st.fixed_dictionaries({"output": st.lists(st.one_of(_JSON, _ITEM), max_size=3)})
+        ),
+    }
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    api=st.sampled_from(["chat", "responses"]),
+    mode=st.sampled_from(["observe", "block", "strip"]),
+    data=st.data(),
+)
+def test_whatever_the_backend_sends_never_raises(api: str, mode: str, data: st.DataObject) -> None:
+    """Odd types anywhere, broken JSON, stray bytes: no exception, chunking still irrelevant."""
+    strategy = _CHAT_EVENT if api == "chat" else _RESPONSES_EVENT
+    events = data.draw(st.lists(st.one_of(strategy, _JSON, st.just("[DONE]")), max_size=8))
+    body = b"".join(
+        b"data: " + (e.encode() if isinstance(e, str) else json.dumps(e).encode()) + b"\n\n"
+        for e in events
+    ) + data.draw(st.binary(max_size=20))
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(body) - 1)), max_size=6))
+    whole, outcomes = run(api, mode, forbid("delete_payment"), body)
+    assert run(api, mode, forbid("delete_payment"), body, cuts) == (whole, outcomes)
+    if mode == "observe":
+        assert whole == body
