@@ -216,7 +216,6 @@ class StreamEnforcer:
         self._seq_out: int | None = None
         self._removed: list[int] = []  # input output_indexes of removed items, ascending
         self._max_index = -1
-        self._notice_index: int | None = None
         self._notice_item: dict[str, Any] | None = None
 
     @property
@@ -237,8 +236,8 @@ class StreamEnforcer:
     def close(self) -> bytes:
         """At upstream EOF: whatever is still held, judged as complete and resolved.
 
-        A stream cut before its calls finished gets the same treatment as a finished one (the
-        client may act on a call it received whole-looking), but nothing is invented: no
+        A stream cut before its calls finished is resolved as if they had (a client that reads a
+        cut stream would otherwise act on a call nobody judged), but nothing is invented: no
         ``finish_reason``, ``[DONE]`` or terminal Responses event is added. An unterminated last
         event passes as it came, unless it carries a tool call (a client discards it anyway).
         """
@@ -247,14 +246,8 @@ class StreamEnforcer:
         self._closed = True
         tail = self._framer.tail()
         tail_events = [*self._decoder.feed_raw(tail), *self._decoder.close_raw(flush=True)]
-        if self._api == "chat":
-            self._end_chat()
-        else:
-            self._resolve_items(final=True)
-            self._rdrain()
-            if self._withheld_items():
-                self._emit_notice_item()
-        if tail and not any(self._carries_call(data) for _, data, _, _ in tail_events):
+        self._end()
+        if tail and not any(_carries_call(data) for _, data, _, _ in tail_events):
             self._out.append(tail)
         out = b"".join(self._out)
         self._out.clear()
@@ -268,9 +261,9 @@ class StreamEnforcer:
             self._free(raw)
             return
         event, data, _, _ = events[-1]
-        if self._api == "chat" and data.strip() == b"[DONE]":
+        if data.strip() == b"[DONE]":
             # The SDK stops reading here: whatever is still held is resolved before it.
-            self._end_chat()
+            self._end()
             self._out.append(raw)
             return
         try:
@@ -291,8 +284,15 @@ class StreamEnforcer:
         else:
             self._out.append(raw)
 
-    def _carries_call(self, data: bytes) -> bool:
-        return b"tool_calls" in data or b"function_call" in data
+    def _end(self) -> None:
+        """The answer is over (``[DONE]`` or EOF): resolve and write what is still held."""
+        if self._api == "chat":
+            self._end_chat()
+            return
+        self._resolve_items()
+        self._rdrain()
+        if self._withheld_items():
+            self._emit_notice_item()
 
     def _judge_call(self, call: _Call) -> Decision:
         decision = self._judge(call.name, call.arguments)
@@ -605,7 +605,7 @@ class StreamEnforcer:
                 self._complete_item(call)
         self._rqueue.append((raw, obj, kind, index))
         if kind in _TERMINAL:
-            self._resolve_items(final=True)
+            self._resolve_items()
         self._rdrain()
 
     def _complete_item(self, call: _Call) -> None:
@@ -616,8 +616,7 @@ class StreamEnforcer:
         elif self._mode == "observe":
             call.keep = True
 
-    def _resolve_items(self, *, final: bool) -> None:
-        del final
+    def _resolve_items(self) -> None:
         for call in self._items.values():
             if not call.complete:
                 self._complete_item(call)
@@ -710,7 +709,6 @@ class StreamEnforcer:
             "role": "assistant",
         }
         self._notice_item = done_item
-        self._notice_index = index
         common = {"item_id": item_id, "output_index": index, "content_index": 0}
         events: list[dict[str, Any]] = [
             {
@@ -730,6 +728,10 @@ class StreamEnforcer:
             body = {"type": kind, "sequence_number": seq, **event}
             self._seq_out = seq + 1
             self._out.append(_responses_block(kind, body))
+
+
+def _carries_call(data: bytes) -> bool:
+    return b"tool_calls" in data or b"function_call" in data
 
 
 def _removed_item(

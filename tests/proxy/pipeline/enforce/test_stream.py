@@ -474,3 +474,19 @@ def test_whatever_the_backend_sends_never_raises(api: str, mode: str, data: st.D
     assert run(api, mode, forbid("delete_payment"), body, cuts) == (whole, outcomes)
     if mode == "observe":
         assert whole == body
+
+
+@pytest.mark.parametrize("mode", ["block", "strip"])
+def test_responses_done_marker_comes_after_what_was_held(mode: str) -> None:
+    """A Responses-compatible server that ends with ``[DONE]`` and no terminal event."""
+    body = RESPONSES["cut_before_item_done"] + b"data: [DONE]\n\n"
+    out, _ = run("responses", mode, forbid("delete_payment"), body)
+    assert out.endswith(b"data: [DONE]\n\n")
+    events, _ = read_responses(out.removesuffix(b"data: [DONE]\n\n"))
+    added = [
+        e["item"]["name"]
+        for e in events
+        if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
+    ]
+    assert added == ([] if mode == "block" else ["get_weather"])
+    assert (NOTICE in responses_text(events)) is (mode == "block")
