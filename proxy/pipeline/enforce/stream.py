@@ -205,14 +205,17 @@ class StreamEnforcer:
         self._queue: list[_Held] = []
         self._envelope: dict[str, Any] | None = None
         self._noticed: set[int] = set()
+        # Bumped whenever a call is resolved: a held event can only become writable then, so a
+        # long call's fragments do not rescan the queue each (which would be quadratic).
+        self._resolutions = 0
         # Responses
         self._rqueue: list[tuple[bytes, dict[str, Any] | None, str, int | None]] = []
         self._items: dict[int, _Call] = {}  # function_call items by input output_index
         self._item_ids: dict[int, str | None] = {}
-        self._seq_out = 0
+        # The next sequence_number to write; starts at the upstream's first (0 on OpenAI).
+        self._seq_out: int | None = None
         self._removed: list[int] = []  # input output_indexes of removed items, ascending
         self._max_index = -1
-        self._notice_index: int | None = None
         self._notice_item: dict[str, Any] | None = None
 
     @property
@@ -233,8 +236,8 @@ class StreamEnforcer:
     def close(self) -> bytes:
         """At upstream EOF: whatever is still held, judged as complete and resolved.
 
-        A stream cut before its calls finished gets the same treatment as a finished one (the
-        client may act on a call it received whole-looking), but nothing is invented: no
+        A stream cut before its calls finished is resolved as if they had (a client that reads a
+        cut stream would otherwise act on a call nobody judged), but nothing is invented: no
         ``finish_reason``, ``[DONE]`` or terminal Responses event is added. An unterminated last
         event passes as it came, unless it carries a tool call (a client discards it anyway).
         """
@@ -242,19 +245,13 @@ class StreamEnforcer:
             return b""
         self._closed = True
         tail = self._framer.tail()
-        tail_events = self._decoder.close_raw(flush=True) if tail else []
-        if self._api == "chat":
-            self._end_chat()
-        else:
-            self._resolve_items(final=True)
-            self._rdrain()
-            if self._withheld_items():
-                self._emit_notice_item()
-        if tail and not any(self._carries_call(data) for _, data, _, _ in tail_events):
+        tail_events = [*self._decoder.feed_raw(tail), *self._decoder.close_raw(flush=True)]
+        self._end()
+        if tail and not any(_carries_call(data) for _, data, _, _ in tail_events):
             self._out.append(tail)
         out = b"".join(self._out)
         self._out.clear()
-        return tail if self._mode == "observe" else out
+        return b"" if self._mode == "observe" else out  # observe: feed returned every byte
 
     # -- framing and dispatch -----------------------------------------------------------
 
@@ -264,9 +261,9 @@ class StreamEnforcer:
             self._free(raw)
             return
         event, data, _, _ = events[-1]
-        if self._api == "chat" and data.strip() == b"[DONE]":
+        if data.strip() == b"[DONE]":
             # The SDK stops reading here: whatever is still held is resolved before it.
-            self._end_chat()
+            self._end()
             self._out.append(raw)
             return
         try:
@@ -287,8 +284,15 @@ class StreamEnforcer:
         else:
             self._out.append(raw)
 
-    def _carries_call(self, data: bytes) -> bool:
-        return b"tool_calls" in data or b"function_call" in data
+    def _end(self) -> None:
+        """The answer is over (``[DONE]`` or EOF): resolve and write what is still held."""
+        if self._api == "chat":
+            self._end_chat()
+            return
+        self._resolve_items()
+        self._rdrain()
+        if self._withheld_items():
+            self._emit_notice_item()
 
     def _judge_call(self, call: _Call) -> Decision:
         decision = self._judge(call.name, call.arguments)
@@ -304,6 +308,7 @@ class StreamEnforcer:
             self._out.append(raw)  # usage chunk, error object, anything without choices
             return
         self._envelope = obj
+        resolutions = self._resolutions
         refs: dict[tuple[int, int], _Call] = {}
         finishes: set[int] = set()
         numbers: set[int] = set()
@@ -344,7 +349,8 @@ class StreamEnforcer:
                 return
             obj, split = held, True
         self._queue.append(_Held(raw, obj, frozenset(numbers), refs, finishing, split))
-        self._drain()
+        if self._resolutions != resolutions or not pending:
+            self._drain()
 
     def _end_chat(self) -> None:
         for choice in self._choices.values():
@@ -408,6 +414,7 @@ class StreamEnforcer:
 
     def _complete(self, call: _Call) -> None:
         call.complete = True
+        self._resolutions += 1
         decision = self._judge_call(call)
         if self._mode == "strip":
             call.keep = not _acts(decision)
@@ -417,6 +424,7 @@ class StreamEnforcer:
 
     def _finish_choice(self, choice: _Choice) -> None:
         choice.finished = True
+        self._resolutions += 1
         for call in choice.calls:
             if not call.complete:
                 self._complete(call)
@@ -597,7 +605,7 @@ class StreamEnforcer:
                 self._complete_item(call)
         self._rqueue.append((raw, obj, kind, index))
         if kind in _TERMINAL:
-            self._resolve_items(final=True)
+            self._resolve_items()
         self._rdrain()
 
     def _complete_item(self, call: _Call) -> None:
@@ -608,8 +616,7 @@ class StreamEnforcer:
         elif self._mode == "observe":
             call.keep = True
 
-    def _resolve_items(self, *, final: bool) -> None:
-        del final
+    def _resolve_items(self) -> None:
         for call in self._items.values():
             if not call.complete:
                 self._complete_item(call)
@@ -653,6 +660,8 @@ class StreamEnforcer:
         changes: dict[str, Any] = {}
         seq = obj.get("sequence_number")
         if is_index(seq):
+            if self._seq_out is None:
+                self._seq_out = seq
             if seq != self._seq_out:
                 changes["sequence_number"] = self._seq_out
             self._seq_out += 1
@@ -700,7 +709,6 @@ class StreamEnforcer:
             "role": "assistant",
         }
         self._notice_item = done_item
-        self._notice_index = index
         common = {"item_id": item_id, "output_index": index, "content_index": 0}
         events: list[dict[str, Any]] = [
             {
@@ -716,9 +724,14 @@ class StreamEnforcer:
         ]
         for event in events:
             kind = event["type"]
-            body = {"type": kind, "sequence_number": self._seq_out, **event}
-            self._seq_out += 1
+            seq = self._seq_out or 0
+            body = {"type": kind, "sequence_number": seq, **event}
+            self._seq_out = seq + 1
             self._out.append(_responses_block(kind, body))
+
+
+def _carries_call(data: bytes) -> bool:
+    return b"tool_calls" in data or b"function_call" in data
 
 
 def _removed_item(

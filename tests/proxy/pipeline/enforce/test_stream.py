@@ -4,6 +4,8 @@ that text is never held, and that any chunking of the upstream bytes gives the s
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,9 +13,12 @@ from hypothesis import strategies as st
 
 from proxy.pipeline.enforce.decision import PASS, Decision
 from proxy.pipeline.enforce.stream import StreamEnforcer, notice_line
-from tests.proxy.pipeline.enforce.streams import (
+from tests.support.enforce_streams import (
     CHAT,
+    CHAT_TABLE,
+    NOTICE,
     RESPONSES,
+    RESPONSES_TABLE,
     call_names,
     chat_calls,
     events_of,
@@ -24,8 +29,6 @@ from tests.proxy.pipeline.enforce.streams import (
     responses_text,
     run,
 )
-
-NOTICE = "[gradeproxy] withheld tool call"
 
 
 def _line(name: str, forbidden: str) -> str:
@@ -43,37 +46,6 @@ def _line(name: str, forbidden: str) -> str:
     )
 
 
-W, T, D = "get_weather", "get_time", "delete_payment"
-TC = "tool_calls"
-# (stream, forbidden call, mode, calls the client gets per choice, finish per choice, notice)
-CHAT_TABLE = [
-    ("openai_single", W, "strip", {0: []}, {0: "stop"}, None),
-    ("openai_single", W, "block", {0: []}, {0: "stop"}, [W]),
-    ("openai_single", "nothing", "block", {0: [W]}, {0: TC}, None),
-    ("openai_parallel", T, "strip", {0: [W]}, {0: TC}, None),
-    ("openai_parallel", W, "strip", {0: [T]}, {0: TC}, None),
-    ("openai_parallel", T, "block", {0: []}, {0: "stop"}, [W, T]),
-    ("openai_legacy_function_call", W, "strip", {0: []}, {0: "stop"}, None),
-    ("llamacpp_single_mirrored_legacy", W, "strip", {0: []}, {0: "stop"}, None),
-    ("llamacpp_single_mirrored_legacy", W, "block", {0: []}, {0: "stop"}, [W]),
-    ("llamacpp_parallel", T, "strip", {0: [W]}, {0: TC}, None),
-    ("vllm_parallel", W, "strip", {0: [T]}, {0: TC}, None),
-    ("vllm_parallel", W, "block", {0: []}, {0: "stop"}, [W, T]),
-    ("ollama_parallel_one_chunk", W, "strip", {0: []}, {0: "stop"}, None),
-    ("text_then_delete", D, "strip", {0: []}, {0: "stop"}, None),
-    ("text_then_delete", D, "block", {0: []}, {0: "stop"}, [D]),
-    ("weather_then_delete", D, "strip", {0: [W]}, {0: TC}, None),
-    ("delete_then_weather", D, "strip", {0: [W]}, {0: TC}, None),
-    ("delete_then_weather", D, "block", {0: []}, {0: "stop"}, [D, W]),
-    ("mixed_chunk", D, "strip", {0: []}, {0: "stop"}, None),
-    ("mixed_chunk", D, "block", {0: []}, {0: "stop"}, [D]),
-    ("two_choices", D, "strip", {0: [], 1: [W]}, {0: "stop", 1: TC}, None),
-    ("two_choices", D, "block", {0: [], 1: [W]}, {0: "stop", 1: TC}, [D]),
-    ("invalid_json_args", D, "strip", {0: []}, {0: "stop"}, None),
-    ("invalid_json_args", "nothing", "strip", {0: [D]}, {0: TC}, None),
-]
-
-
 @pytest.mark.parametrize(
     ("stream", "forbidden", "mode", "calls", "finish", "notice"),
     CHAT_TABLE,
@@ -84,7 +56,7 @@ def test_chat_client_gets_only_allowed_calls(
     forbidden: str,
     mode: str,
     calls: dict[int, list[str]],
-    finish: dict[int, str],
+    finish: dict[int, str | None],
     notice: list[str] | None,
 ) -> None:
     body = CHAT[stream]
@@ -216,22 +188,6 @@ def test_chat_text_only_stream_passes_each_event_unchanged_at_once() -> None:
 
 
 # -- Responses ------------------------------------------------------------------------------
-
-# (stream, forbidden, mode, calls the client gets, withheld names in the notice)
-RESPONSES_TABLE = [
-    ("single", "get_weather", "strip", [], None),
-    ("single", "get_weather", "block", [], ["get_weather"]),
-    ("single", "nothing", "block", ["get_weather"], None),
-    ("parallel", "get_time", "strip", ["get_weather"], None),
-    ("parallel", "get_weather", "strip", ["get_time"], None),
-    ("parallel", "get_time", "block", [], ["get_weather", "get_time"]),
-    ("text_then_delete", "delete_payment", "strip", [], None),
-    ("text_then_delete", "delete_payment", "block", [], ["delete_payment"]),
-    ("reasoning_delete_weather", "delete_payment", "strip", ["get_weather"], None),
-    ("reasoning_delete_weather", "delete_payment", "block", [], ["delete_payment", "get_weather"]),
-    ("weather_delete_text", "delete_payment", "strip", ["get_weather"], None),
-    ("weather_delete_text", "delete_payment", "block", [], ["get_weather", "delete_payment"]),
-]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -369,3 +325,168 @@ def test_crlf_and_cr_line_ends_split_anywhere() -> None:
         assert chat_calls(read_chat(whole)) == ["get_weather"]
         for cut in range(1, len(converted), 97):
             assert run("chat", "strip", forbid("get_time"), converted, [cut, cut + 1])[0] == whole
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(ALL),
+    mode=st.sampled_from(["observe", "block", "strip"]),
+    forbidden=st.sampled_from(["delete_payment", "get_weather", "get_time"]),
+    data=st.data(),
+)
+def test_a_stream_cut_at_any_byte_gives_the_output_of_one_feed(
+    case: tuple[str, str], mode: str, forbidden: str, data: st.DataObject
+) -> None:
+    """Upstream EOF anywhere (inside an event too): chunking still does not matter, observe
+    still gives the bytes that came, and no removed call leaks through close()."""
+    api, name = case
+    full = (CHAT if api == "chat" else RESPONSES)[name]
+    body = full[: data.draw(st.integers(1, len(full)))]
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(body) - 1)), max_size=20))
+    whole, outcomes = run(api, mode, forbid(forbidden), body)
+    chopped, chopped_outcomes = run(api, mode, forbid(forbidden), body, cuts)
+    assert chopped == whole
+    assert chopped_outcomes == outcomes
+    if mode == "observe":
+        assert whole == body
+    elif mode == "strip":
+        refused = {o.name for o in outcomes if o.decision.action != "pass"}
+        for _, event_data in events_of(whole):
+            if event_data != "[DONE]":
+                assert not refused & _called_names(json.loads(event_data))
+
+
+def _called_names(obj: Any) -> set[str]:
+    """Names of calls an event hands the client (a tool_calls entry, a function_call item)."""
+    names: set[str] = set()
+    for choice in obj.get("choices") or []:
+        delta = choice.get("delta") or {}
+        for entry in delta.get("tool_calls") or []:
+            names.add((entry.get("function") or {}).get("name") or "")
+        names.add((delta.get("function_call") or {}).get("name") or "")
+    item = obj.get("item") or {}
+    if item.get("type") == "function_call":
+        names.add(item.get("name") or "")
+    return names - {""}
+
+
+@pytest.mark.parametrize(
+    ("tail", "mode", "kept"),
+    [
+        (b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}', "block", True),
+        (b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}', "observe", True),
+        (b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":1}]}}]}', "strip", False),
+        (b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":1}]}}]}', "observe", True),
+        (b"data: [DO", "strip", True),
+    ],
+)
+def test_an_unterminated_last_event_passes_unless_it_carries_a_call(
+    tail: bytes, mode: str, kept: bool
+) -> None:
+    body = CHAT["openai_text"].removesuffix(b"data: [DONE]\n\n") + tail
+    out, _ = run("chat", mode, forbid("delete_payment"), body)
+    assert out.endswith(tail) is kept
+    assert out.removesuffix(tail) == body.removesuffix(tail)
+
+
+def test_responses_sequence_numbers_continue_from_the_upstreams_first() -> None:
+    """A stream whose numbering starts at 5 (a relay that resumed) keeps its base."""
+    body = re.sub(
+        rb'"sequence_number":(\d+)',
+        lambda m: b'"sequence_number":%d' % (int(m[1]) + 5),
+        RESPONSES["parallel"],
+    )
+    assert run("responses", "strip", lambda n, a: PASS, body)[0] == body
+    for mode in ("strip", "block"):
+        out, _ = run("responses", mode, forbid("get_time"), body)
+        numbers = [json.loads(data)["sequence_number"] for _, data in events_of(out)]
+        assert numbers == list(range(5, 5 + len(numbers)))
+
+
+# -- whatever the backend sends -------------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_ODD = st.one_of(_JSON, st.integers(0, 3), st.sampled_from(["get_weather", "delete_payment"]))
+_FUNCTION = st.one_of(_JSON, st.fixed_dictionaries({"name": _ODD, "arguments": _ODD}))
+_TOOL_CALLS = st.lists(
+    st.fixed_dictionaries({"index": _ODD, "id": _ODD, "function": _FUNCTION}), max_size=3
+)
+_DELTA = st.fixed_dictionaries(
+    {"content": _ODD, "function_call": _FUNCTION, "tool_calls": st.one_of(_JSON, _TOOL_CALLS)}
+)
+_CHOICE = st.fixed_dictionaries(
+    {
+        "index": _ODD,
+        "delta": st.one_of(_JSON, _DELTA),
+        "finish_reason": st.one_of(_ODD, st.just("tool_calls")),
+    }
+)
+_CHAT_EVENT = st.fixed_dictionaries({"choices": st.one_of(_JSON, st.lists(_CHOICE, max_size=3))})
+_ITEM = st.fixed_dictionaries(
+    {"type": st.just("function_call"), "id": _ODD, "name": _ODD, "arguments": _ODD}
+)
+_RESPONSES_EVENT = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            [
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed",
+                "response.output_text.delta",
+            ]
+        ),
+        "sequence_number": _ODD,
+        "output_index": _ODD,
+        "item": st.one_of(_JSON, _ITEM),
+        "delta": _ODD,
+        "arguments": _ODD,
+        "response": st.one_of(
+            _JSON, st.fixed_dictionaries({"output": st.lists(st.one_of(_JSON, _ITEM), max_size=3)})
+        ),
+    }
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    api=st.sampled_from(["chat", "responses"]),
+    mode=st.sampled_from(["observe", "block", "strip"]),
+    data=st.data(),
+)
+def test_whatever_the_backend_sends_never_raises(api: str, mode: str, data: st.DataObject) -> None:
+    """Odd types anywhere, broken JSON, stray bytes: no exception, chunking still irrelevant."""
+    strategy = _CHAT_EVENT if api == "chat" else _RESPONSES_EVENT
+    events = data.draw(st.lists(st.one_of(strategy, _JSON, st.just("[DONE]")), max_size=8))
+    body = b"".join(
+        b"data: " + (e.encode() if isinstance(e, str) else json.dumps(e).encode()) + b"\n\n"
+        for e in events
+    ) + data.draw(st.binary(max_size=20))
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(body) - 1)), max_size=6))
+    whole, outcomes = run(api, mode, forbid("delete_payment"), body)
+    assert run(api, mode, forbid("delete_payment"), body, cuts) == (whole, outcomes)
+    if mode == "observe":
+        assert whole == body
+
+
+@pytest.mark.parametrize("mode", ["block", "strip"])
+def test_responses_done_marker_comes_after_what_was_held(mode: str) -> None:
+    """A Responses-compatible server that ends with ``[DONE]`` and no terminal event."""
+    body = RESPONSES["cut_before_item_done"] + b"data: [DONE]\n\n"
+    out, _ = run("responses", mode, forbid("delete_payment"), body)
+    assert out.endswith(b"data: [DONE]\n\n")
+    events, _ = read_responses(out.removesuffix(b"data: [DONE]\n\n"))
+    added = [
+        e["item"]["name"]
+        for e in events
+        if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
+    ]
+    assert added == ([] if mode == "block" else ["get_weather"])
+    assert (NOTICE in responses_text(events)) is (mode == "block")

@@ -129,6 +129,8 @@ CHAT: dict[str, bytes] = {
     "two_choices": TWO_CHOICES,
     "invalid_json_args": sse(*calls_stream([("delete_payment", '{"payment_id": "pay_10')])),
     "cut_before_finish": sse(*calls_stream([WEATHER, DELETE], done=False)),
+    # [DONE] with no finish_reason before it: what is held is resolved before [DONE] goes out
+    "done_without_finish": sse(*calls_stream([WEATHER, DELETE], done=False), "[DONE]"),
 }
 
 DELETE_CALL = Call("delete_payment", DELETE[1], "call_d", "fc_d")
@@ -275,3 +277,55 @@ def responses_calls(events: list[dict[str, Any]]) -> list[str]:
 
 def responses_text(events: list[dict[str, Any]]) -> str:
     return "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+
+# -- the tables both test modules run -------------------------------------------------------
+
+NOTICE = "[gradeproxy] withheld tool call"
+W, T, D = "get_weather", "get_time", "delete_payment"
+TC = "tool_calls"
+# (stream, forbidden call, mode, calls the client gets per choice, finish per choice, notice)
+CHAT_TABLE = [
+    ("openai_single", W, "strip", {0: []}, {0: "stop"}, None),
+    ("openai_single", W, "block", {0: []}, {0: "stop"}, [W]),
+    ("openai_single", "nothing", "block", {0: [W]}, {0: TC}, None),
+    ("openai_parallel", T, "strip", {0: [W]}, {0: TC}, None),
+    ("openai_parallel", W, "strip", {0: [T]}, {0: TC}, None),
+    ("openai_parallel", T, "block", {0: []}, {0: "stop"}, [W, T]),
+    ("openai_legacy_function_call", W, "strip", {0: []}, {0: "stop"}, None),
+    ("llamacpp_single_mirrored_legacy", W, "strip", {0: []}, {0: "stop"}, None),
+    ("llamacpp_single_mirrored_legacy", W, "block", {0: []}, {0: "stop"}, [W]),
+    ("llamacpp_parallel", T, "strip", {0: [W]}, {0: TC}, None),
+    ("vllm_parallel", W, "strip", {0: [T]}, {0: TC}, None),
+    ("vllm_parallel", W, "block", {0: []}, {0: "stop"}, [W, T]),
+    ("ollama_parallel_one_chunk", W, "strip", {0: []}, {0: "stop"}, None),
+    ("text_then_delete", D, "strip", {0: []}, {0: "stop"}, None),
+    ("text_then_delete", D, "block", {0: []}, {0: "stop"}, [D]),
+    ("weather_then_delete", D, "strip", {0: [W]}, {0: TC}, None),
+    ("delete_then_weather", D, "strip", {0: [W]}, {0: TC}, None),
+    ("delete_then_weather", D, "block", {0: []}, {0: "stop"}, [D, W]),
+    ("mixed_chunk", D, "strip", {0: []}, {0: "stop"}, None),
+    ("mixed_chunk", D, "block", {0: []}, {0: "stop"}, [D]),
+    ("two_choices", D, "strip", {0: [], 1: [W]}, {0: "stop", 1: TC}, None),
+    ("two_choices", D, "block", {0: [], 1: [W]}, {0: "stop", 1: TC}, [D]),
+    ("invalid_json_args", D, "strip", {0: []}, {0: "stop"}, None),
+    ("invalid_json_args", "nothing", "strip", {0: [D]}, {0: TC}, None),
+    ("done_without_finish", D, "strip", {0: [W]}, {0: None}, None),
+    ("done_without_finish", D, "block", {0: []}, {0: None}, [W, D]),
+]
+
+# (stream, forbidden, mode, calls the client gets, withheld names in the notice)
+RESPONSES_TABLE = [
+    ("single", "get_weather", "strip", [], None),
+    ("single", "get_weather", "block", [], ["get_weather"]),
+    ("single", "nothing", "block", ["get_weather"], None),
+    ("parallel", "get_time", "strip", ["get_weather"], None),
+    ("parallel", "get_weather", "strip", ["get_time"], None),
+    ("parallel", "get_time", "block", [], ["get_weather", "get_time"]),
+    ("text_then_delete", "delete_payment", "strip", [], None),
+    ("text_then_delete", "delete_payment", "block", [], ["delete_payment"]),
+    ("reasoning_delete_weather", "delete_payment", "strip", ["get_weather"], None),
+    ("reasoning_delete_weather", "delete_payment", "block", [], ["delete_payment", "get_weather"]),
+    ("weather_delete_text", "delete_payment", "strip", ["get_weather"], None),
+    ("weather_delete_text", "delete_payment", "block", [], ["get_weather", "delete_payment"]),
+]  # fmt: skip
