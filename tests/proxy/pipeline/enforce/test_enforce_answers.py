@@ -60,7 +60,11 @@ def text_of(api: str, payload: dict[str, Any]) -> str:
 
 
 async def post(
-    client: Client, backend: ScriptedBackend, api: str, reply: bytes = b"", **headers: str
+    client: Client,
+    backend: ScriptedBackend,
+    api: str,
+    reply: bytes = b"",
+    headers: dict[str, str] | None = None,
 ) -> tuple[bytes, Any]:
     backend.replies.append(Reply(body=reply or BODIES[api], content_type=JSON, chunked=False))
     response = await client.post(PATHS[api], data=b'{"model": "gpt-4.1-mini"}', headers=headers)
@@ -214,7 +218,9 @@ async def test_a_tasks_stale_schema_call_is_blocked_and_the_row_records_it(
     tasks.write_bytes(dumps(TASK) + b"\n")
     client = await make_proxy(tasks={"path": str(tasks)})
     single = wire("openai_single_tool.json")
-    body, headers = await post(client, backend, "chat", single, **{"X-Grade-Task": "weather.stale"})
+    body, headers = await post(
+        client, backend, "chat", single, headers={"X-Grade-Task": "weather.stale"}
+    )
     assert calls_of("chat", orjson.loads(body)) == []
     assert headers[ENFORCED_HEADER] == "block; check=tool_call"
     [row] = await rows_of(client, results_path)
@@ -236,7 +242,7 @@ async def test_a_request_no_policy_covers_has_a_null_enforcement_in_its_row(
     make_proxy: ProxyFactory, backend: ScriptedBackend, results_path: Path
 ) -> None:
     client = await make_proxy()
-    body, _ = await post(client, backend, "chat", **{"X-Grade-Task": "weather.single"})
+    body, _ = await post(client, backend, "chat", headers={"X-Grade-Task": "weather.single"})
     assert body == CHAT
     [row] = await rows_of(client, results_path)
     assert row["enforcement"] is None
@@ -369,8 +375,8 @@ async def test_the_ui_inspector_shows_an_enforced_answer_whatever_its_grade(
 ) -> None:
     """time.tokyo expects get_time: the answer passes, but the route policy blocked it."""
     client = await proxied(make_proxy, backend, tmp_path, "block")
-    await post(client, backend, "chat", **{"X-Grade-Task": "time.tokyo"})
-    await post(client, backend, "chat", **{"X-Grade-Task": "weather.city_only"})
+    await post(client, backend, "chat", headers={"X-Grade-Task": "time.tokyo"})
+    await post(client, backend, "chat", headers={"X-Grade-Task": "weather.city_only"})
     rows = await rows_of(client, results_path)
     assert [r["enforcement"]["action"] for r in rows] == ["block", "block"]
     failures = (await (await client.get("/ui/failures.json")).json())["failures"]
