@@ -18,6 +18,7 @@ from grader.pricing import PriceTable, PriceTableError, load_prices
 from grader.route_policy import RoutePolicies, load_policies
 from grader.tasks import TaskLoadError, TaskSet, task_files
 from proxy.logs import get_logger
+from proxy.pipeline.enforce.judge import warm
 from proxy.pipeline.record.metrics import ProxyMetrics
 
 log = get_logger("gradeproxy.tasks")
@@ -91,6 +92,8 @@ class TaskStore:
                 if policies_path is None
                 else await asyncio.to_thread(load_policies, policies_path)
             )
+            # the first enforced answer must not pay for the checks' lazy imports
+            await asyncio.to_thread(warm, tasks, policies)
         except (TaskLoadError, PriceTableError, EnforceError) as exc:
             self._attempted = True
             self.error = str(exc)

@@ -32,14 +32,14 @@ from grader.enforce import EnforceSpec, Target
 from grader.engine import checks_of
 from grader.json import JSONError, loads_exact
 from grader.route_policy import RoutePolicies
-from grader.tasks import Task
+from grader.tasks import Task, TaskSet
 from grader.toolcall.rules import Action as AllowedAction
 from grader.toolcall.rules import authority
 from proxy.logs import get_logger
 from proxy.pipeline.enforce.answer import enforce_body
 from proxy.pipeline.enforce.decision import PASS, Decision, Enforced
 
-__all__ = ["FailureKind", "Plan", "Source", "enforce_answer", "plan_for"]
+__all__ = ["FailureKind", "Plan", "Source", "enforce_answer", "plan_for", "warm"]
 
 log = get_logger("gradeproxy.enforce")
 
@@ -224,6 +224,32 @@ def plan_for(
         min(s.spec.budget_ms for s in sources) / 1000,
         any(s.spec.fail_closed for s in sources if s.spec.mode != "observe"),
     )
+
+
+_WARM_TOOL: Final = {
+    "type": "function",
+    "function": {"name": "warm", "parameters": {"type": "object", "properties": {}}},
+}
+WARM_TASKS: Final = 8  # tasks warmed per load: the point is the imports and caches, not each task
+
+
+def warm(tasks: TaskSet | None, policies: RoutePolicies | None) -> None:
+    """Judge one made-up call with each route policy and a few enforcing tasks, off the event
+    loop when a set loads: the first real answer must not pay for lazy imports (jsonschema,
+    RE2) and first-use caches, which alone overrun a 20 ms budget and fall open. Never raises."""
+    body = orjson.dumps({"model": "", "tools": [_WARM_TOOL]})
+    enforcing = [t for t in tasks or () if t.enforce is not None and t.enforce.active]
+    for api in ("chat_completions",):
+        plans = [plan_for(api, None, policies, body, None)]
+        plans += [plan_for(api, task, None, body, None) for task in enforcing[:WARM_TASKS]]
+        for plan in plans:
+            if plan is None:
+                continue
+            plan.budget_s = float("inf")  # no overrun to log: nothing waits on this
+            try:
+                plan._decide("warm", "{}")
+            except Exception as exc:  # a check that raises shows on the first real answer
+                log.warning("enforce_warm_failed", error=repr(exc)[:300])
 
 
 @dataclass(frozen=True, slots=True)
