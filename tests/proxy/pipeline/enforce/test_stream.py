@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.pipeline.enforce.decision import PASS, Decision
-from proxy.pipeline.enforce.stream import StreamEnforcer, notice_line
+from proxy.pipeline.enforce.decision import PASS, Decision, Enforced
+from proxy.pipeline.enforce.stream import SIBLING_REASON, StreamEnforcer, notice_line
 from tests.support.enforce_streams import (
     CHAT,
     CHAT_TABLE,
@@ -29,6 +29,8 @@ from tests.support.enforce_streams import (
     responses_text,
     run,
 )
+
+NOTICE_ID = "msg_gradeproxy_notice"
 
 
 def _line(name: str, forbidden: str) -> str:
@@ -205,20 +207,30 @@ def test_responses_client_gets_only_allowed_calls(
     assert responses_calls(events) == calls
     assert terminal is not None
     assert [i.get("name") for i in terminal["output"] if i["type"] == "function_call"] == calls
-    original_text = responses_text(before)
-    text = responses_text(events)
-    assert text.startswith(original_text)
-    if notice is None:
-        assert text == original_text
-    else:
-        assert text[len(original_text) :] == "\n".join(_line(n, forbidden) for n in notice)
-        message = terminal["output"][-1]
-        assert message["type"] == "message"
-        assert message["content"][0]["text"].startswith(NOTICE)
-    # everything else the upstream said (reasoning, text, usage, status) is kept
-    assert terminal["status"] == "completed"
     original_terminal = read_responses(body)[1]
     assert original_terminal is not None
+    # the output is the upstream's, less the removed calls; a block notice (a message item)
+    # takes the place of the first withheld call, as in a non-streamed answer
+    expected = [
+        item["id"]
+        for item in original_terminal["output"]
+        if item["type"] != "function_call" or item["name"] in calls
+    ]
+    if notice is not None:
+        first = next(
+            i
+            for i, item in enumerate(original_terminal["output"])
+            if item["type"] == "function_call"
+        )
+        expected.insert(first, NOTICE_ID)
+    assert [item["id"] for item in terminal["output"]] == expected
+    text = "\n".join(_line(n, forbidden) for n in notice or [])
+    if notice is not None:
+        [message] = [item for item in terminal["output"] if item["id"] == NOTICE_ID]
+        assert message["content"][0]["text"] == text
+    assert responses_text(events).replace(text, "") == responses_text(before)
+    # everything else the upstream said (reasoning, text, usage, status) is kept
+    assert terminal["status"] == "completed"
     assert terminal["usage"] == original_terminal["usage"]
 
 
@@ -490,3 +502,24 @@ def test_responses_done_marker_comes_after_what_was_held(mode: str) -> None:
     ]
     assert added == ([] if mode == "block" else ["get_weather"])
     assert (NOTICE in responses_text(events)) is (mode == "block")
+
+
+@pytest.mark.parametrize(
+    ("api", "stream"), [("chat", "openai_parallel"), ("responses", "parallel")]
+)
+@pytest.mark.parametrize("mode", ["block", "strip", "observe"])
+def test_outcomes_are_the_decisions_as_applied(api: str, stream: str, mode: str) -> None:
+    """As the non-streamed path records them: in a block every call of the refused answer reads
+    ``block`` (the sibling with the refused call's check); otherwise the judge's own decision."""
+    body = (CHAT if api == "chat" else RESPONSES)[stream]
+    judge = forbid("get_time", action="strip")  # a strip verdict in block mode blocks
+    _, outcomes = run(api, mode, judge, body)
+    refused = Decision("strip", check="no_get_time", reason="forbidden call 'get_time'")
+    if mode == "block":
+        expected = [
+            Enforced("get_weather", Decision("block", "no_get_time", SIBLING_REASON)),
+            Enforced("get_time", Decision("block", "no_get_time", "forbidden call 'get_time'")),
+        ]
+    else:
+        expected = [Enforced("get_weather", PASS), Enforced("get_time", refused)]
+    assert list(outcomes) == expected
