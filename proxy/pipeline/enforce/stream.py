@@ -369,7 +369,8 @@ class StreamEnforcer:
 
     def _end_chat(self) -> None:
         for choice in self._choices.values():
-            if not choice.finished:
+            # (a fragment after the choice's finish_reason, a protocol slip, is judged here too)
+            if not choice.finished or any(call.keep is None for call in choice.calls):
                 self._finish_choice(choice)
         self._drain()
         for number, choice in sorted(self._choices.items()):

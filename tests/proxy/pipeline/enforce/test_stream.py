@@ -19,8 +19,12 @@ from tests.support.enforce_streams import (
     NOTICE,
     RESPONSES,
     RESPONSES_TABLE,
+    call_args,
     call_names,
+    call_start,
     chat_calls,
+    chunk,
+    delta,
     events_of,
     forbid,
     read_chat,
@@ -28,6 +32,7 @@ from tests.support.enforce_streams import (
     responses_calls,
     responses_text,
     run,
+    sse,
 )
 
 NOTICE_ID = "msg_gradeproxy_notice"
@@ -523,3 +528,16 @@ def test_outcomes_are_the_decisions_as_applied(api: str, stream: str, mode: str)
     else:
         expected = [Enforced("get_weather", PASS), Enforced("get_time", refused)]
     assert list(outcomes) == expected
+
+
+@pytest.mark.parametrize(("mode", "delivered"), [("strip", False), ("observe", True)])
+def test_a_call_after_the_finish_is_judged_never_leaked(mode: str, delivered: bool) -> None:
+    """A backend that sends a call after the choice's finish_reason (a protocol slip)."""
+    late = sse(
+        chunk(delta(tool_calls=[call_start(1, "delete_payment", "call_9")])),
+        chunk(delta(tool_calls=[call_args(1, '{"payment_id":"pay_1"}')])),
+    )
+    body = CHAT["openai_single"].replace(b"data: [DONE]", late.rstrip(b"\n") + b"\n\ndata: [DONE]")
+    out, outcomes = run("chat", mode, forbid("delete_payment"), body)
+    assert [o.name for o in outcomes] == ["get_weather", "delete_payment"]
+    assert (b"delete_payment" in out) is delivered
