@@ -41,14 +41,14 @@ from proxy.pipeline.capture.accumulate import (
 from proxy.pipeline.capture.sse import SSEDecoder
 from proxy.pipeline.enforce.decision import CallJudge, Decision, Enforced
 
-__all__ = ["NOTICE_PREFIX", "StreamEnforcer", "notice_line"]
+__all__ = ["NOTICE_PREFIX", "SIBLING_REASON", "StreamEnforcer", "notice_line"]
 
 Api = Literal["chat", "responses"]
 Mode = Literal["observe", "block", "strip"]
 
 NOTICE_PREFIX: Final = "[gradeproxy] withheld tool call"
 # Why a call that passed its checks is withheld too: a block refuses the answer's calls together.
-_SIBLING_REASON: Final = "withheld with the blocked call in the same answer"
+SIBLING_REASON: Final = "withheld with the blocked call in the same answer"
 _LINE_END: Final = re.compile(rb"\r\n|\r|\n")
 _LF: Final = 0x0A
 _CR: Final = 0x0D
@@ -197,7 +197,7 @@ class StreamEnforcer:
         self._mode = mode
         self._framer = _Framer()
         self._decoder = SSEDecoder()
-        self._outcomes: list[Enforced] = []
+        self._judged: list[_Call] = []  # in the order the judge saw them
         self._out: list[bytes] = []
         self._closed = False
         # chat
@@ -217,11 +217,14 @@ class StreamEnforcer:
         self._removed: list[int] = []  # input output_indexes of removed items, ascending
         self._max_index = -1
         self._notice_item: dict[str, Any] | None = None
+        self._notice_at: int | None = None  # input output_index whose place the notice took
 
     @property
     def outcomes(self) -> tuple[Enforced, ...]:
-        """One per call the judge saw, in the order they were judged."""
-        return tuple(self._outcomes)
+        """One per call the judge saw, in the order they were judged, with the decision as
+        applied: in ``block`` mode a refused answer's calls all read ``block`` (a call withheld
+        only for its sibling with the sibling's check), as the non-streamed path records them."""
+        return tuple(Enforced(call.name, call.decision) for call in self._judged if call.decision)
 
     def feed(self, data: bytes) -> bytes:
         """Bytes to write to the client now (may be ``b""``)."""
@@ -291,14 +294,26 @@ class StreamEnforcer:
             return
         self._resolve_items()
         self._rdrain()
-        if self._withheld_items():
-            self._emit_notice_item()
 
     def _judge_call(self, call: _Call) -> Decision:
         decision = self._judge(call.name, call.arguments)
         call.decision = decision
-        self._outcomes.append(Enforced(call.name, decision))
+        self._judged.append(call)
         return decision
+
+    def _block_together(self, calls: list[_Call]) -> None:
+        """``block``: one refused call withholds every call of the answer; each then reads
+        ``block``, a sibling with the refused call's check and :data:`SIBLING_REASON`."""
+        cause = next((c.decision for c in calls if c.decision and _acts(c.decision)), None)
+        for call in calls:
+            decision = call.decision
+            if cause is not None:
+                call.decision = (
+                    Decision("block", decision.check, decision.reason)
+                    if decision is not None and _acts(decision)
+                    else Decision("block", cause.check, SIBLING_REASON)
+                )
+            call.keep = cause is None
 
     # -- chat completions ---------------------------------------------------------------
 
@@ -354,7 +369,8 @@ class StreamEnforcer:
 
     def _end_chat(self) -> None:
         for choice in self._choices.values():
-            if not choice.finished:
+            # (a fragment after the choice's finish_reason, a protocol slip, is judged here too)
+            if not choice.finished or any(call.keep is None for call in choice.calls):
                 self._finish_choice(choice)
         self._drain()
         for number, choice in sorted(self._choices.items()):
@@ -429,11 +445,7 @@ class StreamEnforcer:
             if not call.complete:
                 self._complete(call)
         if self._mode == "block":
-            refused = any(
-                call.decision is not None and _acts(call.decision) for call in choice.calls
-            )
-            for call in choice.calls:
-                call.keep = not refused
+            self._block_together(choice.calls)
 
     def _drain(self) -> None:
         """Write every held event whose calls are resolved, in order within each choice."""
@@ -546,16 +558,8 @@ class StreamEnforcer:
             return
         if number in self._noticed or any(c.keep is None for c in choice.calls):
             return
-        refused = [c.decision for c in choice.calls if c.decision is not None and _acts(c.decision)]
-        if not refused:
-            return
-        first = refused[0]
-        sibling = Decision("block", check=first.check, reason=_SIBLING_REASON)
         lines = [
-            notice_line(
-                call.name, call.decision if call.decision and _acts(call.decision) else sibling
-            )
-            for call in choice.calls
+            notice_line(call.name, call.decision or Decision("block")) for call in choice.calls
         ]
         text = ("\n" if choice.text_seen else "") + "\n".join(lines)
         base = envelope if envelope is not None else (self._envelope or {})
@@ -621,16 +625,7 @@ class StreamEnforcer:
             if not call.complete:
                 self._complete_item(call)
         if self._mode == "block":
-            refused = any(
-                c.decision is not None and _acts(c.decision) for c in self._items.values()
-            )
-            for call in self._items.values():
-                call.keep = not refused
-
-    def _withheld_items(self) -> list[_Call]:
-        if self._mode != "block" or self._notice_item is not None:
-            return []
-        return [call for call in self._items.values() if call.keep is False]
+            self._block_together(sorted(self._items.values(), key=lambda c: c.index))
 
     def _rdrain(self) -> None:
         """Write queued events from the front up to the first one of an unresolved call."""
@@ -645,12 +640,13 @@ class StreamEnforcer:
                 self._out.append(raw)
                 continue
             if call is not None and call.keep is False and index is not None:
+                if self._mode == "block" and self._notice_item is None:
+                    # The notice takes the place of the first withheld call.
+                    self._emit_notice_item(index)
                 if index not in self._removed:
                     self._removed.append(index)
                     self._removed.sort()
                 continue
-            if kind in _TERMINAL and self._withheld_items():
-                self._emit_notice_item()
             self._emit_response_event(raw, obj, kind, index)
         del queue[:taken]
 
@@ -666,7 +662,7 @@ class StreamEnforcer:
                 changes["sequence_number"] = self._seq_out
             self._seq_out += 1
         if index is not None:
-            shifted = index - sum(1 for r in self._removed if r < index)
+            shifted = self._out_index(index)
             if shifted != index:
                 changes["output_index"] = shifted
         response = obj.get("response")
@@ -675,30 +671,35 @@ class StreamEnforcer:
             if isinstance(output, list) and (self._removed or self._notice_item is not None):
                 removed_ids = {self._item_ids.get(r) for r in self._removed} - {None}
                 by_position = len(output) == self._max_index + 1
-                new_output = [
-                    item
-                    for position, item in enumerate(output)
-                    if not _removed_item(item, position, removed_ids, self._removed, by_position)
-                ]
-                if self._notice_item is not None:
-                    new_output.append(self._notice_item)
+                new_output = []
+                for position, item in enumerate(output):
+                    if not _removed_item(item, position, removed_ids, self._removed, by_position):
+                        new_output.append(item)
+                    elif self._notice_item is not None and self._notice_item not in new_output:
+                        new_output.append(self._notice_item)
                 changes["response"] = {**response, "output": new_output}
         if not changes:
             self._out.append(raw)
             return
         self._out.append(_responses_block(kind, {**obj, **changes}))
 
-    def _emit_notice_item(self) -> None:
-        """In ``block`` mode, a message item that says which calls were withheld and why."""
-        withheld = self._withheld_items()
-        refused = [c.decision for c in withheld if c.decision is not None and _acts(c.decision)]
-        first = refused[0] if refused else Decision("block")
-        sibling = Decision("block", check=first.check, reason=_SIBLING_REASON)
-        text = "\n".join(
-            notice_line(c.name, c.decision if c.decision and _acts(c.decision) else sibling)
-            for c in sorted(withheld, key=lambda c: c.index)
+    def _out_index(self, index: int) -> int:
+        """An upstream ``output_index`` as the client numbers it: removed items before it gone,
+        the block notice (in the first withheld call's place) counted."""
+        shifted = index - sum(1 for r in self._removed if r < index)
+        if self._notice_at is not None and index > self._notice_at:
+            shifted += 1
+        return shifted
+
+    def _emit_notice_item(self, first: int) -> None:
+        """In ``block`` mode, a message item that says which calls were withheld and why, in
+        the place of the first withheld call (input ``output_index`` ``first``)."""
+        withheld = sorted(
+            (c for c in self._items.values() if c.keep is False), key=lambda c: c.index
         )
-        index = self._max_index + 1 - len(self._removed)
+        text = "\n".join(notice_line(c.name, c.decision or Decision("block")) for c in withheld)
+        index = self._out_index(first)
+        self._notice_at = first
         item_id = "msg_gradeproxy_notice"
         part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
         done_item = {

@@ -11,16 +11,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.pipeline.enforce.decision import PASS, Decision
-from proxy.pipeline.enforce.stream import StreamEnforcer, notice_line
+from proxy.pipeline.enforce.decision import PASS, Decision, Enforced
+from proxy.pipeline.enforce.stream import SIBLING_REASON, StreamEnforcer, notice_line
 from tests.support.enforce_streams import (
     CHAT,
     CHAT_TABLE,
     NOTICE,
     RESPONSES,
     RESPONSES_TABLE,
+    call_args,
     call_names,
+    call_start,
     chat_calls,
+    chunk,
+    delta,
     events_of,
     forbid,
     read_chat,
@@ -28,7 +32,10 @@ from tests.support.enforce_streams import (
     responses_calls,
     responses_text,
     run,
+    sse,
 )
+
+NOTICE_ID = "msg_gradeproxy_notice"
 
 
 def _line(name: str, forbidden: str) -> str:
@@ -205,20 +212,30 @@ def test_responses_client_gets_only_allowed_calls(
     assert responses_calls(events) == calls
     assert terminal is not None
     assert [i.get("name") for i in terminal["output"] if i["type"] == "function_call"] == calls
-    original_text = responses_text(before)
-    text = responses_text(events)
-    assert text.startswith(original_text)
-    if notice is None:
-        assert text == original_text
-    else:
-        assert text[len(original_text) :] == "\n".join(_line(n, forbidden) for n in notice)
-        message = terminal["output"][-1]
-        assert message["type"] == "message"
-        assert message["content"][0]["text"].startswith(NOTICE)
-    # everything else the upstream said (reasoning, text, usage, status) is kept
-    assert terminal["status"] == "completed"
     original_terminal = read_responses(body)[1]
     assert original_terminal is not None
+    # the output is the upstream's, less the removed calls; a block notice (a message item)
+    # takes the place of the first withheld call, as in a non-streamed answer
+    expected = [
+        item["id"]
+        for item in original_terminal["output"]
+        if item["type"] != "function_call" or item["name"] in calls
+    ]
+    if notice is not None:
+        first = next(
+            i
+            for i, item in enumerate(original_terminal["output"])
+            if item["type"] == "function_call"
+        )
+        expected.insert(first, NOTICE_ID)
+    assert [item["id"] for item in terminal["output"]] == expected
+    text = "\n".join(_line(n, forbidden) for n in notice or [])
+    if notice is not None:
+        [message] = [item for item in terminal["output"] if item["id"] == NOTICE_ID]
+        assert message["content"][0]["text"] == text
+    assert responses_text(events).replace(text, "") == responses_text(before)
+    # everything else the upstream said (reasoning, text, usage, status) is kept
+    assert terminal["status"] == "completed"
     assert terminal["usage"] == original_terminal["usage"]
 
 
@@ -490,3 +507,37 @@ def test_responses_done_marker_comes_after_what_was_held(mode: str) -> None:
     ]
     assert added == ([] if mode == "block" else ["get_weather"])
     assert (NOTICE in responses_text(events)) is (mode == "block")
+
+
+@pytest.mark.parametrize(
+    ("api", "stream"), [("chat", "openai_parallel"), ("responses", "parallel")]
+)
+@pytest.mark.parametrize("mode", ["block", "strip", "observe"])
+def test_outcomes_are_the_decisions_as_applied(api: str, stream: str, mode: str) -> None:
+    """As the non-streamed path records them: in a block every call of the refused answer reads
+    ``block`` (the sibling with the refused call's check); otherwise the judge's own decision."""
+    body = (CHAT if api == "chat" else RESPONSES)[stream]
+    judge = forbid("get_time", action="strip")  # a strip verdict in block mode blocks
+    _, outcomes = run(api, mode, judge, body)
+    refused = Decision("strip", check="no_get_time", reason="forbidden call 'get_time'")
+    if mode == "block":
+        expected = [
+            Enforced("get_weather", Decision("block", "no_get_time", SIBLING_REASON)),
+            Enforced("get_time", Decision("block", "no_get_time", "forbidden call 'get_time'")),
+        ]
+    else:
+        expected = [Enforced("get_weather", PASS), Enforced("get_time", refused)]
+    assert list(outcomes) == expected
+
+
+@pytest.mark.parametrize(("mode", "delivered"), [("strip", False), ("observe", True)])
+def test_a_call_after_the_finish_is_judged_never_leaked(mode: str, delivered: bool) -> None:
+    """A backend that sends a call after the choice's finish_reason (a protocol slip)."""
+    late = sse(
+        chunk(delta(tool_calls=[call_start(1, "delete_payment", "call_9")])),
+        chunk(delta(tool_calls=[call_args(1, '{"payment_id":"pay_1"}')])),
+    )
+    body = CHAT["openai_single"].replace(b"data: [DONE]", late.rstrip(b"\n") + b"\n\ndata: [DONE]")
+    out, outcomes = run("chat", mode, forbid("delete_payment"), body)
+    assert [o.name for o in outcomes] == ["get_weather", "delete_payment"]
+    assert (b"delete_payment" in out) is delivered
