@@ -79,6 +79,12 @@ class RoutePolicies:
     digest: str
     source: str = ""
 
+    @property
+    def reads_model(self) -> bool:
+        """Whether any active policy is limited to some models (else no request's ``model``
+        needs reading to know which policies apply)."""
+        return any(p.spec.active and p.models != ("*",) for p in self.policies)
+
     def matching(self, api: str, model: str | None) -> tuple[RoutePolicy, ...]:
         return tuple(p for p in self.policies if p.spec.active and p.applies(api, model))
 

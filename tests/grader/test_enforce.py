@@ -211,6 +211,10 @@ def test_route_policies_match_by_model_glob_and_api(tmp_path: Path) -> None:
         ("responses", "gpt-4o"), ("responses", None)]]  # fmt: skip
     assert names == [["minis", "all"], ["all"], ["all"], ["all"]]
     assert loaded.policies[0].label == "route:minis"
+    assert loaded.reads_model  # "minis" is limited to some models
+    everywhere = parse_policies({"policies": [{"name": "all", "checks": [NO_DELETE],
+                                               "enforce": {"mode": "block"}}]})  # fmt: skip
+    assert not everywhere.reads_model  # no request's model needs reading
 
 
 def test_a_policy_file_that_is_not_yaml_is_refused_naming_it(tmp_path: Path) -> None:

@@ -185,8 +185,10 @@ def plan_for(
     task_active = task is not None and task.enforce is not None and task.enforce.active
     if not task_active and (policies is None or not policies.policies):
         return None
-    request = _request(body)
-    model = request.get("model")
+    # The body is parsed only when a policy is limited to some models or a check reads the
+    # request's tools: a multi-megabyte conversation is not parsed for nothing.
+    request = _request(body) if policies is not None and policies.reads_model else None
+    model = request.get("model") if request is not None else None
     model = model if isinstance(model, str) else None
     sources: list[Source] = []
     if task_active:
@@ -208,6 +210,9 @@ def plan_for(
     if not sources:
         return None
     sources.sort(key=lambda s: _STRICTNESS[s.spec.mode])
+    if request is None:
+        reads_tools = any(t.kind == "request_schema" for s in sources for t in s.spec.targets)
+        request = _request(body) if reads_tools else {}
     tools = request.get("tools")
     context = CheckContext(
         request_tools=[t for t in tools if isinstance(t, dict)]
