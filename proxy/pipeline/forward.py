@@ -263,10 +263,10 @@ async def _buffered(
     out.body_bytes = len(data)
     if capture:
         copy.add(data)
-    coding = (headers.get("Content-Encoding") or "identity").strip().lower()
-    observed = data  # what an observing hook judges once the client has it
+    observed, coding = data, ""  # what an observing hook judges once the client has it
     if enforce is not None:
         out.enforced = True
+        coding = (headers.get("Content-Encoding") or "identity").strip().lower()
         if enforce.holds:  # judged before it is sent
             data, action = await enforce.answer(data, coding)
             if action is not None:  # rewritten: sent uncompressed, and the client told why
