@@ -9,6 +9,7 @@ upstream's bytes and counts, and the openai SDK parses every enforced answer.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import signal
 import time
 from pathlib import Path
@@ -397,3 +398,28 @@ async def test_an_answer_that_passes_and_was_not_enforced_stays_out_of_the_inspe
     [row] = await rows_of(client, results_path)
     assert (row["result"], row["enforcement"]["action"]) == ("pass", "pass")
     assert (await (await client.get("/ui/failures.json")).json())["failures"] == []
+
+
+@pytest.mark.parametrize(("mode", "rewritten"), [("observe", False), ("block", True)])
+async def test_a_compressed_answer_is_judged_decoded_and_a_rewrite_is_sent_plain(
+    make_proxy: ProxyFactory, backend: ScriptedBackend, tmp_path: Path, mode: str, rewritten: bool
+) -> None:
+    client = await proxied(make_proxy, backend, tmp_path, mode)
+    packed = gzip.compress(CHAT)
+    backend.replies.append(
+        Reply(body=packed, content_type=JSON, chunked=False, headers={"Content-Encoding": "gzip"})
+    )
+    response = await client.post(
+        PATHS["chat"], data=b"{}", headers={"Accept-Encoding": "gzip"}, auto_decompress=False
+    )
+    raw = await response.read()
+    if rewritten:
+        assert "Content-Encoding" not in response.headers
+        assert calls_of("chat", orjson.loads(raw)) == []
+        assert response.headers[ENFORCED_HEADER] == "block; check=no_time"
+    else:
+        assert raw == packed  # the upstream's compressed bytes, untouched
+        assert response.headers["Content-Encoding"] == "gzip"
+    action = "block" if rewritten else "observe"
+    text = await metrics_text(client)
+    assert metric_value(text, "gradeproxy_enforced_total", action=action) >= 1
