@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from grader.json import dumps
+from proxy.pipeline.enforce.judge import Plan
 from proxy.pipeline.forward import ENFORCED_HEADER
 from tests.support.backend import SSE, Reply, ScriptedBackend, wire
 from tests.support.enforce import (
@@ -156,3 +157,32 @@ async def test_a_stripped_stream_is_graded_as_answered_and_its_row_says_what_was
     assert (enforcement["action"], enforcement["check"]) == ("strip", "tool_call")
     assert enforcement["received"] == "stripped"
     assert [c["name"] for c in enforcement["calls"]] == ["get_weather"]
+
+
+def _raises(self: Plan, name: str, arguments: str) -> Any:
+    raise RuntimeError("a bug in a check")
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("fail_closed", [False, True])
+async def test_a_grader_failure_on_a_stream_fails_open_or_closed_and_is_counted(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    api: str,
+    fail_closed: bool,
+) -> None:
+    monkeypatch.setattr(Plan, "_decide", _raises)
+    client = await proxied(make_proxy, backend, tmp_path, "block", fail_closed=fail_closed)
+    backend.replies.append(_reply(STREAMS[api]))
+    got = await asyncio.to_thread(_sdk_stream, str(client.make_url("/v1")), api)
+    if fail_closed:
+        assert got[0] == []  # every call withheld
+        assert "failing closed (check grader_error)" in got[1]
+    else:
+        assert got[0] == ["get_weather", "get_time"]  # through, as the upstream sent them
+    text = await metrics_text(client)
+    outcome = "closed" if fail_closed else "open"
+    labels = {"kind": "grader_error", "outcome": outcome}
+    assert metric_value(text, "gradeproxy_enforce_failures_total", **labels) == 1
