@@ -51,6 +51,9 @@ SCENARIOS: dict[str, Scenario] = {
     "capture-untagged": Scenario(
         "capture_bench_untagged.py", "untagged requests with capture rows off, kept and hashed"
     ),
+    "enforce": Scenario(
+        "enforce_bench.py", "enforced answers, text-stream TTFB and throughput against off"
+    ),
     "ui": Scenario("ui_bench.py", "what the live page costs to build and read"),
     "upstream": Scenario("upstream_bench.py", "the upstream client against aiohttp's"),
     "transport": Scenario(

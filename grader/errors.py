@@ -30,7 +30,8 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── UnusableInputError(ValueError)     grader.intake     a batch input with nothing usable
     ├── DraftRowError(ValueError)          grader.drafts     a row or label drafts cannot read
     ├── FilterError(ValueError)            grader.drafts     a draft --filter that is unreadable
-    └── PriceTableError(ValueError)        grader.pricing    a price table is unusable
+    ├── PriceTableError(ValueError)        grader.pricing    a price table is unusable
+    └── EnforceError(ValueError)           grader.enforce    an enforce entry or policy unusable
 
 The console script's ``InputError`` (an answers file line it refuses, ``gradeproxy/cli/_io.py``)
 derives from this root too. The judge's transport and its ``JudgeHTTPError`` are the proxy's

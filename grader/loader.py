@@ -29,8 +29,10 @@ from typing import Any
 from grader.advisory import AdvisoryError, split_advisory
 from grader.checks import Check, CheckDefinitionError, build_checks, columns_of
 from grader.checks.tool_call import DEFAULT_DEFINITION
+from grader.enforce import EnforceError, EnforceSpec, parse_enforce, resolve_targets
 from grader.engine import remember_checks
 from grader.episodes.record import RecordError, parse_record
+from grader.episodes.values import EpisodeRecord
 from grader.json import JSONError, loads_exact
 from grader.tasks import (
     RECORD_KEYS,
@@ -134,6 +136,25 @@ def _stale(metadata: Mapping[str, Any], expected: Call | None, task_id: str) -> 
     return stale
 
 
+def _enforce(
+    obj: Mapping[str, Any],
+    task_id: str,
+    definitions: tuple[CheckDefinition, ...],
+    has_stale: bool,
+    episode: EpisodeRecord | None,
+) -> EnforceSpec | None:
+    """The task's ``enforce`` entry, its checks resolved (grader/enforce.py); None without one."""
+    if "enforce" not in obj:
+        return None
+    label = f"task {task_id!r}"
+    try:
+        spec = parse_enforce(obj["enforce"], label)
+        authority = episode is not None and episode.allowed_actions is not None
+        return resolve_targets(spec, definitions, label, has_stale, authority)
+    except EnforceError as exc:
+        raise TaskLoadError(str(exc)) from None
+
+
 def _parse(obj: Any, source: str) -> tuple[Task, tuple[Check, ...]]:
     if not isinstance(obj, dict):
         raise TaskLoadError(f"a task must be a JSON object, got {type(obj).__name__}")
@@ -173,6 +194,7 @@ def _parse(obj: Any, source: str) -> tuple[Task, tuple[Check, ...]]:
         definitions, built, advisory = _definitions(obj, source)
     except (CheckDefinitionError, AdvisoryError) as exc:
         raise TaskLoadError(f"task {task_id!r}: {exc}") from None
+    enforce = _enforce(obj, task_id, definitions, stale is not None, episode)
     task = Task(
         id=task_id,
         expected_call=expected,
@@ -185,6 +207,7 @@ def _parse(obj: Any, source: str) -> tuple[Task, tuple[Check, ...]]:
         episode=episode,
         advisory=advisory,
         checks_digest=checks_digest(obj, definitions),
+        enforce=enforce,
     )
     return task, built
 

@@ -59,3 +59,38 @@ def compile_pattern(pattern: str) -> re2._Regexp[str]:
 def search(pattern: str, text: str) -> bool:
     """Whether ``pattern`` matches anywhere in ``text`` (JSON Schema's ``pattern`` semantics)."""
     return compile_pattern(pattern).search(text) is not None
+
+
+def glob_match(pattern: str, name: str) -> bool:
+    """Whether ``name`` matches the glob ``pattern`` as a whole: ``*`` any run of characters
+    (the empty run too), ``?`` exactly one; every other character is itself (``[`` included).
+
+    For tool names in forbidden-call lists (``delete_*``). Matched by the greedy two-pointer
+    walk, in time O(len(pattern) * len(name)) at worst, never by translating to ``re``: a
+    pattern from a task or a policy file must not be able to stall the event loop. A name
+    without ``*`` or ``?`` matches only itself, so plain names keep their exact meaning
+    (OpenAI's tool names never hold either character).
+    """
+    p = n = 0
+    star = -1  # the pattern index just after the last ``*`` seen
+    mark = 0  # the name index that ``*`` was last tried to stretch to
+    while n < len(name):
+        if p < len(pattern) and pattern[p] == "*":
+            star, mark = p + 1, n
+            p += 1
+        elif p < len(pattern) and (pattern[p] == "?" or pattern[p] == name[n]):
+            p += 1
+            n += 1
+        elif star >= 0:
+            mark += 1  # let the last ``*`` take one more character, and retry after it
+            p, n = star, mark
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "*":
+        p += 1
+    return p == len(pattern)
+
+
+def is_glob(pattern: str) -> bool:
+    """Whether ``pattern`` holds a wildcard (else it names exactly one tool)."""
+    return "*" in pattern or "?" in pattern

@@ -9,7 +9,8 @@ A task file is JSONL, one task a line::
 ``checks`` is optional (docs/grading.md): without it a task has grading.md's tool-call check and
 must have ``expected``; with it, ``expected`` is needed only by checks that grade against it.
 ``episode`` is seed 001's grader record for whole agent runs (docs/episodes.md); a task with
-only an ``episode`` has no per-turn checks at all.
+only an ``episode`` has no per-turn checks at all. ``enforce`` names the checks the proxy acts on
+before the client gets the answer (grader/enforce.py, docs/enforce.md).
 
 The top-level keys a task may have are named once, here, in :data:`TASK_KEYS` (and seed 001's
 record keys, refused at the top level, in :data:`RECORD_KEYS`); :mod:`grader.loader` refuses any
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.enforce import EnforceSpec
 from grader.episodes.values import EpisodeRecord
 from grader.errors import GraderError
 from grader.toolcall.canon import canonical_json
@@ -51,6 +53,7 @@ TASK_KEYS: tuple[str, ...] = (
     # ``"draft"`` on a task drafted from traffic (``gradeproxy tasks draft``): refused by the
     # loader until ``gradeproxy tasks promote`` removes it (grader/drafts.py).
     "status",
+    "enforce",
 )
 # Seed 001's grader-record keys: they belong inside the task's ``episode`` record, where they
 # are graded (docs/episodes.md); at the top level they would be silently ignored, so refused.
@@ -128,6 +131,8 @@ class Task:
     # Names of advisory checks (grader/advisory.py): shown, never part of the verdict.
     advisory: frozenset[str] = frozenset()
     checks_digest: str = ""
+    # What the proxy enforces before the client gets an answer (grader/enforce.py); None: off.
+    enforce: EnforceSpec | None = None
 
     @property
     def expected(self) -> Call:

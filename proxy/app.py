@@ -102,7 +102,11 @@ def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Applica
     app[CONFIG] = config
     app[METRICS] = metrics
     app[TASKS] = TaskStore(
-        config.tasks.path, app[METRICS], config.tasks.allow_start_without, config.pricing.path
+        config.tasks.path,
+        app[METRICS],
+        config.tasks.allow_start_without,
+        config.pricing.path,
+        config.enforce.path,
     )
     app[ROUTER] = Router(config)
     app[PAIRS] = PairTracker(
@@ -360,7 +364,7 @@ async def _task_loading(app: web.Application) -> AsyncIterator[None]:
     loading = asyncio.create_task(store.reload(), name="tasks-initial-load")
     watcher: asyncio.Task[None] | None = None
     config = app[CONFIG].tasks
-    if config.watch and config.path is not None:
+    if config.watch and (config.path is not None or app[CONFIG].enforce.path is not None):
         watcher = asyncio.create_task(store.watch(config.watch_interval_s), name="tasks-watch")
     yield
     for task in (loading, watcher):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 from typing import Any
 
 from proxy.config import Config, ConfigError, Route, Upstream, load_config, url_warnings
@@ -68,6 +69,11 @@ def run(name: str, args: argparse.Namespace) -> int:
         if error is not None:
             print(f"gradeproxy serve: tasks.path: {error}", file=sys.stderr)
             return 1
+    if config.enforce.path is not None and not config.tasks.allow_start_without:
+        error = _policy_error(config.enforce.path)
+        if error is not None:
+            print(f"gradeproxy serve: enforce.path: {error}", file=sys.stderr)
+            return 1
     _warn_exposed_key(config)
     for warning in url_warnings(config):
         log.warning("config_warning", message=warning)
@@ -95,6 +101,18 @@ def _task_error(config: Config) -> str | None:
     try:
         load_tasks(config.tasks.path)
     except TaskLoadError as exc:
+        return str(exc)
+    return None
+
+
+def _policy_error(path: Path) -> str | None:
+    """Why the route policy file does not load (naming the policy and check), or None."""
+    from grader.enforce import EnforceError
+    from grader.route_policy import load_policies
+
+    try:
+        load_policies(path)
+    except EnforceError as exc:
         return str(exc)
     return None
 
@@ -136,6 +154,12 @@ def _check(config: Config) -> int:
             print(f"gradeproxy check-config: pricing.path: {exc}", file=sys.stderr)
             return 1
         print(f"pricing: {len(prices.models)} models priced")
+    if config.enforce.path is not None:
+        error = _policy_error(config.enforce.path)
+        if error is not None:
+            print(f"gradeproxy check-config: enforce.path: {error}", file=sys.stderr)
+            return 1
+        print("enforce: route policies loaded")
     for warning in url_warnings(config):
         print(f"gradeproxy check-config: warning: {warning}", file=sys.stderr)
     workers, admin = config.listen.workers, config.admin.port or 0

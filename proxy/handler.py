@@ -4,7 +4,9 @@
 
     admit (proxy/pipeline/admit.py)        graded or not, and why not: the skip reason
     route (proxy/pipeline/route.py)        which upstream, and its shadow
+    enforce (proxy/pipeline/enforce/)      the task's and the route's enforce policies, if any
     forward (proxy/pipeline/forward.py)    relay upstream and back, keeping a copy if graded
+                                           (an enforced answer judged before it is sent)
       + shadow (proxy/shadow/runner.py)    a copy to the shadow, started but never awaited
     delivered (proxy/pipeline/capture/)    did the client get it whole: the relay's skips
     grade job → queue (proxy/pipeline/)    submitted; parsed and graded off the hot path
@@ -29,12 +31,15 @@ from proxy.config import Config
 from proxy.errors import UPSTREAM_KIND_OF, DrainingError, ProxyError, UpstreamError
 from proxy.pipeline.admit import Admission, SkipReason, admit, capture_untagged, sampled
 from proxy.pipeline.capture.delivered import answered, relay_skip
+from proxy.pipeline.enforce.judge import plan_for
+from proxy.pipeline.enforce.relay import RelayEnforcer
 from proxy.pipeline.episodes import header_role, turn_of
 from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.guard import STRIP, TRACE
 from proxy.pipeline.record.access import record_request
 from proxy.pipeline.record.captures import CaptureJob
+from proxy.pipeline.record.enforced import count_enforced, enforcement_record
 from proxy.pipeline.route import ShadowTarget, Target
 from proxy.pipeline.transport import TRANSPORTS
 from proxy.shadow.runner import ShadowLeg, shadow_headers
@@ -75,6 +80,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = _upstream_headers(request, app[CONFIG], target.api_key, request_id)
     exchange = _Exchange(request, request_id, admitted, target, body, started)
+    exchange.enforce = _enforcer(request, admitted, body)
     span = exchange.span = _span(request, headers, admitted.route, body, target.url)
     if target.shadow is not None and admitted.task is not None:
         # Started before the primary is awaited, so both legs run together.
@@ -93,6 +99,19 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             app[PAIRS].leg(exchange.pair_id, "primary", admitted.task.id, None)
         if span is not None and not exchange.submitted:  # a submitted one ends with its grade
             app[TELEMETRY].finish(span)
+
+
+def _enforcer(request: web.Request, admitted: Admission, body: bytes) -> RelayEnforcer | None:
+    """The relay's enforce hook for the policies covering this request (docs/enforce.md);
+    None, at the cost of two attribute reads, when neither its task nor a route policy file
+    asks for any."""
+    policies = request.app[TASKS].policies
+    task = admitted.task
+    if admitted.api is None or (policies is None and (task is None or task.enforce is None)):
+        return None
+    role = header_role(request.headers, request.app[CONFIG].grading)
+    plan = plan_for(admitted.api, task, policies, body, role)
+    return None if plan is None else RelayEnforcer(plan, admitted.api)
 
 
 def _upstream_headers(
@@ -123,6 +142,7 @@ class _Exchange:
     __slots__ = (
         "admitted",
         "body",
+        "enforce",
         "outcome",
         "pair_id",
         "request",
@@ -150,6 +170,7 @@ class _Exchange:
         self.started = started
         self.outcome = Relay()
         self.pair_id: str | None = None
+        self.enforce: RelayEnforcer | None = None  # the enforce policies covering it, if any
         self.submitted = False
         self.span: SpanRecord | None = None  # tracing on: the request's span record
 
@@ -175,6 +196,7 @@ class _Exchange:
                 out=outcome,
                 timeouts=self.target.timeouts,
                 capture_limit=config.limits.max_capture_bytes,
+                enforce=self.enforce,
             )
             status = outcome.status
             if outcome.client_disconnected and not outcome.headers_sent:
@@ -199,6 +221,8 @@ class _Exchange:
             raise
         finally:
             relays.pop(handler_task, None)  # type: ignore[arg-type]
+            if self.enforce is not None and outcome.enforced:
+                count_enforced(metrics, self.enforce.plan)
             total = time.perf_counter() - self.started
             record_request(
                 request,
@@ -318,6 +342,11 @@ class _Exchange:
             sample_id=request.headers.get(grading.sample_id_header),
             upstream_request_id=outcome.upstream_request_id,
             span=self.span,
+            enforcement=(
+                enforcement_record(self.enforce.plan, self.enforce.changed)
+                if self.enforce is not None and outcome.enforced
+                else None
+            ),
         )
         self.submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)

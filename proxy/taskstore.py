@@ -1,8 +1,9 @@
 """The loaded task set, swapped atomically on reload (SIGHUP, or a file change when watched).
 
 A reload that fails keeps the old set and logs why: a bad edit never takes grading down. The
-price table (``pricing.path``) is read with the tasks and swapped with them: a reload whose
-table is bad keeps the old tasks and the old table.
+price table (``pricing.path``) and the route policies (``enforce.path``, docs/enforce.md) are
+read with the tasks and swapped with them: a reload whose table or policy file is bad keeps the
+old tasks, the old table and the old policies. A policy file works without a task set too.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+from grader.enforce import EnforceError
 from grader.loader import load_tasks
 from grader.pricing import PriceTable, PriceTableError, load_prices
+from grader.route_policy import RoutePolicies, load_policies
 from grader.tasks import TaskLoadError, TaskSet, task_files
 from proxy.logs import get_logger
+from proxy.pipeline.enforce.judge import warm
 from proxy.pipeline.record.metrics import ProxyMetrics
 
 log = get_logger("gradeproxy.tasks")
@@ -29,10 +33,13 @@ class TaskStore:
         metrics: ProxyMetrics,
         allow_start_without: bool = False,
         prices_path: Path | None = None,
+        policies_path: Path | None = None,
     ) -> None:
         self.path = path
         self.prices_path = prices_path
         self.prices: PriceTable | None = None  # swapped with ``current``, never apart
+        self.policies_path = policies_path
+        self.policies: RoutePolicies | None = None  # likewise (grader/route_policy.py)
         self.metrics = metrics
         self.current: TaskSet | None = None
         self.allow_start_without = allow_start_without
@@ -51,12 +58,14 @@ class TaskStore:
         return self.allow_start_without and self._attempted
 
     def _fingerprint(self) -> tuple[tuple[str, float, int], ...]:
-        if self.path is None:
-            return ()
-        try:
-            files = task_files(self.path)
-        except TaskLoadError:
-            return ()
+        files: list[Path] = []
+        if self.path is not None:
+            try:
+                files = task_files(self.path)
+            except TaskLoadError:
+                files = []
+        if self.policies_path is not None:
+            files.append(self.policies_path)
         stamps = []
         for file in files:
             try:
@@ -68,17 +77,24 @@ class TaskStore:
 
     async def reload(self) -> bool:
         """Load the task set off the event loop; keep the old one on any error."""
-        if self.path is None:
+        if self.path is None and self.policies_path is None:
             return True
-        path = self.path
+        path, policies_path = self.path, self.policies_path
         try:
             stamp = await asyncio.to_thread(self._fingerprint)
-            tasks = await asyncio.to_thread(load_tasks, path)
+            tasks = None if path is None else await asyncio.to_thread(load_tasks, path)
             prices_path = self.prices_path
             prices = (
                 None if prices_path is None else await asyncio.to_thread(load_prices, prices_path)
             )
-        except (TaskLoadError, PriceTableError) as exc:
+            policies = (
+                None
+                if policies_path is None
+                else await asyncio.to_thread(load_policies, policies_path)
+            )
+            # the first enforced answer must not pay for the checks' lazy imports
+            await asyncio.to_thread(warm, tasks, policies)
+        except (TaskLoadError, PriceTableError, EnforceError) as exc:
             self._attempted = True
             self.error = str(exc)
             self.metrics.task_reloads.labels("error").inc()
@@ -90,6 +106,12 @@ class TaskStore:
             return False
         self._stamp = stamp
         self._attempted, self.error = True, None
+        self.policies = policies
+        if policies is not None:
+            log.info("policies_loaded", policies=len(policies.policies), digest=policies.digest)
+        if tasks is None:
+            self.metrics.task_reloads.labels("ok").inc()
+            return True
         previous = self.current
         self.current, self.prices = tasks, prices
         self.metrics.set_task_set(tasks)

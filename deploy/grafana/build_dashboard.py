@@ -489,6 +489,31 @@ def checks() -> Json:
     )
 
 
+def enforcement() -> Json:
+    return row(
+        "Enforcement",
+        "Tool calls enforce mode acted on before the client got them (docs/enforce.md).",
+        [
+            timeseries(
+                "Enforced tool calls per second by task, check and action",
+                "Calls blocked or stripped, and (action observe) what an observe policy would"
+                " have enforced, by task (route:<policy> for a route policy) and check. Watch"
+                " observe before switching a policy to block.",
+                "cps",
+                [
+                    target(
+                        "sum by (task, check, action) (rate(gradeproxy_enforced_total"
+                        f"{{{TASK}}}[$__rate_interval]))",
+                        "{{task}} {{check}} {{action}}",
+                    )
+                ],
+                width=FULL,
+            ),
+        ],
+        collapsed=True,
+    )
+
+
 def episodes() -> Json:
     note = (
         " Agent episodes graded as a whole against their task's grader record"
@@ -916,7 +941,17 @@ def dashboard() -> Json:
         "templating": templating(),
         "links": [],
         "panels": layout(
-            [traffic(), latency(), quality(), pipeline(), checks(), episodes(), shadow(), cost()]
+            [
+                traffic(),
+                latency(),
+                quality(),
+                pipeline(),
+                checks(),
+                enforcement(),
+                episodes(),
+                shadow(),
+                cost(),
+            ]
         ),
     }
 

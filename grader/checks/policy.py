@@ -21,7 +21,8 @@ Each configured behaviour is its own pass column, named ``<check name>.<behaviou
   one of them: the request's ``X-Grade-Role`` (``CheckContext.role``) over ``item.role``; no
   role at all is an infrastructure error;
 * ``no_forbidden_call`` — no call matches a forbidden entry (a name, or a name plus argument
-  values compared canonically);
+  values compared canonically); a name holding ``*`` or ``?`` is a glob over tool names
+  (``delete_*``, :func:`grader.patterns.glob_match`), any other name is matched exactly;
 * ``links_ok`` — for every call of the ``from`` tool, its argument equals the ``to`` value: the
   same argument of *some* call of the ``to`` tool, or an item field. A link whose ``from`` tool
   was not called is broken (never vacuously true); a ``from`` call without the argument breaks
@@ -40,6 +41,7 @@ from typing import Any
 
 from grader.checks._base import BaseCheck, CheckReasonCode, CheckResult, Spec
 from grader.checks.sample import CheckContext, Sample, SampleCall, sample_calls
+from grader.patterns import glob_match, is_glob
 from grader.toolcall.rules import (
     Action,
     Constraint,
@@ -142,13 +144,17 @@ class PolicyCheck(BaseCheck):
     ) -> Verdict:
         for call in calls:
             for name, arguments in forbidden:
-                if call.name != name:
+                glob = is_glob(name)
+                if call.name is None or not (
+                    glob_match(name, call.name) if glob else call.name == name
+                ):
                     continue
                 if all(
                     call.arguments is not None and same(lookup(call.arguments, path), value)
                     for path, value in arguments
                 ):
-                    return False, f"forbidden call {name!r}", "forbidden_call"
+                    shown = f"{call.name!r} (matches {name!r})" if glob else repr(name)
+                    return False, f"forbidden call {shown}", "forbidden_call"
         return True, "no forbidden call", "policy_ok"
 
     @staticmethod

@@ -20,6 +20,7 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         ),
         "tasks": "the task set that tagged requests are graded against",
         "pricing": "an optional price table: `cost` in rows and `gradeproxy_cost_total`",
+        "enforce": "route policies: act on tool calls before clients get them (docs/enforce.md)",
         "grading": "how and where answers are graded",
         "results": "where result rows go",
         "limits": "size bounds on requests and captured answers",
@@ -132,6 +133,15 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
             "million tokens; config/pricing/example.yaml), read at start and reloaded with the "
             "tasks (SIGHUP, `tasks.watch`); a bad table fails start and a reload keeps the old "
             "one; unset, rows carry `cost: null`"
+        ),
+    },
+    "Enforce": {
+        "path": (
+            "a YAML route-policy file (docs/enforce.md): per model glob and API, the "
+            "deterministic checks that observe, block or strip tool calls with no task header; "
+            "read at start and reloaded with the tasks (SIGHUP, `tasks.watch`); a bad file fails "
+            "start (unless `tasks.allow_start_without`) and a reload keeps the old policies; "
+            "unset, only tasks' own `enforce` entries act"
         ),
     },
     "Grading": {

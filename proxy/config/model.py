@@ -120,6 +120,14 @@ class Pricing:
 
 
 @dataclass(frozen=True, slots=True)
+class Enforce:
+    """Route policies (docs/enforce.md): enforce rules by model and API, needing no task
+    header; reloaded with the tasks (SIGHUP, ``tasks.watch``)."""
+
+    path: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Grading:
     task_header: str = "X-Grade-Task"
     run_header: str = "X-Grade-Run"
@@ -281,6 +289,7 @@ class Config:
     routes: tuple[Route, ...] = ()
     tasks: Tasks = field(default_factory=Tasks)
     pricing: Pricing = field(default_factory=Pricing)
+    enforce: Enforce = field(default_factory=Enforce)
     grading: Grading = field(default_factory=Grading)
     results: Results = field(default_factory=Results)
     limits: Limits = field(default_factory=Limits)

@@ -1,9 +1,11 @@
 """Forwarding: relay a request upstream and its response back, byte for byte.
 
 The client gets the upstream's status, end-to-end headers and body bytes unchanged; nothing is
-re-serialised. Streams are relayed chunk by chunk as they arrive, and a graded response keeps
-only *references* to the chunks it relayed, parsed later by the grade queue, so grading adds
-no work between two chunks and no time to the first one.
+re-serialised, except an answer an enforce policy acts on (docs/enforce.md): a non-streamed
+one is read whole, judged within its budget and, when a call is withheld, sent rewritten
+(``proxy/pipeline/enforce/``). Streams are relayed chunk by chunk as they arrive, and a
+graded response keeps only *references* to the chunks it relayed, parsed later by the grade
+queue, so grading adds no work between two chunks and no time to the first one.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -107,6 +110,8 @@ def request_headers(
 
 
 PROXY_REQUEST_ID_HEADER = "X-Gradeproxy-Request-Id"
+# On an answer enforce mode rewrote: ``<action>; check=<check>`` (docs/enforce.md).
+ENFORCED_HEADER = "X-Gradeproxy-Enforced"
 
 
 def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMultiDict[str]:
@@ -129,6 +134,37 @@ def response_headers(upstream: CIMultiDictProxy[str], request_id: str) -> CIMult
     return out
 
 
+class EnforceHook(Protocol):
+    """What the relay asks of enforce mode for one request (proxy/pipeline/enforce/relay.py):
+    a whole answer judged before it is sent (or, observing, after), or a stream fed through
+    the hold-back."""
+
+    @property
+    def holds(self) -> bool:
+        """Whether a whole answer waits for :meth:`answer` (False: observed once sent)."""
+        ...
+
+    def observe(self, data: bytes, coding: str) -> None:
+        """Judge an answer the client already has, to count what would have been done."""
+        ...
+
+    async def answer(self, data: bytes, coding: str) -> tuple[bytes, str | None]:
+        """The body to send, and the ``X-Gradeproxy-Enforced`` value when it was rewritten."""
+        ...
+
+    def open_stream(self, coding: str) -> bool:
+        """Whether this stream is fed through :meth:`feed` (False: relayed as it comes)."""
+        ...
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to write to the client now (text at once, tool calls once complete)."""
+        ...
+
+    def close(self) -> bytes:
+        """At the end of the upstream body: whatever is still held, resolved."""
+        ...
+
+
 @dataclass(slots=True)
 class Relay:
     """What happened while relaying one response, for metrics, logs and grading."""
@@ -149,6 +185,7 @@ class Relay:
     at_event_boundary: bool = True  # whether the bytes relayed so far end an SSE event
     started_at: float = 0.0  # perf_counter when the upstream request was sent
     finished_at: float = 0.0
+    enforced: bool = False  # an enforce hook judged this answer (docs/enforce.md)
 
 
 def upstream_url(base: str, raw_path: str) -> URL:
@@ -167,9 +204,11 @@ async def relay(
     out: Relay,
     timeouts: Timeouts,
     capture_limit: int = CAPTURE_MAX_BYTES,
+    enforce: EnforceHook | None = None,
 ) -> web.StreamResponse:
     """Send the request upstream and relay the response, recording into ``out`` as it goes
-    (so a cancelled handler still knows how far it got); raise ProxyError before it starts."""
+    (so a cancelled handler still knows how far it got); raise ProxyError before it starts.
+    With an enforce plan, a successful non-streamed JSON answer is judged before it is sent."""
     sent = out.started_at = time.perf_counter()
     path = origin.base_path + request.raw_path[len("/v1") :]
     upstream = await transport.request(request.method, origin, path, headers, body, timeouts)
@@ -183,10 +222,19 @@ async def relay(
         copy = CaptureBuffer(upstream.headers.get("Content-Encoding"), capture_limit)
         if capture:
             out.parts = copy.parts
+        judged = (
+            enforce is not None
+            and upstream.status == 200
+            and not out.stream
+            and "json" in upstream.content_type
+        )
         try:
+            if judged:  # read whole, whatever its size: it is judged before it is sent
+                return await _buffered(request, upstream, headers_out, out, copy, capture, enforce)
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
                 return await _buffered(request, upstream, headers_out, out, copy, capture)
-            return await _streamed(request, upstream, headers_out, out, copy, capture)
+            held = enforce if out.stream and upstream.status == 200 else None
+            return await _streamed(request, upstream, headers_out, out, copy, capture, held)
         finally:
             out.capture_truncated = copy.truncated
             out.capture_over_limit = copy.truncated and copy.error is None
@@ -207,6 +255,7 @@ async def _buffered(
     out: Relay,
     copy: CaptureBuffer,
     capture: bool,
+    enforce: EnforceHook | None = None,
 ) -> web.StreamResponse:
     started = time.perf_counter()
     data = await upstream.read()  # an UpstreamError here is a 502 or 504: nothing was sent
@@ -214,6 +263,15 @@ async def _buffered(
     out.body_bytes = len(data)
     if capture:
         copy.add(data)
+    observed, coding = data, ""  # what an observing hook judges once the client has it
+    if enforce is not None:
+        out.enforced = True
+        coding = (headers.get("Content-Encoding") or "identity").strip().lower()
+        if enforce.holds:  # judged before it is sent
+            data, action = await enforce.answer(data, coding)
+            if action is not None:  # rewritten: sent uncompressed, and the client told why
+                headers.popall("Content-Encoding", None)
+                headers[ENFORCED_HEADER] = escape_text(action)
     kind = RawHeadResponse if upstream.raw_values else web.Response
     response = kind(status=upstream.status, body=data, headers=headers)
     if client_gone(request):
@@ -231,6 +289,8 @@ async def _buffered(
     except ConnectionResetError:
         out.client_disconnected = True
     out.finished_at = time.perf_counter()
+    if enforce is not None and not enforce.holds:
+        enforce.observe(observed, coding)  # observe never holds an answer back
     return response
 
 
@@ -241,7 +301,13 @@ async def _streamed(
     out: Relay,
     copy: CaptureBuffer,
     capture: bool,
+    enforce: EnforceHook | None = None,
 ) -> web.StreamResponse:
+    if enforce is not None:
+        coding = (headers.get("Content-Encoding") or "identity").strip().lower()
+        out.enforced = True
+        if not enforce.open_stream(coding):
+            enforce = None
     if out.stream:
         headers.setdefault("Cache-Control", "no-cache")
         headers["X-Accel-Buffering"] = "no"
@@ -268,28 +334,35 @@ async def _streamed(
             error = type(failure)(f"the upstream {what} the stream: {failure}")
             out.upstream_failed = error.code
             if out.stream:
+                held = enforce.close() if enforce is not None else b""
+                ended = held.endswith(_EVENT_ENDS) if held else out.at_event_boundary
                 # End a half-relayed event first, so the error is an event of its own.
-                prefix = b"" if out.at_event_boundary else b"\n\n"
-                await _write_quietly(response, prefix + in_band_error(error), out)
+                prefix = b"" if ended else b"\n\n"
+                await _write_quietly(response, held + prefix + in_band_error(error), out)
             break
         finally:
             out.upstream_wait_s += time.perf_counter() - waited
         if not chunk:
+            if enforce is not None and (held := enforce.close()):
+                await _write_quietly(response, held, out)
             break
-        try:
-            await response.write(chunk)
-        except ConnectionResetError:  # the client went away: stop reading the upstream
-            out.client_disconnected = True
-            break
-        except asyncio.CancelledError:  # cut while a slow client was still reading
-            if out.cut is None:
-                raise
-            await _end_cut(response, out)
-            break
+        # Enforced, a tool call is held until it is complete (b""); text passes at once.
+        written = chunk if enforce is None else enforce.feed(chunk)
+        if written:
+            try:
+                await response.write(written)
+            except ConnectionResetError:  # the client went away: stop reading the upstream
+                out.client_disconnected = True
+                break
+            except asyncio.CancelledError:  # cut while a slow client was still reading
+                if out.cut is None:
+                    raise
+                await _end_cut(response, out)
+                break
+            out.at_event_boundary = written.endswith(_EVENT_ENDS)
         out.body_bytes += len(chunk)
-        out.at_event_boundary = chunk.endswith(_EVENT_ENDS)
         if capture:
-            copy.add(chunk)
+            copy.add(chunk)  # the model's answer as the upstream sent it: what is graded
     if not out.client_disconnected:
         try:
             await response.write_eof()

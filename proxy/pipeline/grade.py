@@ -64,6 +64,8 @@ class GradeJob:
     span: SpanRecord | None = None  # the request's span context while tracing is on
     prices: PriceTable | None = None  # the price table (pricing.path), stamped on submit
     answer_hash: bool = False  # ``results.answer: hash``: rows store sha256:<hex>, stamped too
+    # What enforce mode did with the answer (proxy/pipeline/record/enforced.py), for the row.
+    enforcement: dict[str, Any] | None = None
 
     @property
     def size(self) -> int:
@@ -197,6 +199,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             tools=context.request_tools if keep_tools else None,
             usage=usage,
             cost=cost,
+            enforcement=job.enforcement,
         )
         if judged:  # judge columns on the event loop, where the judge's client lives
             local = local_columns(job.task, text, context)

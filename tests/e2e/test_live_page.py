@@ -285,6 +285,44 @@ def test_invisible_characters_are_marked(demo: tuple[str, Path], browser_context
     page.close()
 
 
+def test_an_enforced_answer_says_what_was_done(
+    demo: tuple[str, Path], browser_context: Any
+) -> None:
+    """An answer a policy blocked is in the inspector whatever its grade, and says so
+    (docs/enforce.md): the action, the check, the reason and what the client received."""
+    from grader.loader import parse_task
+    from proxy.pipeline.record.failures import FailureRing
+
+    base, _ = demo
+    ring = FailureRing(5, capture_answer=True)
+    task = parse_task({"id": "t", "expected": {"name": "f", "arguments": {"a": 1}}})
+    enforcement = {
+        "mode": "block",
+        "action": "block",
+        "check": "no_delete",
+        "reason": "forbidden call 'delete_payment' (matches 'delete_*')",
+        "received": "blocked",
+    }
+    row = {"request_id": "r1", "result": "pass", "answer": "{}", "call": None}
+    ring.add(task, {**row, "enforcement": enforcement})
+    page = browser_context.new_page()
+    page.route(
+        "**/ui/failures.json",
+        lambda route: route.fulfill(
+            status=200, content_type="application/json", body=json.dumps(ring.snapshot())
+        ),
+    )
+    page.goto(f"{base}/ui")
+    entry = page.locator('#failures details[data-task="t"]')
+    assert "enforced: block" in entry.locator("summary").inner_text()
+    entry.locator("summary").click()
+    assert entry.locator("div.enforced").inner_text() == (
+        "enforced (block): block by no_delete: forbidden call 'delete_payment' (matches "
+        "'delete_*'); the client received the answer blocked"
+    )
+    page.close()
+
+
 @pytest.mark.parametrize("device", list(WIDTHS))
 def test_episodes_are_shown_with_their_columns(
     demo: tuple[str, Path], browser_context: Any, device: str, tmp_path: Path

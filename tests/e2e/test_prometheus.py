@@ -69,6 +69,14 @@ def dashboard_expressions() -> list[tuple[str, str]]:
     return found
 
 
+def observed(line: bytes) -> bytes:
+    """The task line with an ``observe`` enforce entry on its stale flag: its stale answers
+    are counted in gradeproxy_enforced_total (the enforcement panel) and delivered as sent."""
+    task = json.loads(line)
+    task["enforce"] = {"mode": "observe", "checks": ["tool_call"], "budget_ms": 10_000}
+    return json.dumps(task).encode()
+
+
 def recording_rules() -> list[str]:
     return [
         rule["record"]
@@ -150,12 +158,14 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
                     stale={"city": "Zürich", "units": "C"},
                     kind="field_renamed",
                 ),
-                task_line(
-                    "stale.task",
-                    "get_weather",
-                    {"city": "Zürich", "unit": "celsius"},
-                    stale={"city": "Zürich", "units": "C"},
-                    kind="unit_changed",
+                observed(
+                    task_line(
+                        "stale.task",
+                        "get_weather",
+                        {"city": "Zürich", "unit": "celsius"},
+                        stale={"city": "Zürich", "units": "C"},
+                        kind="unit_changed",
+                    )
                 ),
                 EPISODE_TASK,
             ]

@@ -1,4 +1,6 @@
-"""The failure inspector's memory: the most recent failing and stale answers of this process.
+"""The failure inspector's memory: the most recent failing, stale and enforced answers of this
+process (an enforced answer: one an enforce policy blocked, stripped or observed, whatever its
+grade; docs/enforce.md).
 
 A bounded ring (``ui.failure_ring_size``; the oldest entry falls out), filled by the grade queue
 as it records rows and read by ``/ui/failures.json``. Each entry holds what a person needs to
@@ -132,6 +134,12 @@ def first_difference(expected: Any, got: Any, path: str = "") -> str | None:
     return None if same else path or "$"
 
 
+def enforced(row: dict[str, Any]) -> bool:
+    """Whether an enforce policy acted on (or observed) the row's answer."""
+    enforcement = row.get("enforcement")
+    return isinstance(enforcement, dict) and enforcement.get("action") != "pass"
+
+
 def _call(call: Any) -> dict[str, Any] | None:
     if call is None:
         return None
@@ -170,6 +178,8 @@ def failure_entry(task: Task, row: dict[str, Any], capture_answer: bool) -> dict
         "expected": _call(task.expected_call),
         "stale": _call(task.stale),
         "got": row.get("call"),
+        # what enforce mode did with the answer (docs/rows.md), None when no policy covered it
+        "enforcement": row.get("enforcement"),
         # The inspector shows the first SHOWN_CHARS (the row holds the whole answer): a wall
         # of invisible characters is the slow case (bench/ui_bench.py). Split when read.
         "answer_runs": None,
@@ -237,8 +247,8 @@ class FailureRing:
         self.process = {"pid": os.getpid(), "host": socket.gethostname()}
 
     def add(self, task: Task, row: dict[str, Any]) -> None:
-        """Keep ``row`` when it failed or was stale (and answers are captured at all)."""
-        if row.get("result") not in ("fail", "stale"):
+        """Keep ``row`` when it failed, was stale or was enforced (and answers are captured)."""
+        if row.get("result") not in ("fail", "stale") and not enforced(row):
             return
         entry = failure_entry(task, row, self.capture_answer)
         self.extend([] if entry is None else [entry], 1)

@@ -50,6 +50,9 @@ GRADING_ERROR_KINDS = (
     "grader_deadline",
 )
 CHECK_RESULTS = ("pass", "fail", "error")
+ENFORCE_ACTIONS = ("block", "strip", "observe")
+ENFORCE_FAILURE_KINDS = ("budget", "grader_error", "unreadable")
+ENFORCE_FAILURE_OUTCOMES = ("open", "closed")
 VARIANTS = ("primary", "shadow")
 SHADOW_RESULTS = ("ok", "error", "timeout", "skipped_concurrency", "sampled_out")
 UNPAIRED_REASONS = ("ungraded", "expired", "overflow")
@@ -270,6 +273,20 @@ class ProxyMetrics:
             "gradeproxy_grading_skipped_total",
             "Requests not graded (on a graded route, or naming a task elsewhere), by reason.",
             ["reason"],
+            registry=reg,
+        )
+        self.enforced = Counter(
+            "gradeproxy_enforced_total",
+            "Tool calls an enforce policy acted on (docs/enforce.md), by task (or route:<policy>),"
+            " check and action (block, strip; observe: what would have been enforced).",
+            ["task", "check", "action"],
+            registry=reg,
+        )
+        self.enforce_failures = Counter(
+            "gradeproxy_enforce_failures_total",
+            "Answers enforcement could not judge (budget, grader_error, unreadable), by whether"
+            " they went through (open) or were withheld (closed); never a model failure.",
+            ["kind", "outcome"],
             registry=reg,
         )
         self.grading_errors = Counter(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader.tasks import Task
 from proxy.pipeline.grade import Graded, GradeJob, grade_job
-from proxy.pipeline.record.failures import FailureRing, failure_entry
+from proxy.pipeline.record.failures import FailureRing, enforced, failure_entry
 from proxy.pipeline.record.results import ResultsWriteError, jsonl_pieces
 from proxy.pipeline.record.sinks import RowWriter
 
@@ -94,7 +94,7 @@ def recording(
             copy = stamped[id(timings)] = {**timings, "grade_latency_s": latency_s}
         row["timings"] = copy
         result = row["result"]
-        if result == "fail" or result == "stale":
+        if result == "fail" or result == "stale" or enforced(row):
             failing.append(row)
         if row.get("kind") == "episode":  # its columns are episode metrics, not checks
             episodes.append(row)
