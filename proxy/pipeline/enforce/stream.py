@@ -7,7 +7,7 @@ reading of the wire). An event that carries no tool call is written to the clien
 the bytes it came in; an event that carries a fragment of a tool call is held until that call
 is complete, then released unchanged (pass, observe) or removed (strip, block). What completes a
 call, and what a removal does to indices, finish reasons and sequence numbers, is written in
-``docs/enforce-streams.md``; in short:
+``docs/enforce.md`` (Streamed answers in detail); in short:
 
 * chat: a delta for another tool-call index (or a new ``id`` at the same index), the choice's
   ``finish_reason``; a ``block`` holds every call of a choice until it finishes, since a block
