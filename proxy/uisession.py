@@ -25,7 +25,15 @@ COOKIE: Final = "gradeproxy_ui"
 COOKIE_PATH: Final = "/ui"
 MAX_AGE_S: Final = 12 * 3600
 # The page's JSON, which a session opens; the page itself and its login form are open to all.
-SESSION_PATHS: Final = frozenset({"/ui/scoreboard.json", "/ui/failures.json", "/ui/logout"})
+SESSION_PATHS: Final = frozenset(
+    {
+        "/ui/scoreboard.json",
+        "/ui/failures.json",
+        "/ui/logout",
+        "/ui/review/items.json",  # the review queue (proxy/surfaces/review.py)
+        "/ui/review/label",
+    }
+)
 _LABEL: Final = b"gradeproxy-ui|"
 
 

@@ -262,6 +262,18 @@ class Ui:
 
 
 @dataclass(frozen=True, slots=True)
+class Review:
+    """The review queue at /ui/review (docs/review-page.md)."""
+
+    # Task drafts (``gradeproxy tasks draft --out``) offered for review; None: none.
+    drafts_path: Path | None = None
+    # Share of judge-graded rows offered for review, by a hash of their row_id (0..1).
+    judged_sample: float = 0.1
+    # The newest rows of the results file(s) read for the queue: a bound on a page's work.
+    max_rows: int = 100000
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     listen: Listen = field(default_factory=Listen)
     admin: Admin = field(default_factory=Admin)
@@ -281,6 +293,7 @@ class Config:
     judge: Judge = field(default_factory=Judge)
     scoring: Scoring = field(default_factory=Scoring)
     ui: Ui = field(default_factory=Ui)
+    review: Review = field(default_factory=Review)
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry export (docs/tracing.md)
 
     def upstream_api_key(self) -> str | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -360,6 +360,11 @@ class WriterThread:
             else:
                 outcomes.append(failure)
         return outcomes
+
+    def run(self, function: Callable[..., None], *args: Any) -> asyncio.Future[None]:
+        """Run ``function(*args)`` on this thread (capture rows: proxy/pipeline/record/
+        captures.py), so every append to the results file or sink stays on one thread."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
 
     def close(self) -> None:
         """Wait for what was handed over, then end the thread."""
