@@ -28,6 +28,7 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── UnresolvableRefError(ValueError)   grader.checks     a $ref leaving the schema
     ├── JudgeParseError(ValueError)        grader.checks     a judge reply outside the contract
     ├── UnusableInputError(ValueError)     grader.intake     a batch input with nothing usable
+    ├── LabelError(ValueError)             grader.labels     a label or edited call unusable
     └── PriceTableError(ValueError)        grader.pricing    a price table is unusable
 
 The console script's ``InputError`` (an answers file line it refuses, ``gradeproxy/cli/_io.py``)
