@@ -8,7 +8,7 @@ is shown and nothing stored), reloads: the labels are still there, as label rows
 the results file, and ``gradeproxy calibrate --results`` counts them. No string from a row, a
 draft or a note ever runs as HTML. Screenshots land in ``artifacts/``.
 
-The browser fixture is the live page's (tests/e2e/test_live_page.py): Debian's chromium through
+The browser fixture is the live page's (tests/support/browser.py): Debian's chromium through
 Playwright's ``executable_path``, never a browser ``playwright install`` downloads.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from gradeproxy.cli import main
-from tests.e2e.test_live_page import ARTIFACTS, browser_context
+from tests.support.browser import ARTIFACTS, browser_context
 from tests.support.files import write_jsonl
 from tests.support.paths import REPO
 from tests.support.process import free_port
