@@ -24,6 +24,7 @@ from gradeproxy.cli._io import ExpandGlobs, InputError, Source, results_source, 
 from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
 from grader.intake import InputReason, Intake, UnusableInputError
 from grader.json import dumps
+from grader.labels import is_label
 from grader.rounding import percent
 
 
@@ -122,6 +123,8 @@ def read_legs(paths: list[Source], intake: Intake) -> tuple[list[Leg], int, int]
     rows = unpaired = 0
     for path in paths:
         for lineno, row in source_lines(intake, path):
+            if is_label(row):  # a person's label of another row (the review queue)
+                continue
             try:
                 leg = _leg(row)
             except _BadRowError as exc:

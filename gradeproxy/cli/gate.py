@@ -32,6 +32,7 @@ from grader.analysis.gate import (
 )
 from grader.intake import InputReason, Intake, UnusableInputError
 from grader.json import dumps
+from grader.labels import is_label
 
 GRADED = ("pass", "fail", "stale")
 UNDECIDABLE = EXIT_CANNOT_DECIDE
@@ -50,6 +51,8 @@ def _rows(paths: list[Source], intake: Intake) -> list[tuple[str, dict[str, Any]
         for lineno, row in source_lines(intake, path):
             if not isinstance(row, dict):
                 intake.problem(str(path), lineno, "not_an_object", _ROW)
+            elif is_label(row):  # a person's label of another row (the review queue)
+                continue
             elif not isinstance(row.get("task_id"), str):
                 code: InputReason = "missing_field" if "task_id" not in row else "bad_field"
                 intake.problem(str(path), lineno, code, _ROW)

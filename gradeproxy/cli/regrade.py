@@ -40,6 +40,7 @@ from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.intake import InputReason, Intake, Problem, UnusableInputError
 from grader.json import dumps
+from grader.labels import is_label
 from grader.loader import load_tasks
 from grader.tasks import Task, TaskLoadError, TaskSet
 
@@ -85,6 +86,8 @@ def read_rows(paths: list[Source], intake: Intake) -> tuple[list[Stored], list[d
             if not isinstance(row, dict):
                 problem = intake.problem(str(path), lineno, "not_an_object", _ROW)
                 refused.append(_input_error(problem, None))
+                continue
+            if is_label(row):  # a person's label of another row (the review queue)
                 continue
             if not isinstance(row.get("task_id"), str):
                 code: InputReason = "missing_field" if "task_id" not in row else "bad_field"

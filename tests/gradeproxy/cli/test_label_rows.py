@@ -5,6 +5,7 @@ row; the same from a file and from the rows database (a real PostgreSQL)."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from proxy.rowsdb import columns_of, write_batch
 from tests.support.files import write_jsonl
 from tests.support.postgres import PASSWORD, PostgresServer
 from tests.support.review import answer_row, judge_column, rid
+from tests.support.rowcommands import answers
+from tests.support.rowsets import jsonl, live_rows
 
 JUDGE = "judge-2024-08-06"
 AT = "2026-12-04T18:{:02d}:00+00:00"
@@ -172,3 +175,45 @@ def test_calibrate_reads_labels_from_the_rows_database(
     assert code == 0
     _, from_file = figures(capsys, ["--results", str(write_jsonl(tmp_path / "g.jsonl", rows))])
     assert from_db["splits"] == from_file["splits"]
+
+
+def read_past(answer: Any) -> Any:
+    """An answer with the count of rows read left out (the label rows are read), and no
+    problem row anywhere."""
+    if isinstance(answer, dict):
+        given = answer.get("input")
+        if isinstance(given, dict):
+            assert given["problem_rows"] == 0
+        return {k: read_past(v) for k, v in answer.items() if k != "input"}
+    if isinstance(answer, str) and answer.startswith("{"):
+        return read_past(json.loads(answer))
+    if isinstance(answer, str):
+        return re.sub(r"input: \d+ rows?", "input: N rows", answer)
+    return answer
+
+
+def test_label_rows_change_no_verdict_command(
+    tmp_path: Path, tasks_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """compare (table, --json), compare --gate and regrade read past label rows: the same
+    answers with or without them; export keeps them as rows of their own kind."""
+    graded = live_rows(12)
+    marks = [
+        label_row(labels=row["row_id"], draft=None, verdict="fail", at=AT.format(n), note="x")
+        for n, row in enumerate(graded[:4])
+    ]
+    plain = tmp_path / "plain.jsonl"
+    plain.write_bytes(jsonl(graded))
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(jsonl(graded[:5] + marks[:2] + graded[5:] + marks[2:]))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    without = answers([str(plain)], tmp_path / "a", tasks_file, capsys)
+    labelled = answers([str(mixed)], tmp_path / "b", tasks_file, capsys)
+    for name in ("compare_json", "gate_live", "gate_runs", "regrade", "regrade_diff"):
+        assert read_past(labelled[name]) == read_past(without[name]), name
+    assert labelled["compare_json"]["input"]["rows"] == len(graded) + 4  # read, not bad
+    assert labelled["compare"]["code"] == without["compare"]["code"] == 0
+    kinds = [row["kind"] for row in labelled["export_rows"]]
+    assert kinds.count("label") == 4
+    assert len(kinds) == len(graded) + 4
