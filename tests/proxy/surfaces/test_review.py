@@ -3,19 +3,27 @@ post must be, and that a label is a row of its own appended to the results file.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from aiohttp.test_utils import TestServer
 
+from gradeproxy.cli import main
+from grader.json import dumps
 from grader.labels import latest_labels
 from proxy.app import make_app
 from proxy.pipeline.guard import KEY_HEADER
+from proxy.rowsdb import columns_of, parse_url, write_batch
+from proxy.rowsdb import read_rows as read_db
+from proxy.surfaces.review import result_files
 from proxy.uisession import COOKIE
 from tests.support.files import write_jsonl
 from tests.support.fixtures import ClientFactory
+from tests.support.postgres import PASSWORD, PostgresServer
 from tests.support.proxy import Client, ProxyFactory, build_config, read_rows
 from tests.support.review import HOSTILE, OFFERED, drafts, rid, seeded_rows
 
@@ -237,3 +245,61 @@ async def test_with_keys_the_queue_needs_a_key_or_the_page_session(
     keyed = {KEY_HEADER: KEY, **json_type}
     assert (await client.request(method, path, data=body, headers=keyed)).status == 200
     assert "items.json" in await (await client.get("/ui/review", headers=cookie)).text()
+
+
+@pytest.mark.usefixtures("pg_password")
+async def test_with_the_rows_database_the_queue_reads_it_and_labels_go_there(
+    make_proxy: ProxyFactory, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """With ``results.sink`` the queue reads the rows database and a label is a row there,
+    through the same sink writer as every row (a real PostgreSQL)."""
+    url = postgres.database()
+    assert main(["db", "migrate", url]) == 0
+    with psycopg.connect(url, password=PASSWORD) as conn:
+        write_batch(conn, [columns_of(row, dumps(row).decode()) for row in seeded_rows()])
+    drafts_path = write_jsonl(tmp_path / "drafts.jsonl", drafts())
+    sink = {"sink": url, "sink_password_env": "PGPASSWORD", "spill_path": str(tmp_path / "s")}
+    client = await _proxy(make_proxy, drafts_path, results=sink)
+    data = await (await client.get("/ui/review/items.json")).json()
+    assert [item["key"] for item in data["items"]][2:] == [f"row:{r}" for r in OFFERED]
+    status, answer = await _post(client, {"item": "row:" + rid(4), "verdict": "fail"})
+    assert status == 200, answer
+
+    def stored() -> list[dict[str, Any]]:
+        return [row for _, row in read_db(parse_url(url), password=PASSWORD)]
+
+    for _ in range(200):  # the sink batches rows on its own thread
+        rows = await asyncio.to_thread(stored)
+        if len(rows) > len(seeded_rows()):
+            break
+        await asyncio.sleep(0.02)
+    assert rows[-1] == answer["label"]
+    again = await (await client.get("/ui/review/items.json")).json()
+    assert again["reviewed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("present", "index", "read"),
+    [
+        pytest.param(["grades.jsonl"], None, ["grades.jsonl"], id="one_process"),
+        pytest.param(["grades.jsonl.2", "grades.jsonl.1", "grades.jsonl"], None,
+                     ["grades.jsonl.2", "grades.jsonl.1", "grades.jsonl"],
+                     id="rotations_oldest_first"),
+        pytest.param(["grades.w0.jsonl", "grades.w1.jsonl", "grades.w1.jsonl.1"], 1,
+                     ["grades.w0.jsonl", "grades.w1.jsonl.1", "grades.w1.jsonl"],
+                     id="every_workers_file"),
+        pytest.param(["grades.w1.jsonl", "grades.w12.jsonl", "other.w0.jsonl"], 1,
+                     ["grades.w1.jsonl", "grades.w12.jsonl"], id="only_this_results_files"),
+        pytest.param([], None, [], id="not_written_yet"),
+    ],
+)  # fmt: skip
+def test_the_queue_reads_every_workers_results_file(
+    tmp_path: Path, present: list[str], index: int | None, read: list[str]
+) -> None:
+    """A label is written by the worker that served the page, its row maybe by another: the
+    queue reads every worker's file (and their rotations, oldest first)."""
+    for name in present:
+        (tmp_path / name).write_text("")
+    mine = "grades.jsonl" if index is None else f"grades.w{index}.jsonl"
+    config = build_config("http://127.0.0.1:9/v1", None, tmp_path / mine)
+    assert [p.name for p in result_files(config, index)] == read
