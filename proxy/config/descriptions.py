@@ -316,7 +316,9 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
             "share of judge-graded rows the review queue offers (0..1, a hash of `row_id`: the"
             " same rows on every worker); judge parse errors and advisory rows are all offered"
         ),
-        "max_rows": "the newest result rows the review queue reads, per page load",
+        "max_items": (
+            "the newest items from result rows the review queue keeps in memory, per process"
+        ),
     },
     "Tracing": {
         "enabled": (

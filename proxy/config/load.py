@@ -168,7 +168,7 @@ def _validate(config: Config) -> Config:
             "ui.failure_ring_size: must be within 0..10000",
         ),
         (0 <= config.review.judged_sample <= 1, "review.judged_sample: must be within 0..1"),
-        (config.review.max_rows >= 1, "review.max_rows: must be >= 1"),
+        (config.review.max_items >= 1, "review.max_items: must be >= 1"),
     ]
     for ok, message in checks:
         if not ok:

@@ -269,8 +269,8 @@ class Review:
     drafts_path: Path | None = None
     # Share of judge-graded rows offered for review, by a hash of their row_id (0..1).
     judged_sample: float = 0.1
-    # The newest rows of the results file(s) read for the queue: a bound on a page's work.
-    max_rows: int = 100000
+    # The newest items from result rows the queue keeps (in memory, per process).
+    max_items: int = 10000
 
 
 @dataclass(frozen=True, slots=True)

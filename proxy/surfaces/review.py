@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -121,32 +122,98 @@ def _database_rows(config: Config) -> Iterator[Any]:
         yield row
 
 
-def read_queue(config: Config, worker_index: int | None) -> Queue:
+class RowItems:
+    """The queue's items from result rows, kept between page loads: a file is read once, then
+    only the lines appended since (a label post must not read a 100 MB file again); a file
+    that was replaced or cut (rotation, a new worker file) makes it read everything again.
+    The rows database is read whole each time. Thread-safe: requests refresh it in threads."""
+
+    def __init__(self, judged_sample: float, max_items: int) -> None:
+        self.judged_sample = judged_sample
+        self.max_items = max_items
+        self._lock = threading.Lock()
+        self._read: dict[Path, tuple[int, int, int]] = {}  # path -> (device, inode, offset)
+        self._items: deque[dict[str, Any]] = deque(maxlen=max_items)
+        self._labels: list[dict[str, Any]] = []
+
+    def _take(self, row: Any) -> None:
+        if is_label(row):
+            self._labels.append(row)
+        elif (item := row_item(row, self.judged_sample)) is not None:
+            self._items.append(item)
+
+    def _reset(self) -> None:
+        self._read, self._labels = {}, []
+        self._items = deque(maxlen=self.max_items)
+
+    def from_files(self, paths: list[Path]) -> tuple[list[dict[str, Any]], list[Any]]:
+        """The items and label rows in ``paths`` (oldest first), reading only what is new."""
+        with self._lock:
+            now = {}
+            for path in paths:
+                stat = path.stat()
+                now[path] = (stat.st_dev, stat.st_ino, stat.st_size)
+            changed = any(
+                path not in now or now[path][:2] != seen[:2] or now[path][2] < seen[2]
+                for path, seen in self._read.items()
+            )
+            if changed:
+                self._reset()
+            for path in paths:
+                device, inode, size = now[path]
+                offset = self._read.get(path, (device, inode, 0))[2]
+                if size > offset:
+                    offset += self._read_from(path, offset, size)
+                self._read[path] = (device, inode, offset)
+            return list(self._items), list(self._labels)
+
+    def _read_from(self, path: Path, offset: int, size: int) -> int:
+        """Take the whole lines of ``path`` between ``offset`` and ``size``; the bytes used
+        (a line still being written is left for the next read)."""
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read(size - offset)
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].splitlines():
+            if line.strip():
+                try:
+                    self._take(orjson.loads(line))
+                except orjson.JSONDecodeError:
+                    continue  # a cut line (a crash): the queue skips it as every reader does
+        return end
+
+    def from_rows(self, rows: Iterator[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+        """The items and label rows of ``rows`` (the rows database: read whole)."""
+        with self._lock:
+            self._reset()
+            for row in rows:
+                self._take(row)
+            return list(self._items), list(self._labels)
+
+
+def read_queue(config: Config, worker_index: int | None, items: RowItems) -> Queue:
     """The queue as the rows and the drafts file say now (blocking: called in a thread)."""
     review = config.review
-    newest: deque[Any] = deque(maxlen=review.max_rows)
-    labels: list[Any] = []
     problems: list[str] = []
+    from_rows: list[dict[str, Any]] = []
+    labels: list[Any] = []
     try:
         if config.results.sink is not None:
-            sources: list[Iterator[Any]] = [_database_rows(config)]
+            from_rows, labels = items.from_rows(_database_rows(config))
         else:
-            sources = [_file_rows(p) for p in result_files(config, worker_index)]
-        for source in sources:
-            for row in source:
-                (labels if is_label(row) else newest).append(row)
+            from_rows, labels = items.from_files(result_files(config, worker_index))
     except Exception as exc:  # an unreadable file or database: said on the page, not a 500
         problems.append(f"result rows: {exc}")
-    items: list[dict[str, Any]] = []
+    queue: list[dict[str, Any]] = []
     try:
-        items += _draft_items(review.drafts_path)
+        queue += _draft_items(review.drafts_path)
     except Exception as exc:
         problems.append(f"review.drafts_path: {exc}")
-    items += [item for row in newest if (item := row_item(row, review.judged_sample)) is not None]
+    queue += [dict(item) for item in from_rows]  # the kept items are never changed
     latest = latest_labels(labels)
-    for item in items:
+    for item in queue:
         item["label"] = latest.get(_key_of(item["key"]))
-    return Queue(items, latest, problems)
+    return Queue(queue, latest, problems)
 
 
 def _key_of(key: str) -> tuple[str, str]:
@@ -272,8 +339,11 @@ def add_review_routes(
         worker = proxy_app.get(WORKER)
         return worker.index if worker is not None and worker.count > 1 else None
 
+    review = proxy_app[CONFIG].review
+    kept = RowItems(review.judged_sample, review.max_items)
+
     async def queue_now() -> Queue:
-        return await asyncio.to_thread(read_queue, proxy_app[CONFIG], worker_index())
+        return await asyncio.to_thread(read_queue, proxy_app[CONFIG], worker_index(), kept)
 
     async def page(request: web.Request) -> web.Response:
         if keyed and guard is not None and not signed_in(request, guard):

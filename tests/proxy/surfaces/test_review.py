@@ -14,12 +14,12 @@ from aiohttp.test_utils import TestServer
 
 from gradeproxy.cli import main
 from grader.json import dumps
-from grader.labels import latest_labels
+from grader.labels import label_row, latest_labels
 from proxy.app import make_app
 from proxy.pipeline.guard import KEY_HEADER
 from proxy.rowsdb import columns_of, parse_url, write_batch
 from proxy.rowsdb import read_rows as read_db
-from proxy.surfaces.review import result_files
+from proxy.surfaces.review import RowItems, result_files
 from proxy.uisession import COOKIE
 from tests.support.files import write_jsonl
 from tests.support.fixtures import ClientFactory
@@ -303,3 +303,40 @@ def test_the_queue_reads_every_workers_results_file(
     mine = "grades.jsonl" if index is None else f"grades.w{index}.jsonl"
     config = build_config("http://127.0.0.1:9/v1", None, tmp_path / mine)
     assert [p.name for p in result_files(config, index)] == read
+
+
+def _lines(rows: list[dict[str, Any]]) -> bytes:
+    return b"".join(dumps(row) + b"\n" for row in rows)
+
+
+def _keys(items: RowItems, paths: list[Path]) -> tuple[list[str], list[str]]:
+    got, labels = items.from_files(paths)
+    return [item["key"] for item in got], [label["labels"] for label in labels]
+
+
+def test_the_queue_reads_a_file_once_then_only_what_was_appended(tmp_path: Path) -> None:
+    rows = seeded_rows()
+    path = tmp_path / "grades.jsonl"
+    path.write_bytes(_lines(rows[:2]))
+    items = RowItems(1.0, 100)
+    assert _keys(items, [path]) == ([f"row:{rid(1)}", f"row:{rid(2)}"], [])
+    mark = label_row(labels=rid(1), draft=None, verdict="pass", at="2026-12-04T18:00:00+00:00")
+    torn = _lines([rows[2]])
+    with path.open("ab") as out:  # a label, then a row still being written (no newline yet)
+        out.write(_lines([mark]) + torn[:20])
+    assert _keys(items, [path]) == ([f"row:{rid(1)}", f"row:{rid(2)}"], [rid(1)])
+    with path.open("ab") as out:
+        out.write(torn[20:])
+    assert _keys(items, [path])[0][-1] == f"row:{rid(3)}"
+    # Rotation: the file moves to .1 and a new one starts; everything is read again, once.
+    path.rename(tmp_path / "grades.jsonl.1")
+    path.write_bytes(_lines([rows[3]]))
+    again = _keys(items, [tmp_path / "grades.jsonl.1", path])
+    assert again == ([f"row:{rid(n)}" for n in (1, 2, 3, 4)], [rid(1)])
+    path.write_bytes(_lines([rows[4]]))  # cut and rewritten (shorter): read again
+    assert _keys(items, [tmp_path / "grades.jsonl.1", path])[0][-1] == f"row:{rid(5)}"
+
+
+def test_the_queue_keeps_the_newest_items(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "grades.jsonl", seeded_rows())
+    assert _keys(RowItems(1.0, 2), [path])[0] == [f"row:{rid(4)}", f"row:{rid(5)}"]
