@@ -43,10 +43,11 @@ JUDGE = "judge-2024-08-06"
 NOTE = HOSTILE + " caf\u00e9 \U0001f600"
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A keyed ``serve`` with the review queue on its admin port: (admin base URL, rows file)."""
-    work = tmp_path_factory.mktemp("review")
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A keyed ``serve`` with the review queue on its admin port: (admin base URL, rows file).
+    One per test: each starts from the same unlabelled rows."""
+    work = tmp_path
     rows = write_jsonl(work / "grades.jsonl", seeded_rows())
     drafts_file = write_jsonl(work / "drafts.jsonl", drafts())
     port, admin, log = free_port(), free_port(), work / "serve.log"
@@ -202,3 +203,42 @@ def test_label_by_keyboard_edit_a_draft_reload_and_calibrate(
     assert (test["tp"], test["fp"], test["fn"], test["tn"]) == (1, 1, 0, 0)
     assert report["splits"]["dev"] == {"error": "no positive human labels in this split: "
                                        "TPR is undefined"}  # fmt: skip
+
+
+def test_on_a_phone_the_buttons_label_and_nothing_scrolls_sideways(
+    served: tuple[str, Path], browser_context: Any
+) -> None:
+    """A phone has no j/k/p/f keys: the buttons do the same, and the page fits its width."""
+    base, rows_path = served
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": 390, "height": 800})
+    page.goto(f"{base}/ui/review", wait_until="load")
+    if page.locator("#key").count():  # this context may hold a session from another test
+        page.fill("#key", KEY)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{base}/ui")
+        page.goto(f"{base}/ui/review")
+    page.wait_for_selector("body[data-loaded]")
+    page.click("button[data-do=next]")
+    page.click("button[data-do=next]")
+    assert page.locator("#row-id").inner_text() == rid(1)
+    page.click("button[data-do=fail]")
+    wait_progress(page, "1 of 7 reviewed")
+    for _ in range(3):  # the fail moved the view on, to row 2
+        page.click("button[data-do=prev]")
+    assert page.locator("#task").text_content() == "draft.0a1b2c3d.4e5f6a7b"
+    page.click("button[data-do=edit]")  # opens the editor
+    good = {"name": "close_ticket", "arguments": {}}
+    page.locator("#editor").fill(json.dumps([good]))
+    page.click("button[data-do=edit]")  # saves it
+    wait_progress(page, "2 of 7 reviewed")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "review-phone.png"), full_page=True)
+    page.close()
+    labels = [r for r in read_rows(rows_path) if r["kind"] == "label"]
+    assert [(r["labels"], r["draft"], r["verdict"]) for r in labels] == [
+        (rid(1), None, "fail"),
+        (None, "draft.0a1b2c3d.4e5f6a7b", "edit"),
+    ]
+    assert labels[1]["expected"] == [good]
