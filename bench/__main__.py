@@ -68,6 +68,7 @@ SCENARIOS: dict[str, Scenario] = {
     "grading-ipc": Scenario(
         "grading_ipc_bench.py", "what a grade job costs the proxy: in a thread or the child"
     ),
+    "review": Scenario("review_bench.py", "the review queue: first load, then each label post"),
 }
 
 

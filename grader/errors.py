@@ -30,6 +30,7 @@ keeps the builtin base its callers have always caught (as aiohttp's ``client_exc
     ├── UnusableInputError(ValueError)     grader.intake     a batch input with nothing usable
     ├── DraftRowError(ValueError)          grader.drafts     a row or label drafts cannot read
     ├── FilterError(ValueError)            grader.drafts     a draft --filter that is unreadable
+    ├── LabelError(ValueError)             grader.labels     a label or edited call unusable
     ├── PriceTableError(ValueError)        grader.pricing    a price table is unusable
     └── EnforceError(ValueError)           grader.enforce    an enforce entry or policy unusable
 

@@ -343,7 +343,9 @@ def _where(filters: Mapping[str, str]) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
-def read_rows(url: RowsURL, batch: int = 2000) -> Iterator[tuple[int, Any]]:
+def read_rows(
+    url: RowsURL, batch: int = 2000, password: str | None = None
+) -> Iterator[tuple[int, Any]]:
     """``(n, row)`` for every row the URL's filters select, in the order they were written
     (``seq``), streamed with a server-side cursor. Raises :class:`RowsDatabaseError`."""
     require_psycopg()
@@ -352,7 +354,7 @@ def read_rows(url: RowsURL, batch: int = 2000) -> Iterator[tuple[int, Any]]:
     where, params = _where(url.filters)
     query = f"SELECT doc::text FROM {TABLE}{where} ORDER BY seq"
     try:
-        with connect(url.conninfo) as conn:
+        with connect(url.conninfo, password) as conn:
             state = schema_state(conn)
             if state == "missing":
                 raise RowsDatabaseError(f"{url}: no rows table: run 'gradeproxy db migrate URL'")

@@ -7,7 +7,8 @@ itself. Any process that knows the keys can check it, so every worker of ``liste
 and a restarted proxy accept it, and removing a key from ``auth.keys_env`` ends its sessions.
 The cookie is ``HttpOnly`` and ``SameSite=Strict``, scoped to ``Path=/ui`` (``Secure`` when the
 request came over TLS), and it opens only the page's own JSON (``/ui/scoreboard.json``,
-``/ui/failures.json``): the API, ``/metrics`` and the workers' ``/ui/worker.json`` still take
+``/ui/failures.json``, the review queue's ``/ui/review/items.json`` and its label post): the
+API, ``/metrics`` and the workers' ``/ui/worker.json`` still take
 only the key header (proxy/pipeline/guard.py).
 
 Holds no state and does no I/O.
@@ -25,7 +26,15 @@ COOKIE: Final = "gradeproxy_ui"
 COOKIE_PATH: Final = "/ui"
 MAX_AGE_S: Final = 12 * 3600
 # The page's JSON, which a session opens; the page itself and its login form are open to all.
-SESSION_PATHS: Final = frozenset({"/ui/scoreboard.json", "/ui/failures.json", "/ui/logout"})
+SESSION_PATHS: Final = frozenset(
+    {
+        "/ui/scoreboard.json",
+        "/ui/failures.json",
+        "/ui/logout",
+        "/ui/review/items.json",  # the review queue (proxy/surfaces/review.py)
+        "/ui/review/label",
+    }
+)
 _LABEL: Final = b"gradeproxy-ui|"
 
 

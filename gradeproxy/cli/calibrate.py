@@ -1,7 +1,13 @@
 """``gradeproxy calibrate``: a judge's TPR and TNR against human labels, per split (seed 002).
 
 Reads JSONL rows ``{"judge": true|false|"PASS"|"FAIL", "human": ..., "split"?: "train"|"dev"|
-"test"}``. Figures are reported per split, never pooled (seed 002 §2); the headline is the
+"test"}`` (``--labels``), or the label rows people wrote in the review queue straight from the
+result rows (``--results FILE|URL``, docs/review.md): the latest label of each row is the
+human verdict, the judge's verdict is joined from the labelled row by ``row_id``, and the split
+is a hash of that ``row_id`` (20/40/40 train/dev/test, grader/labels.py). A label whose row is
+not among the rows given, or whose row has no judge verdict, is skipped and counted.
+
+Figures are reported per split, never pooled (seed 002 §2); the headline is the
 sealed ``test`` split (or, in a file without splits, all rows, said to be no sealed estimate).
 ``--judge-model`` is required, must be a pinned snapshot, and is recorded with the figures (seed
 002 §5); ``--out REC.json`` writes the calibration record that judge checks cite
@@ -31,7 +37,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradeproxy.cli._io import InputError, add_strict, write_atomically
+from gradeproxy.cli._io import (
+    ExpandGlobs,
+    InputError,
+    Source,
+    add_no_rotations,
+    add_strict,
+    results_source,
+    source_lines,
+    write_atomically,
+)
+from gradeproxy.cli.parquet import with_rotations
 from grader.advisory import CALIBRATION_KIND
 from grader.analysis.calibration import (
     SPLITS,
@@ -46,6 +62,7 @@ from grader.analysis.calibration import (
 from grader.checks.judge import pinned_problem
 from grader.intake import InputReason, Intake, UnusableInputError
 from grader.json import dumps
+from grader.labels import is_label, judge_verdict, label_problem, latest_labels, split_of
 
 MIN_LABELS = 100  # seed 002 §1: collect human labels for >= 100 items
 
@@ -58,11 +75,20 @@ def register(sub: Any) -> None:
         "(train/dev/test), check them against a bar and, given the judge's observed pass "
         "rate, the Rogan-Gladen corrected pass rate.",
     )
-    parser.add_argument(
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument(
         "--labels",
-        required=True,
         type=Path,
         help='JSONL rows {"judge": ..., "human": ..., "split"?: train|dev|test}',
+    )
+    given.add_argument(
+        "--results",
+        nargs="+",
+        type=results_source,
+        action=ExpandGlobs,
+        metavar="FILE",
+        help="result rows with the review queue's label rows (JSONL, quoted globs expanded, "
+        "or a postgresql:// URL): the judge's verdict joined by row_id, split by its hash",
     )
     parser.add_argument(
         "--judge-model",
@@ -85,6 +111,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--out", type=Path, help="write the calibration record (JSON)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_strict(parser)
+    add_no_rotations(parser)
     parser.set_defaults(handler=run)
 
 
@@ -98,6 +125,46 @@ def read_labels(path: Path, intake: Intake) -> list[tuple[str, Any]]:
             continue
         rows.append((f"{path}:{lineno}", row))
     return rows
+
+
+def read_label_rows(sources: list[Source], intake: Intake) -> tuple[list[tuple[str, Any]], str]:
+    """Calibration rows ``(where, {"judge", "human", "split"})`` from result rows and their
+    label rows (the latest label of each row; draft labels are not a judge's), and the sha256
+    of what was used; a label that cannot be joined is skipped and counted."""
+    verdicts: dict[str, bool | None] = {}
+    labels: list[dict[str, Any]] = []
+    where: dict[int, str] = {}
+    for source in sources:
+        for lineno, row in source_lines(intake, source):
+            if not isinstance(row, dict):
+                intake.problem(str(source), lineno, "not_an_object", "expected a result row")
+            elif is_label(row):
+                problem = label_problem(row)
+                if problem is not None:
+                    intake.problem(str(source), lineno, "bad_field", f"label row: {problem}")
+                    continue
+                where[id(row)] = f"{source}:{lineno}"
+                labels.append(row)
+            elif isinstance(row.get("row_id"), str):
+                verdicts[row["row_id"]] = judge_verdict(row)
+    out: list[tuple[str, Any]] = []
+    for (kind, row_id), label in latest_labels(labels).items():
+        if kind != "row":
+            continue
+        at = where[id(label)]
+        file, _, line = at.rpartition(":")
+        if row_id not in verdicts:
+            message = f"label of row {row_id}: that row is not among the rows given"
+            intake.problem(file, int(line), "missing_field", message)
+        elif verdicts[row_id] is None:
+            message = f"label of row {row_id}: the row has no judge verdict to calibrate"
+            intake.problem(file, int(line), "missing_field", message)
+        else:
+            human = label["verdict"] == "pass"
+            out.append((at, {"judge": verdicts[row_id], "human": human, "split": split_of(row_id)}))
+    out.sort(key=lambda pair: pair[0])
+    digest = hashlib.sha256(b"".join(dumps(row) + b"\n" for _, row in out)).hexdigest()
+    return out, digest
 
 
 def _label_problem(row: Any) -> tuple[InputReason, str] | None:
@@ -166,8 +233,14 @@ def run(args: argparse.Namespace) -> int:
         problem = pinned_problem(args.judge_model)
         if problem is not None:
             raise CalibrationError(f"--judge-model {problem}")
-        raw = args.labels.read_bytes() if args.labels.exists() else b""
-        rows = read_labels(args.labels, intake)
+        if args.results is not None:
+            sources = args.results if args.no_rotations else with_rotations(args.results)
+            rows, digest = read_label_rows(sources, intake)
+            given = ", ".join(str(s) for s in sources)
+        else:
+            raw = args.labels.read_bytes() if args.labels.exists() else b""
+            rows, digest = read_labels(args.labels, intake), hashlib.sha256(raw).hexdigest()
+            given = str(args.labels)
         if not rows:
             raise CalibrationError("judge verdicts and human labels must be non-empty")
         figures = _figures(labels_by_split(rows))
@@ -191,8 +264,8 @@ def run(args: argparse.Namespace) -> int:
         },
         "bar": args.bar,
         "advisory_only": advisory,
-        "labels": str(args.labels),
-        "labels_sha256": hashlib.sha256(raw).hexdigest(),
+        "labels": given,
+        "labels_sha256": digest,
         "input": intake.to_dict(),
     }
     if sentence is not None:

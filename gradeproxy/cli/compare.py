@@ -25,6 +25,7 @@ from grader.analysis.paired import RESULTS, Comparison, Leg, Summary, summarise
 from grader.capture import is_capture
 from grader.intake import InputReason, Intake, UnusableInputError
 from grader.json import dumps
+from grader.labels import is_label
 from grader.rounding import percent
 
 
@@ -123,7 +124,7 @@ def read_legs(paths: list[Source], intake: Intake) -> tuple[list[Leg], int, int]
     rows = unpaired = 0
     for path in paths:
         for lineno, row in source_lines(intake, path):
-            if is_capture(row):  # an untagged request's answer: graded by nothing
+            if is_capture(row) or is_label(row):  # an untagged answer, a person's label
                 continue
             try:
                 leg = _leg(row)

@@ -3,7 +3,10 @@
 Live rows stay JSONL (a Parquet file is readable only once its footer is written, so a crash
 would lose a whole open file); export them when a run is over. Given ``results/grades.jsonl``,
 its rotations (``grades.jsonl.5`` … ``.1``) are read first, oldest first, so the Parquet rows
-are in the order they were written. A line that is not JSON (cut off by a crash, say) or not
+are in the order they were written. Where the rows hold label rows (the review queue's,
+docs/review.md), each labelled row gets its latest label joined by ``row_id``: ``label``
+(``pass`` / ``fail``), ``label_note``, ``label_reviewer``, ``label_at`` (null on a row nobody
+labelled); the label rows are exported too. A line that is not JSON (cut off by a crash, say) or not
 an object is skipped and counted by reason (grader/intake.py), never a refused file.
 
 Exit 0 every row exported; 1 some rows were skipped (the first few named on stderr with
@@ -30,6 +33,9 @@ from gradeproxy.cli._io import (
 )
 from gradeproxy.cli.parquet import require_pyarrow, with_rotations, write_parquet
 from grader.intake import Intake, UnusableInputError
+from grader.labels import is_label, latest_labels
+
+LABEL_COLUMNS = ("label", "label_note", "label_reviewer", "label_at")
 
 
 def register(sub: Any) -> None:
@@ -72,12 +78,32 @@ def read_rows(paths: list[Source], intake: Intake) -> list[dict[str, Any]]:
     return rows
 
 
+def with_labels(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row with its latest label's columns, when any row is a label (else as given)."""
+    if not any(is_label(row) for row in rows):
+        return rows
+    latest = latest_labels(rows)
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        if is_label(row) or any(column in row for column in LABEL_COLUMNS):
+            out.append(row)  # a row that carries such a field keeps its own
+            continue
+        label = latest.get(("row", row["row_id"])) if isinstance(row.get("row_id"), str) else None
+        values = (
+            (label["verdict"], label.get("note"), label.get("reviewer"), label["at"])
+            if label is not None
+            else (None, None, None, None)
+        )
+        out.append({**row, **dict(zip(LABEL_COLUMNS, values, strict=True))})
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     intake = Intake("export", strict=args.strict)
     try:
         require_pyarrow()
         paths = args.results if args.no_rotations else with_rotations(args.results)
-        rows = read_rows(paths, intake)
+        rows = with_labels(read_rows(paths, intake))
         write_parquet(args.parquet, rows, wide=args.wide)
     except (InputError, UnusableInputError) as exc:
         print(f"gradeproxy export: error: {exc}", file=sys.stderr)

@@ -33,6 +33,7 @@ from grader.analysis.gate import (
 from grader.capture import is_capture
 from grader.intake import InputReason, Intake, UnusableInputError
 from grader.json import dumps
+from grader.labels import is_label
 
 GRADED = ("pass", "fail", "stale")
 UNDECIDABLE = EXIT_CANNOT_DECIDE
@@ -51,7 +52,7 @@ def _rows(paths: list[Source], intake: Intake) -> list[tuple[str, dict[str, Any]
         for lineno, row in source_lines(intake, path):
             if not isinstance(row, dict):
                 intake.problem(str(path), lineno, "not_an_object", _ROW)
-            elif is_capture(row):  # an untagged request's answer: graded by nothing
+            elif is_capture(row) or is_label(row):  # an untagged answer, a person's label
                 continue
             elif not isinstance(row.get("task_id"), str):
                 code: InputReason = "missing_field" if "task_id" not in row else "bad_field"

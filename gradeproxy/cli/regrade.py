@@ -41,6 +41,7 @@ from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.intake import InputReason, Intake, Problem, UnusableInputError
 from grader.json import dumps
+from grader.labels import is_label
 from grader.loader import load_tasks
 from grader.tasks import Task, TaskLoadError, TaskSet
 
@@ -87,7 +88,7 @@ def read_rows(paths: list[Source], intake: Intake) -> tuple[list[Stored], list[d
                 problem = intake.problem(str(path), lineno, "not_an_object", _ROW)
                 refused.append(_input_error(problem, None))
                 continue
-            if is_capture(row):  # an untagged request's answer: no verdict to regrade
+            if is_capture(row) or is_label(row):  # an untagged answer, a person's label
                 continue
             if not isinstance(row.get("task_id"), str):
                 code: InputReason = "missing_field" if "task_id" not in row else "bad_field"

@@ -111,6 +111,17 @@ def request_schema(tools: list[Any], name: str) -> Any | None:
     return None
 
 
+def arguments_problem(schema: Any, arguments: Any) -> str | None:
+    """Why ``arguments`` do not match a tool's ``parameters`` ``schema`` (``arguments.x: ...``),
+    or None: the same validators (bounded patterns, no fetched refs) a ``json_schema`` check
+    uses; an unusable schema raises (``SchemaError``, ``PatternError``, ...)."""
+    error = _schema().schema_errors(_REQUEST_VALIDATORS.get(schema), arguments)
+    if error is None:
+        return None
+    message = error.message[:_SHOWN] + ("…" if len(error.message) > _SHOWN else "")
+    return f"{error.json_path.replace('$', 'arguments', 1)}: {message}"
+
+
 TARGETS = ("calls", "answer")
 
 

@@ -33,6 +33,7 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         "judge": "the LLM judge for `label_model`/`score_model` checks",
         "scoring": "the HTTP scoring routes (docs/scoring.md)",
         "ui": "the live page `/ui`",
+        "review": "the review queue `/ui/review`: drafts and judged rows labelled by people",
         "tracing": "OpenTelemetry export (docs/tracing.md)",
     },
     "Listen": {
@@ -327,6 +328,18 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         "failure_ring_size": (
             "failing and stale answers the `/ui` inspector keeps in memory, per process (0: none;"
             " empty anyway unless `results.answer` is `keep`)"
+        ),
+    },
+    "Review": {
+        "drafts_path": (
+            "task drafts (`gradeproxy tasks draft --out`) the review queue offers; unset: none"
+        ),
+        "judged_sample": (
+            "share of judge-graded rows the review queue offers (0..1, a hash of `row_id`: the"
+            " same rows on every worker); judge parse errors and advisory rows are all offered"
+        ),
+        "max_items": (
+            "the newest items from result rows the review queue keeps in memory, per process"
         ),
     },
     "Tracing": {

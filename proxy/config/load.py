@@ -173,6 +173,8 @@ def _validate(config: Config) -> Config:
             0 <= config.ui.failure_ring_size <= 10000,
             "ui.failure_ring_size: must be within 0..10000",
         ),
+        (0 <= config.review.judged_sample <= 1, "review.judged_sample: must be within 0..1"),
+        (config.review.max_items >= 1, "review.max_items: must be >= 1"),
     ]
     for ok, message in checks:
         if not ok:

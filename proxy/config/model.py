@@ -282,6 +282,18 @@ class Ui:
 
 
 @dataclass(frozen=True, slots=True)
+class Review:
+    """The review queue at /ui/review (docs/review.md)."""
+
+    # Task drafts (``gradeproxy tasks draft --out``) offered for review; None: none.
+    drafts_path: Path | None = None
+    # Share of judge-graded rows offered for review, by a hash of their row_id (0..1).
+    judged_sample: float = 0.1
+    # The newest items from result rows the queue keeps (in memory, per process).
+    max_items: int = 10000
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     listen: Listen = field(default_factory=Listen)
     admin: Admin = field(default_factory=Admin)
@@ -302,6 +314,7 @@ class Config:
     judge: Judge = field(default_factory=Judge)
     scoring: Scoring = field(default_factory=Scoring)
     ui: Ui = field(default_factory=Ui)
+    review: Review = field(default_factory=Review)
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry export (docs/tracing.md)
 
     def upstream_api_key(self) -> str | None:

@@ -45,7 +45,9 @@ __all__ = ["KEY_HEADER", "STRIP", "TRACE", "Guard", "dot_segment"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 KEY_HEADER = "X-Gradeproxy-Key"
-OPEN_PATHS = frozenset({"/livez", "/readyz", "/health", "/ui", "/ui/login", "/favicon.ico"})
+OPEN_PATHS = frozenset(
+    {"/livez", "/readyz", "/health", "/ui", "/ui/login", "/ui/review", "/favicon.ico"}
+)
 TRACE = web.RequestKey("trace", TraceContext)
 # Names of request headers that must not be forwarded (the one that carried the inbound key).
 STRIP = web.RequestKey("strip_headers", tuple)

@@ -37,6 +37,7 @@ from proxy.state import CONFIG, METRICS, QUEUE_SLOT, WORKER
 from proxy.surfaces.health import readyz
 from proxy.surfaces.login import add_login_routes
 from proxy.surfaces.peers import read_peers
+from proxy.surfaces.review import add_review_routes
 
 FAILURES = web.AppKey("failures", FailureRing)
 PAGE = files("proxy.surfaces").joinpath("ui.html").read_bytes()
@@ -49,6 +50,7 @@ INDEX = b"""<!doctype html><html lang="en"><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1"><title>gradeproxy</title>
 <body style="font-family:system-ui,sans-serif;margin:2rem"><h1>gradeproxy</h1><ul>
 <li><a href="/ui">/ui</a>: live scoreboard and failure inspector</li>
+<li><a href="/ui/review">/ui/review</a>: the review queue (label drafts and judged rows)</li>
 <li><a href="/metrics">/metrics</a>: Prometheus metrics</li>
 <li><a href="/readyz">/readyz</a>: readiness (also <a href="/health">/health</a>),
 <a href="/livez">/livez</a>: liveness, <a href="/healthz/grading">/healthz/grading</a></li>
@@ -291,3 +293,4 @@ def add_ui_routes(
     target.router.add_get("/ui/scoreboard.json", board)
     target.router.add_get("/ui/failures.json", failures)
     target.router.add_get("/ui/worker.json", reading)
+    add_review_routes(target, proxy_app, guard, lambda r: inspector_allowed(r, admin, guard))

@@ -8,7 +8,8 @@ episodes show in the Episodes section and a task's error rate in its row. Screen
 land in ``artifacts/`` (git-ignored; CI keeps them).
 
 The browser is Debian's ``/usr/bin/chromium`` (scripts/install-ci-tools.sh installs it), never
-one ``playwright install`` downloads. Under ``CI=true`` a missing browser fails the test.
+one ``playwright install`` downloads (tests/support/browser.py, shared with the review page's
+test). Under ``CI=true`` a missing browser fails the test.
 """
 
 from __future__ import annotations
@@ -23,35 +24,21 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from grader.rounding import percent
+from tests.support.browser import ARTIFACTS, browser_context
 from tests.support.paths import REPO
 from tests.support.process import free_port
-from tests.support.tools import unavailable
+
+__all__ = ["browser_context"]  # the shared fixture, imported to be used here
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.timeout(300)]
 
-ARTIFACTS = REPO / "artifacts"
-CHROMIUM = Path(os.environ.get("GRADEPROXY_CHROMIUM", "/usr/bin/chromium"))
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WIDTHS = {"laptop": 1280, "phone": 390}
-
-
-def _missing(what: str) -> NoReturn:
-    unavailable(f"{what} is not installed: run scripts/install-ci-tools.sh")
 
 
 def get(url: str) -> bytes:
@@ -100,25 +87,6 @@ def metric_counts(base: str) -> Counter[tuple[str, str]]:
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def browser_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not CHROMIUM.is_file():
-        _missing(f"Debian's chromium ({CHROMIUM})")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("playwright (pip, in the [test] extra)")
-    profile = tmp_path_factory.mktemp("chromium-profile")  # a fresh --user-data-dir
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=str(CHROMIUM), headless=True, args=FLAGS
-        )
-        try:
-            yield context
-        finally:
-            context.close()
 
 
 def shown_numbers(page: Any) -> dict[tuple[str, str], int]:
