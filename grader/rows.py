@@ -73,6 +73,7 @@ LIVE_FIELDS: tuple[str, ...] = (
     "timings",
     "usage",
     "cost",
+    "key_id",
 )
 # An answers-file field with one of these names would overwrite what the grader wrote: refused.
 RESERVED_FIELDS: frozenset[str] = frozenset(OFFLINE_FIELDS) | {"truncated"}
@@ -109,6 +110,7 @@ class Live:
     # The response's token usage (grader/usage.py), None when the backend reported none.
     usage: Mapping[str, int | None] | None = None
     cost: float | None = None  # what ``usage`` cost by the price table (grader/pricing.py)
+    key_id: str | None = None  # the named inbound key the request came with (auth.keys)
 
     def fields(self) -> dict[str, Any]:
         """The live fields alone, in the row's order."""
@@ -149,6 +151,7 @@ class Live:
         row["timings"] = dict(self.timings)
         row["usage"] = None if self.usage is None else dict(self.usage)
         row["cost"] = self.cost
+        row["key_id"] = self.key_id
 
 
 def _write_verdict(row: dict[str, Any], outcome: Outcome) -> None:

@@ -32,7 +32,7 @@ from proxy.pipeline.capture.delivered import answered, relay_skip
 from proxy.pipeline.episodes import header_role, turn_of
 from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
 from proxy.pipeline.grade import GradeJob
-from proxy.pipeline.guard import STRIP, TRACE
+from proxy.pipeline.guard import KEY_ID, STRIP, TRACE
 from proxy.pipeline.record.access import record_request
 from proxy.pipeline.route import ShadowTarget, Target
 from proxy.pipeline.transport import TRANSPORTS
@@ -283,6 +283,7 @@ class _Exchange:
             sample_id=request.headers.get(grading.sample_id_header),
             upstream_request_id=outcome.upstream_request_id,
             span=self.span,
+            key_id=request.get(KEY_ID),
         )
         self.submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)
@@ -338,6 +339,7 @@ def _start_shadow(
         meta=_meta(request, grading.meta_header_prefix),
         api=admitted.api,
         sample_id=request.headers.get(grading.sample_id_header),
+        key_id=request.get(KEY_ID),
     )
     if span is not None:  # its own trace, linked to this one; the shadow sees its span
         leg.span = span.shadow_leg(shadow.url, body, leg.pair_id, task.id)

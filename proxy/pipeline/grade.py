@@ -62,6 +62,7 @@ class GradeJob:
     upstream_request_id: str | None = None  # the upstream's x-request-id
     span: SpanRecord | None = None  # the request's span context while tracing is on
     prices: PriceTable | None = None  # the price table (pricing.path), stamped on submit
+    key_id: str | None = None  # the named inbound key's id (proxy/pipeline/guard.py's KEY_ID)
 
     @property
     def size(self) -> int:
@@ -195,6 +196,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             tools=context.request_tools if keep_tools else None,
             usage=usage,
             cost=cost,
+            key_id=job.key_id,
         )
         if judged:  # judge columns on the event loop, where the judge's client lives
             local = local_columns(job.task, text, context)
