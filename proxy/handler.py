@@ -32,9 +32,10 @@ from proxy.pipeline.capture.delivered import answered, relay_skip
 from proxy.pipeline.episodes import header_role, turn_of
 from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
 from proxy.pipeline.grade import GradeJob
-from proxy.pipeline.guard import KEY_ID, STRIP, TRACE
+from proxy.pipeline.guard import KEY_ID, LIMITS, STRIP, TRACE
 from proxy.pipeline.record.access import record_request
 from proxy.pipeline.route import ShadowTarget, Target
+from proxy.pipeline.tokens import reported_tokens
 from proxy.pipeline.transport import TRANSPORTS
 from proxy.shadow.runner import ShadowLeg, shadow_headers
 from proxy.state import (
@@ -156,6 +157,8 @@ class _Exchange:
         relays = app[LIFECYCLE].relays
         handler_task = asyncio.current_task()
         status = 0
+        # A key with a tokens-per-minute budget spends what each response reports: kept a copy.
+        budget = request.get(LIMITS)
         if handler_task is not None:
             relays[handler_task] = outcome
         try:
@@ -165,7 +168,7 @@ class _Exchange:
                 self.target.origin,
                 headers,
                 self.body,
-                capture=admitted.capturing,
+                capture=admitted.capturing or budget is not None,
                 request_id=self.request_id,
                 out=outcome,
                 timeouts=self.target.timeouts,
@@ -194,6 +197,8 @@ class _Exchange:
             raise
         finally:
             relays.pop(handler_task, None)  # type: ignore[arg-type]
+            if budget is not None:  # proxy/pipeline/limits.py: the next request sees it spent
+                budget.spend(reported_tokens(outcome.parts, outcome.stream))
             total = time.perf_counter() - self.started
             record_request(
                 request,
