@@ -35,6 +35,7 @@ from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.guard import KEY_ID, LIMITS, STRIP, TRACE
 from proxy.pipeline.record.access import record_request
 from proxy.pipeline.route import ShadowTarget, Target
+from proxy.pipeline.streamusage import ask_for_usage
 from proxy.pipeline.tokens import reported_tokens
 from proxy.pipeline.transport import TRANSPORTS
 from proxy.shadow.runner import ShadowLeg, shadow_headers
@@ -70,9 +71,19 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         request.method, request.path, request.headers, grading, app[TASKS].current, request_id
     )
     body = await request.read()
+    # grading.request_usage: a streamed chat answer asked for its usage (pipeline/streamusage.py)
+    asked = (
+        ask_for_usage(body)
+        if grading.request_usage and admitted.api == "chat_completions"
+        else None
+    )
+    body = body if asked is None else asked
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = _upstream_headers(request, app[CONFIG], target.api_key, request_id)
+    if asked is not None:  # the added chunk is taken out of plain SSE, never a compressed body
+        headers["Accept-Encoding"] = "identity"
     exchange = _Exchange(request, request_id, admitted, target, body, started)
+    exchange.strip_usage = asked is not None
     span = exchange.span = _span(request, headers, admitted.route, body, target.url)
     if target.shadow is not None and admitted.task is not None:
         # Started before the primary is awaited, so both legs run together.
@@ -125,6 +136,7 @@ class _Exchange:
         "request_id",
         "span",
         "started",
+        "strip_usage",
         "submitted",
         "target",
     )
@@ -148,6 +160,7 @@ class _Exchange:
         self.pair_id: str | None = None
         self.submitted = False
         self.span: SpanRecord | None = None  # tracing on: the request's span record
+        self.strip_usage = False  # grading.request_usage added include_usage to the request
 
     async def forward(self, headers: CIMultiDict[str]) -> web.StreamResponse:
         """Relay the request; set the skip the outcome implies; record the request, always."""
@@ -173,6 +186,7 @@ class _Exchange:
                 out=outcome,
                 timeouts=self.target.timeouts,
                 capture_limit=config.limits.max_capture_bytes,
+                strip_usage=self.strip_usage,
             )
             status = outcome.status
             if outcome.client_disconnected and not outcome.headers_sent:

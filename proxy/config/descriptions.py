@@ -199,6 +199,11 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
             "bytes of history per episode; over it the episode is skipped (`episode_limit`) and "
             "counted"
         ),
+        "request_usage": (
+            "add `stream_options.include_usage` to streamed chat requests that did not ask for "
+            "it (rows, token metrics and `tpm` get the usage) and take the added usage chunk out "
+            "of the client's stream, so its bytes are unchanged"
+        ),
     },
     "Results": {
         "sink": (

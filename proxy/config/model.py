@@ -159,6 +159,9 @@ class Grading:
     episode_max_turns: int = 200
     episode_max_calls: int = 1000
     episode_max_bytes: int = 8 * 1024 * 1024
+    # Ask a streamed chat answer for its usage when the client did not, and take the added
+    # chunk out of the client's stream (proxy/pipeline/streamusage.py).
+    request_usage: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from proxy.errors import DrainingError, UpstreamError, UpstreamTimeoutError, in_
 from proxy.logs import escape_text
 from proxy.pipeline.decoding import CaptureBuffer
 from proxy.pipeline.rawhead import RawHeadResponse, RawHeadStreamResponse
+from proxy.pipeline.streamusage import UsageChunkFilter
 from proxy.pipeline.transport.base import Reply, Transport
 from proxy.pipeline.upstream import Origin, Timeouts
 
@@ -167,9 +168,13 @@ async def relay(
     out: Relay,
     timeouts: Timeouts,
     capture_limit: int = CAPTURE_MAX_BYTES,
+    strip_usage: bool = False,
 ) -> web.StreamResponse:
     """Send the request upstream and relay the response, recording into ``out`` as it goes
-    (so a cancelled handler still knows how far it got); raise ProxyError before it starts."""
+    (so a cancelled handler still knows how far it got); raise ProxyError before it starts.
+    ``strip_usage``: the proxy added ``include_usage`` to the request, so a plain (not
+    compressed) event stream reaches the client without what it added (the capture keeps it:
+    proxy/pipeline/streamusage.py)."""
     sent = out.started_at = time.perf_counter()
     path = origin.base_path + request.raw_path[len("/v1") :]
     upstream = await transport.request(request.method, origin, path, headers, body, timeouts)
@@ -186,7 +191,14 @@ async def relay(
         try:
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
                 return await _buffered(request, upstream, headers_out, out, copy, capture)
-            return await _streamed(request, upstream, headers_out, out, copy, capture)
+            usage = (
+                UsageChunkFilter()
+                if strip_usage
+                and out.stream
+                and upstream.headers.get("Content-Encoding", "identity").lower() == "identity"
+                else None
+            )
+            return await _streamed(request, upstream, headers_out, out, copy, capture, usage)
         finally:
             out.capture_truncated = copy.truncated
             out.capture_over_limit = copy.truncated and copy.error is None
@@ -241,6 +253,7 @@ async def _streamed(
     out: Relay,
     copy: CaptureBuffer,
     capture: bool,
+    usage: UsageChunkFilter | None = None,
 ) -> web.StreamResponse:
     if out.stream:
         headers.setdefault("Cache-Control", "no-cache")
@@ -267,6 +280,10 @@ async def _streamed(
             what = "stopped sending" if isinstance(failure, UpstreamTimeoutError) else "broke"
             error = type(failure)(f"the upstream {what} the stream: {failure}")
             out.upstream_failed = error.code
+            if usage is not None and (rest := usage.flush()):  # the half event, as it came
+                await _write_quietly(response, rest, out)
+                out.body_bytes += len(rest)
+                out.at_event_boundary = rest.endswith(_EVENT_ENDS)
             if out.stream:
                 # End a half-relayed event first, so the error is an event of its own.
                 prefix = b"" if out.at_event_boundary else b"\n\n"
@@ -275,9 +292,14 @@ async def _streamed(
         finally:
             out.upstream_wait_s += time.perf_counter() - waited
         if not chunk:
+            if usage is not None and (rest := usage.flush()):  # a last event never ended
+                await _write_quietly(response, rest, out)
+                out.body_bytes += len(rest)
             break
+        sent = chunk if usage is None else usage.feed(chunk)
         try:
-            await response.write(chunk)
+            if sent:
+                await response.write(sent)
         except ConnectionResetError:  # the client went away: stop reading the upstream
             out.client_disconnected = True
             break
@@ -286,10 +308,12 @@ async def _streamed(
                 raise
             await _end_cut(response, out)
             break
-        out.body_bytes += len(chunk)
-        out.at_event_boundary = chunk.endswith(_EVENT_ENDS)
         if capture:
             copy.add(chunk)
+        if not sent:
+            continue  # held back or taken out: nothing reached the client
+        out.body_bytes += len(sent)
+        out.at_event_boundary = sent.endswith(_EVENT_ENDS)
     if not out.client_disconnected:
         try:
             await response.write_eof()

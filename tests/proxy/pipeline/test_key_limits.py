@@ -322,3 +322,28 @@ async def test_a_stream_that_reports_no_usage_spends_nothing(
         await client.chat.completions.create(model="gradeproxy-demo", messages=PROMPT)
         with pytest.raises(openai.RateLimitError):
             await client.chat.completions.create(model="gradeproxy-demo", messages=PROMPT)
+
+
+async def test_with_request_usage_a_stream_that_did_not_ask_spends_its_tokens(
+    demo: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with (
+        live_proxy(
+            str(demo.make_url("/v1")),
+            None,
+            None,
+            auth=_auth(monkeypatch, tpm=1),
+            grading={"request_usage": True},
+        ) as live,
+        openai.AsyncOpenAI(
+            base_url=f"{live.base}/v1", api_key="sk-limited", max_retries=0
+        ) as client,
+    ):
+        chunks = await client.chat.completions.create(
+            model="gradeproxy-demo", messages=PROMPT, stream=True
+        )
+        assert all([chunk.usage is None async for chunk in chunks])  # none reached the client
+        with pytest.raises(openai.RateLimitError):
+            await client.chat.completions.create(
+                model="gradeproxy-demo", messages=PROMPT, stream=True
+            )
