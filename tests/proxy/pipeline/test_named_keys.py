@@ -5,6 +5,8 @@ rotated ``secret_file``. The demo backend answers in OpenAI's exact shapes, the 
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from proxy.pipeline.guard import KEY_HEADER, KEY_ID, Guard
 from proxy.pipeline.record.metrics import KeyLabels, ProxyMetrics
 from proxy.uisession import COOKIE, Sessions
 from tests.support.live import Live, live_proxy
+from tests.support.process import free_port, serve_config, serving
 from tests.support.proxy import read_rows
 
 DEMO_TASK = {t.id: t for t in load_demo_tasks(SAMPLE_TASKS_PATH)}["tickets.duration_format.01"]
@@ -207,3 +210,36 @@ def test_a_guard_without_keys_sets_no_key_id() -> None:
     guard._authorise(request)
     assert KEY_ID not in request
     assert ProxyMetrics().key_label(request.get(KEY_ID)) == "none"
+
+
+@pytest.mark.e2e
+async def test_serve_rereads_the_secret_file_on_sighup(tmp_path: Path, demo: TestServer) -> None:
+    """The real signal path: ``gradeproxy serve``, a rotated secret file, SIGHUP."""
+    secret = tmp_path / "agents.key"
+    secret.write_text("sk-before\n", encoding="utf-8")
+    port = free_port()
+    config = serve_config(
+        tmp_path / "config.yaml",
+        upstream=str(demo.make_url("/v1")),
+        port=port,
+        tasks=SAMPLE_TASKS_PATH,
+        results=tmp_path / "grades.jsonl",
+        drain_delay_s=0,
+        grace_period_s=5,
+    )
+    with config.open("a", encoding="utf-8") as extra:
+        extra.write(f"auth:\n  keys:\n    - id: agents\n      secret_file: {secret}\n")
+    async with serving(config, port) as (process, base), aiohttp.ClientSession() as session:
+
+        async def status(key: str) -> int:
+            async with session.get(f"{base}/v1/models", headers={KEY_HEADER: key}) as response:
+                return response.status
+
+        assert (await status("sk-before"), await status("sk-after")) == (200, 401)
+        secret.write_text("sk-after\n", encoding="utf-8")
+        process.send_signal(signal.SIGHUP)
+        for _ in range(200):  # the reload runs on the server's loop, after the signal
+            if await status("sk-after") == 200:
+                break
+            await asyncio.sleep(0.05)
+        assert (await status("sk-after"), await status("sk-before")) == (200, 401)
