@@ -146,11 +146,15 @@ class Guard:
     def has_valid_key(self, request: web.Request) -> bool:
         """Whether keys are configured and ``request`` carries one of them: what lets a remote
         client read the failure inspector (proxy/surfaces/ui.py) on the traffic port. Without keys
-        configured, no request has one."""
+        configured, no request has one. A named key's id is set as ``request[KEY_ID]`` (also on
+        the open paths, which the guard itself does not check)."""
         if not self._keys:
             return False
         given = self._presented(request)[1]
-        return given is not None and self._matches(given)
+        key = None if given is None else self._match(given)
+        if key is not None and key.id is not None:
+            request[KEY_ID] = key.id
+        return key is not None
 
     def has_session(self, request: web.Request) -> bool:
         """Whether ``request`` is for the page's JSON and carries a valid login cookie (then

@@ -204,6 +204,24 @@ async def test_a_reload_that_cannot_read_a_secret_keeps_the_keys_in_use(
     assert await _status(proxy, "sk-team-b") == 200
 
 
+@pytest.mark.parametrize(
+    ("secret", "valid", "key_id"),
+    [
+        pytest.param("sk-team-a", True, "team-a", id="named"),
+        pytest.param("sk-unnamed", True, None, id="unnamed"),
+        pytest.param("sk-wrong", False, None, id="wrong"),
+    ],
+)
+def test_a_page_route_checking_a_key_on_an_open_path_learns_its_id(
+    secret: str, valid: bool, key_id: str | None
+) -> None:
+    keys = (InboundKey("team-a", b"sk-team-a"), InboundKey(None, b"sk-unnamed"))
+    guard = Guard(keys, protect_metrics=True, max_body_bytes=1024, watchdog=None)
+    request = make_mocked_request("GET", "/ui", headers={KEY_HEADER: secret})
+    assert guard.has_valid_key(request) is valid
+    assert request.get(KEY_ID) == key_id
+
+
 def test_a_guard_without_keys_sets_no_key_id() -> None:
     request = make_mocked_request("GET", "/v1/models")
     guard = Guard((), protect_metrics=True, max_body_bytes=1024, watchdog=None)
