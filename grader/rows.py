@@ -74,6 +74,7 @@ LIVE_FIELDS: tuple[str, ...] = (
     "usage",
     "cost",
     "enforcement",
+    "key_id",
 )
 # An answers-file field with one of these names would overwrite what the grader wrote: refused.
 RESERVED_FIELDS: frozenset[str] = frozenset(OFFLINE_FIELDS) | {"truncated"}
@@ -112,6 +113,7 @@ class Live:
     cost: float | None = None  # what ``usage`` cost by the price table (grader/pricing.py)
     # What enforce mode did with this answer (docs/enforce.md); None: no policy covered it.
     enforcement: Mapping[str, Any] | None = None
+    key_id: str | None = None  # the named inbound key the request came with (auth.keys)
 
     def fields(self) -> dict[str, Any]:
         """The live fields alone, in the row's order."""
@@ -153,6 +155,7 @@ class Live:
         row["usage"] = None if self.usage is None else dict(self.usage)
         row["cost"] = self.cost
         row["enforcement"] = None if self.enforcement is None else dict(self.enforcement)
+        row["key_id"] = self.key_id
 
 
 def _write_verdict(row: dict[str, Any], outcome: Outcome) -> None:

@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from grader.checks import Judge, JudgeConfig
-from proxy.config import Config
+from proxy.config import Config, ConfigError
 from proxy.errors import ProxyError, render
 from proxy.handler import proxy_handler
 from proxy.judge_client import AiohttpJudgeClient
@@ -31,7 +31,7 @@ from proxy.pipeline.malformed import expect_handler
 from proxy.pipeline.queue import GradeQueue
 from proxy.pipeline.record.captures import Captures
 from proxy.pipeline.record.failures import FailureRing
-from proxy.pipeline.record.metrics import ModelLabels, ProxyMetrics
+from proxy.pipeline.record.metrics import KeyLabels, ModelLabels, ProxyMetrics
 from proxy.pipeline.record.pairs import PairTracker
 from proxy.pipeline.record.results import ResultWriter
 from proxy.pipeline.record.sinks import RowWriter
@@ -86,9 +86,12 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
 def make_app(config: Config, metrics: ProxyMetrics | None = None) -> web.Application:
     """Build the proxy app (and, with ``admin.port``, serve /metrics only on the admin app)."""
-    metrics = metrics or ProxyMetrics(ModelLabels(config.metrics.models, config.metrics.max_models))
+    metrics = metrics or ProxyMetrics(
+        ModelLabels(config.metrics.models, config.metrics.max_models),
+        KeyLabels(cap=config.metrics.max_keys),
+    )
     watchdog = Watchdog(config.client, lambda phase: metrics.client_timeouts.labels(phase).inc())
-    guard = _guard(config, watchdog)
+    guard = _guard(config, watchdog, metrics)
     app = web.Application(
         middlewares=[openai_errors, guard], client_max_size=config.limits.max_body_bytes
     )
@@ -162,13 +165,27 @@ def make_admin_app(proxy_app: web.Application) -> web.Application:
     return admin
 
 
-def _guard(config: Config, watchdog: Watchdog) -> Guard:
+def _guard(config: Config, watchdog: Watchdog, metrics: ProxyMetrics) -> Guard:
     return Guard(
         config.inbound_keys(),
         protect_metrics=config.auth.protect_metrics,
         max_body_bytes=config.limits.max_body_bytes,
         watchdog=watchdog,
+        refused=metrics.rate_limit,
     )
+
+
+def reload_keys(app: web.Application) -> bool:
+    """Read the inbound keys' secrets again (SIGHUP: a rotated ``secret_file``); a key that
+    cannot be read keeps the keys in use, and says why in the log."""
+    try:
+        keys = app[CONFIG].inbound_keys()
+    except ConfigError as exc:
+        log.error("inbound_keys_reload_failed", error=str(exc))
+        return False
+    app[GUARD].use_keys(keys)
+    log.info("inbound_keys_reloaded", keys=len(keys))
+    return True
 
 
 async def _watching(app: web.Application) -> AsyncIterator[None]:

@@ -128,7 +128,7 @@ def _warn_exposed_key(config: Config) -> None:
     message = (
         f"WARNING: the proxy adds an upstream API key and listens on {config.listen.host} "
         "with no inbound keys: anyone who can reach the port spends the key. "
-        "Set auth.keys_env (docs/operations.md#inbound-keys) or listen on 127.0.0.1."
+        "Set auth.keys or auth.keys_env (docs/operations.md#inbound-keys) or listen on 127.0.0.1."
     )
     print(f"gradeproxy serve: {message}", file=sys.stderr)
     log.warning("upstream_key_exposed", host=config.listen.host, port=config.listen.port)

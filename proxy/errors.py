@@ -18,6 +18,7 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     ├── BadExpectError              400 invalid_expect_header (not ASCII)
     ├── ExpectationError            417 expectation_failed (not 100-continue)
     ├── InvalidKeyError             401 invalid_api_key
+    ├── RateLimitedError            429 rate_limit_exceeded (a key's rpm or tpm; Retry-After)
     ├── ClientTimeoutError          408 request_timeout
     ├── DrainingError               503 server_draining (with Retry-After)
     ├── BadRequestError             400 invalid_request_error (the scoring API; param, code)
@@ -165,6 +166,33 @@ class InvalidKeyError(ProxyError):
 
     def extra_headers(self) -> dict[str, str]:
         return {"WWW-Authenticate": 'Bearer realm="gradeproxy"'}
+
+
+class RateLimitedError(ProxyError):
+    """A key over its requests- or tokens-per-minute limit (proxy/pipeline/limits.py): OpenAI's
+    429, whose ``type`` says which limit (``requests`` or ``tokens``)."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+    should_retry = True
+
+    def __init__(self, message: str, limit_type: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.limit_type = limit_type
+        self.retry_after_s = retry_after_s
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.limit_type,
+                "param": None,
+                "code": self.code,
+            }
+        }
+
+    def extra_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class ClientTimeoutError(ProxyError):

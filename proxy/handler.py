@@ -36,11 +36,13 @@ from proxy.pipeline.enforce.relay import RelayEnforcer
 from proxy.pipeline.episodes import header_role, turn_of
 from proxy.pipeline.forward import Relay, relay, request_headers, upstream_url
 from proxy.pipeline.grade import GradeJob
-from proxy.pipeline.guard import STRIP, TRACE
+from proxy.pipeline.guard import KEY_ID, LIMITS, STRIP, TRACE
 from proxy.pipeline.record.access import record_request
 from proxy.pipeline.record.captures import CaptureJob
 from proxy.pipeline.record.enforced import count_enforced, enforcement_record
 from proxy.pipeline.route import ShadowTarget, Target
+from proxy.pipeline.streamusage import ask_for_usage
+from proxy.pipeline.tokens import reported_tokens
 from proxy.pipeline.transport import TRANSPORTS
 from proxy.shadow.runner import ShadowLeg, shadow_headers
 from proxy.state import (
@@ -77,10 +79,20 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     if app[QUEUE].captures is not None:
         capture_untagged(admitted, app[CONFIG].results.capture_untagged)
     body = await request.read()
+    # grading.request_usage: a streamed chat answer asked for its usage (pipeline/streamusage.py)
+    asked = (
+        ask_for_usage(body)
+        if grading.request_usage and admitted.api == "chat_completions"
+        else None
+    )
+    body = body if asked is None else asked
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = _upstream_headers(request, app[CONFIG], target.api_key, request_id)
+    if asked is not None:  # the added chunk is taken out of plain SSE, never a compressed body
+        headers["Accept-Encoding"] = "identity"
     exchange = _Exchange(request, request_id, admitted, target, body, started)
     exchange.enforce = _enforcer(request, admitted, body)
+    exchange.strip_usage = asked is not None
     span = exchange.span = _span(request, headers, admitted.route, body, target.url)
     if target.shadow is not None and admitted.task is not None:
         # Started before the primary is awaited, so both legs run together.
@@ -149,6 +161,7 @@ class _Exchange:
         "request_id",
         "span",
         "started",
+        "strip_usage",
         "submitted",
         "target",
     )
@@ -173,6 +186,7 @@ class _Exchange:
         self.enforce: RelayEnforcer | None = None  # the enforce policies covering it, if any
         self.submitted = False
         self.span: SpanRecord | None = None  # tracing on: the request's span record
+        self.strip_usage = False  # grading.request_usage added include_usage to the request
 
     async def forward(self, headers: CIMultiDict[str]) -> web.StreamResponse:
         """Relay the request; set the skip the outcome implies; record the request, always."""
@@ -182,6 +196,8 @@ class _Exchange:
         relays = app[LIFECYCLE].relays
         handler_task = asyncio.current_task()
         status = 0
+        # A key with a tokens-per-minute budget spends what each response reports: kept a copy.
+        budget = request.get(LIMITS)
         if handler_task is not None:
             relays[handler_task] = outcome
         try:
@@ -191,12 +207,13 @@ class _Exchange:
                 self.target.origin,
                 headers,
                 self.body,
-                capture=admitted.capturing,
+                capture=admitted.capturing or budget is not None,
                 request_id=self.request_id,
                 out=outcome,
                 timeouts=self.target.timeouts,
                 capture_limit=config.limits.max_capture_bytes,
                 enforce=self.enforce,
+                strip_usage=self.strip_usage,
             )
             status = outcome.status
             if outcome.client_disconnected and not outcome.headers_sent:
@@ -223,6 +240,8 @@ class _Exchange:
             relays.pop(handler_task, None)  # type: ignore[arg-type]
             if self.enforce is not None and outcome.enforced:
                 count_enforced(metrics, self.enforce.plan)
+            if budget is not None:  # proxy/pipeline/limits.py: the next request sees it spent
+                budget.spend(reported_tokens(outcome.parts, outcome.stream))
             total = time.perf_counter() - self.started
             record_request(
                 request,
@@ -347,6 +366,7 @@ class _Exchange:
                 if self.enforce is not None and outcome.enforced
                 else None
             ),
+            key_id=request.get(KEY_ID),
         )
         self.submitted = True  # from here on the queue reports the leg, even when full
         app[QUEUE].submit(job)
@@ -402,6 +422,7 @@ def _start_shadow(
         meta=_meta(request, grading.meta_header_prefix),
         api=admitted.api,
         sample_id=request.headers.get(grading.sample_id_header),
+        key_id=request.get(KEY_ID),
     )
     if span is not None:  # its own trace, linked to this one; the shadow sees its span
         leg.span = span.shadow_leg(shadow.url, body, leg.pair_id, task.id)

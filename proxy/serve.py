@@ -33,7 +33,7 @@ import sys
 
 from aiohttp import web
 
-from proxy.app import make_admin_app, make_app
+from proxy.app import make_admin_app, make_app, reload_keys
 from proxy.config import Config
 from proxy.errors import ProxyError
 from proxy.eventloop import loop_name
@@ -208,7 +208,7 @@ def _cut(lifecycle: Lifecycle) -> None:
 
 class _Signals:
     """SIGTERM/SIGINT set ``stop``; a second SIGINT exits at once; SIGHUP reloads the tasks and
-    reopens the results file."""
+    the inbound keys' secrets, and reopens the results file."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event, app: web.Application
@@ -236,6 +236,7 @@ class _Signals:
         queue = self.app.get(QUEUE)
         if queue is not None and queue.writer is not None:
             queue.writer.reopen()  # the results file too, as nginx's USR1 (docs/operations.md)
+        reload_keys(self.app)  # and the inbound keys' secrets (a rotated secret_file)
         task = self.loop.create_task(self.app[TASKS].reload())
         self._reloads.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._reloads.discard)

@@ -817,6 +817,61 @@ def cost() -> Json:
     )
 
 
+def keys() -> Json:
+    """Traffic, tokens and refusals by named inbound key (docs/operations.md, "Named keys")."""
+    return row(
+        "Inbound keys",
+        "Requests and reported tokens by named inbound key (auth.keys: `none` is a request"
+        " without one, `other` past metrics.max_keys), and the requests refused for a key's"
+        " per-process rpm or tpm limit.",
+        [
+            timeseries(
+                "Requests per second by key",
+                "Responses sent per second, by the named inbound key the request came with.",
+                "reqps",
+                [
+                    target(
+                        "sum by (key) (rate(gradeproxy_requests_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "{{key}}",
+                    )
+                ],
+                width=THIRD,
+                stacked=True,
+            ),
+            timeseries(
+                "Tokens per second by key",
+                "Input and output tokens the backends reported for graded responses, by key"
+                " (both legs of a shadowed request count for its key).",
+                "short",
+                [
+                    target(
+                        "sum by (key, type) (rate(gradeproxy_tokens_total"
+                        f'{{{GRADE}, type=~"input|output"}}[$__rate_interval]))',
+                        "{{key}} {{type}}",
+                    )
+                ],
+                width=THIRD,
+            ),
+            timeseries(
+                "Requests refused per second by key and limit",
+                "429s for a key over its limit of requests (rpm) or tokens (tpm) per minute;"
+                " the limits are per process, so the fleet admits up to N times each.",
+                "reqps",
+                [
+                    target(
+                        "sum by (key, limit) (rate(gradeproxy_rate_limited_total"
+                        f"{{{BASE}}}[$__rate_interval]))",
+                        "{{key}} {{limit}}",
+                    )
+                ],
+                width=THIRD,
+            ),
+        ],
+        collapsed=True,
+    )
+
+
 def layout(rows: list[Json]) -> list[Json]:
     """Assign ids and grid positions; nest the panels of collapsed rows, as Grafana does."""
     panels: list[Json] = []
@@ -951,6 +1006,7 @@ def dashboard() -> Json:
                 episodes(),
                 shadow(),
                 cost(),
+                keys(),
             ]
         ),
     }

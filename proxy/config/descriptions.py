@@ -210,6 +210,11 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
             "bytes of history per episode; over it the episode is skipped (`episode_limit`) and "
             "counted"
         ),
+        "request_usage": (
+            "add `stream_options.include_usage` to streamed chat requests that did not ask for "
+            "it (rows, token metrics and `tpm` get the usage) and take the added usage chunk out "
+            "of the client's stream, so its bytes are unchanged"
+        ),
     },
     "Results": {
         "sink": (
@@ -274,6 +279,11 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         "idle_timeout_s": "a connection with no request in progress (new, or kept alive) is closed",
     },
     "Auth": {
+        "keys": (
+            "named inbound keys, each `id`, `secret_env` or `secret_file`, optional `rpm` and "
+            "`tpm`: the `id` is the rows' `key_id` and the metrics' `key` label; secrets read at "
+            "start and on SIGHUP"
+        ),
         "keys_env": (
             "variable holding comma-separated inbound keys; set, every request needs one "
             "(`X-Gradeproxy-Key` or `Authorization: Bearer`), else 401; the header that carried "
@@ -288,6 +298,7 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
     "Metrics": {
         "models": "allow-list for the `model` label (others: `other`)",
         "max_models": "without an allow-list: the first N models seen, then `other`",
+        "max_keys": "the `key` label: the first N named inbound keys seen, then `other`",
     },
     "Logging": {
         "level": "`debug`, `info` (one canonical JSON line per request), `warning`, `error`",
@@ -380,6 +391,25 @@ FIELDS: Final[dict[str, dict[str, str]]] = {
         ),
         "shutdown_timeout_s": (
             "the most shutdown waits for the last batches; the rest is counted (`shutdown`)"
+        ),
+    },
+    "AuthKey": {
+        "id": (
+            "the key's name in rows (`key_id`) and metric labels (`key`): letters, digits, "
+            "`. _ : -`, at most 64; `none` and `other` are reserved"
+        ),
+        "secret_env": "a variable holding the secret (give this or `secret_file`)",
+        "secret_file": (
+            "a file holding the secret (surrounding whitespace dropped), read at start and on "
+            "SIGHUP; a reload that cannot read it keeps the keys in use"
+        ),
+        "rpm": (
+            "requests per minute, per process (a sliding minute); over it: 429 "
+            "`rate_limit_exceeded` with `Retry-After`; unset: no limit"
+        ),
+        "tpm": (
+            "tokens per minute (input + output as responses reported them), per process: once "
+            "spent, the next request gets a 429 with `Retry-After`; unset: no limit"
         ),
     },
     "Tls": {

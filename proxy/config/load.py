@@ -152,6 +152,7 @@ def _validate(config: Config) -> Config:
         (config.shutdown.drain_delay_s >= 0, "shutdown.drain_delay_s: must be >= 0"),
         (config.shutdown.grace_period_s >= 0, "shutdown.grace_period_s: must be >= 0"),
         (config.metrics.max_models >= 1, "metrics.max_models: must be >= 1"),
+        (config.metrics.max_keys >= 1, "metrics.max_keys: must be >= 1"),
         (config.tasks.watch_interval_s > 0, "tasks.watch_interval_s: must be > 0"),
         (config.grading.pair_max_pending >= 1, "grading.pair_max_pending: must be >= 1"),
         (config.grading.pair_ttl_s > 0, "grading.pair_ttl_s: must be > 0"),
@@ -185,9 +186,7 @@ def _validate(config: Config) -> Config:
     _validate_sink(config.results)
     _check_secret("upstream.api_key_env", config.upstream.api_key_env)
     ssl_context("upstream.tls", config.upstream.tls)
-    _check_secret("auth.keys_env", config.auth.keys_env)
-    if config.auth.keys_env and not config.inbound_keys():
-        raise ConfigError(f"auth.keys_env: {config.auth.keys_env} holds no key (comma-separated)")
+    config.inbound_keys()  # every secret readable, ids unique (proxy/config/keys.py)
     _validate_routes(config)
     _validate_judge(config.judge)
     if config.scoring.max_batch < 1:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from proxy.config.coerce import plain
+from proxy.config.keys import InboundKey, resolve_keys
 from proxy.config.tracing import Tracing
 
 ENV_PREFIX = "GRADEPROXY_"
@@ -166,6 +167,9 @@ class Grading:
     episode_max_turns: int = 200
     episode_max_calls: int = 1000
     episode_max_bytes: int = 8 * 1024 * 1024
+    # Ask a streamed chat answer for its usage when the client did not, and take the added
+    # chunk out of the client's stream (proxy/pipeline/streamusage.py).
+    request_usage: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +223,23 @@ class Client:
 
 
 @dataclass(frozen=True, slots=True)
-class Auth:
-    """Inbound client keys (docs/operations.md#inbound-keys); off while ``keys_env`` is unset."""
+class AuthKey:
+    """A named inbound key (proxy/config/keys.py): its id goes in rows and metric labels."""
 
-    keys_env: str | None = None  # names a variable holding comma-separated keys
+    id: str = ""
+    secret_env: str | None = None  # a variable holding the secret
+    secret_file: Path | None = None  # or a file holding it (read at start and on SIGHUP)
+    rpm: int | None = None  # requests per minute, per process (proxy/pipeline/limits.py)
+    tpm: int | None = None  # tokens per minute, per process
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """Inbound client keys (docs/operations.md#inbound-keys); off while neither ``keys`` nor
+    ``keys_env`` is set."""
+
+    keys: tuple[AuthKey, ...] = ()  # named keys
+    keys_env: str | None = None  # names a variable holding comma-separated (unnamed) keys
     protect_metrics: bool = True  # /metrics needs a key too (/livez and /readyz never do)
 
 
@@ -236,6 +253,7 @@ class Shutdown:
 class Metrics:
     models: tuple[str, ...] = ()  # allow-list of model label values; others become "other"
     max_models: int = 20  # without an allow-list: first N models seen, then "other"
+    max_keys: int = 50  # the `key` label: the first N named keys seen, then "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,13 +340,14 @@ class Config:
         name = self.upstream.api_key_env
         return os.environ.get(name) if name else None
 
-    def inbound_keys(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-        """The client keys from ``auth.keys_env`` (comma-separated); empty: no inbound auth."""
-        name = self.auth.keys_env
-        if not name:
-            return ()
-        value = (os.environ if environ is None else environ).get(name, "")
-        return tuple(key.strip() for key in value.split(",") if key.strip())
+    def inbound_keys(self, environ: Mapping[str, str] | None = None) -> tuple[InboundKey, ...]:
+        """The inbound keys (``auth.keys``, then ``auth.keys_env``'s), their secrets read now;
+        empty: no inbound auth. Raises ConfigError as validation does."""
+        return resolve_keys(self.auth, environ)
+
+    def inbound_secrets(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The inbound keys' secrets, as a client sends them."""
+        return tuple(key.secret.decode("utf-8") for key in self.inbound_keys(environ))
 
     def redacted(self) -> dict[str, Any]:
         """The effective config for the start-up log line: names of secrets, never values."""

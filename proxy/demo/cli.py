@@ -111,7 +111,7 @@ async def demo(args: argparse.Namespace, tasks_path: Path) -> None:
     base = f"http://{host}:{bound_port(sites[0])}"
     print(f"gradeproxy demo: proxy {base}/v1 -> demo backend {upstream}\n", flush=True)
     # With inbound keys set (GRADEPROXY_AUTH_KEYS_ENV), the demo's own client sends the first.
-    key = next(iter(config.inbound_keys()), "demo-key")
+    key = next(iter(config.inbound_secrets()), "demo-key")
     driving = asyncio.ensure_future(_drive(base, tasks_path, args.rounds, key))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait([driving, stopping], return_when=asyncio.FIRST_COMPLETED)

@@ -24,6 +24,7 @@ from proxy.errors import DrainingError, UpstreamError, UpstreamTimeoutError, in_
 from proxy.logs import escape_text
 from proxy.pipeline.decoding import CaptureBuffer
 from proxy.pipeline.rawhead import RawHeadResponse, RawHeadStreamResponse
+from proxy.pipeline.streamusage import UsageChunkFilter
 from proxy.pipeline.transport.base import Reply, Transport
 from proxy.pipeline.upstream import Origin, Timeouts
 
@@ -205,10 +206,14 @@ async def relay(
     timeouts: Timeouts,
     capture_limit: int = CAPTURE_MAX_BYTES,
     enforce: EnforceHook | None = None,
+    strip_usage: bool = False,
 ) -> web.StreamResponse:
     """Send the request upstream and relay the response, recording into ``out`` as it goes
     (so a cancelled handler still knows how far it got); raise ProxyError before it starts.
-    With an enforce plan, a successful non-streamed JSON answer is judged before it is sent."""
+    With an enforce plan, a successful non-streamed JSON answer is judged before it is sent.
+    ``strip_usage``: the proxy added ``include_usage`` to the request, so a plain (not
+    compressed) event stream reaches the client without what it added (the capture keeps it:
+    proxy/pipeline/streamusage.py)."""
     sent = out.started_at = time.perf_counter()
     path = origin.base_path + request.raw_path[len("/v1") :]
     upstream = await transport.request(request.method, origin, path, headers, body, timeouts)
@@ -234,7 +239,14 @@ async def relay(
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
                 return await _buffered(request, upstream, headers_out, out, copy, capture)
             held = enforce if out.stream and upstream.status == 200 else None
-            return await _streamed(request, upstream, headers_out, out, copy, capture, held)
+            usage = (
+                UsageChunkFilter()
+                if strip_usage
+                and out.stream
+                and upstream.headers.get("Content-Encoding", "identity").lower() == "identity"
+                else None
+            )
+            return await _streamed(request, upstream, headers_out, out, copy, capture, held, usage)
         finally:
             out.capture_truncated = copy.truncated
             out.capture_over_limit = copy.truncated and copy.error is None
@@ -302,6 +314,7 @@ async def _streamed(
     copy: CaptureBuffer,
     capture: bool,
     enforce: EnforceHook | None = None,
+    usage: UsageChunkFilter | None = None,
 ) -> web.StreamResponse:
     if enforce is not None:
         coding = (headers.get("Content-Encoding") or "identity").strip().lower()
@@ -334,7 +347,7 @@ async def _streamed(
             error = type(failure)(f"the upstream {what} the stream: {failure}")
             out.upstream_failed = error.code
             if out.stream:
-                held = enforce.close() if enforce is not None else b""
+                held = _ending(usage, enforce)  # the half event as it came, held calls resolved
                 ended = held.endswith(_EVENT_ENDS) if held else out.at_event_boundary
                 # End a half-relayed event first, so the error is an event of its own.
                 prefix = b"" if ended else b"\n\n"
@@ -343,26 +356,32 @@ async def _streamed(
         finally:
             out.upstream_wait_s += time.perf_counter() - waited
         if not chunk:
-            if enforce is not None and (held := enforce.close()):
-                await _write_quietly(response, held, out)
+            if rest := _ending(usage, enforce):
+                await _write_quietly(response, rest, out)
+                out.body_bytes += len(rest)
             break
-        # Enforced, a tool call is held until it is complete (b""); text passes at once.
-        written = chunk if enforce is None else enforce.feed(chunk)
-        if written:
-            try:
-                await response.write(written)
-            except ConnectionResetError:  # the client went away: stop reading the upstream
-                out.client_disconnected = True
-                break
-            except asyncio.CancelledError:  # cut while a slow client was still reading
-                if out.cut is None:
-                    raise
-                await _end_cut(response, out)
-                break
-            out.at_event_boundary = written.endswith(_EVENT_ENDS)
-        out.body_bytes += len(chunk)
+        # What the proxy added for request_usage is taken out first; then, enforced, a tool
+        # call is held until it is complete (b""); text passes at once.
+        sent = chunk if usage is None else usage.feed(chunk)
+        if enforce is not None and sent:
+            sent = enforce.feed(sent)
+        try:
+            if sent:
+                await response.write(sent)
+        except ConnectionResetError:  # the client went away: stop reading the upstream
+            out.client_disconnected = True
+            break
+        except asyncio.CancelledError:  # cut while a slow client was still reading
+            if out.cut is None:
+                raise
+            await _end_cut(response, out)
+            break
         if capture:
             copy.add(chunk)  # the model's answer as the upstream sent it: what is graded
+        if not sent:
+            continue  # held back or taken out: nothing reached the client yet
+        out.body_bytes += len(sent)
+        out.at_event_boundary = sent.endswith(_EVENT_ENDS)
     if not out.client_disconnected:
         try:
             await response.write_eof()
@@ -370,6 +389,15 @@ async def _streamed(
             out.client_disconnected = True
     out.finished_at = time.perf_counter()
     return response
+
+
+def _ending(usage: UsageChunkFilter | None, enforce: EnforceHook | None) -> bytes:
+    """At the end of the upstream's body: what the usage filter still holds (a last event that
+    never ended, passed as it came), through the enforce hook, and whatever calls it held."""
+    rest = b"" if usage is None else usage.flush()
+    if enforce is None:
+        return rest
+    return (enforce.feed(rest) if rest else b"") + enforce.close()
 
 
 async def _end_cut(response: web.StreamResponse, out: Relay) -> None:

@@ -66,6 +66,7 @@ class GradeJob:
     answer_hash: bool = False  # ``results.answer: hash``: rows store sha256:<hex>, stamped too
     # What enforce mode did with the answer (proxy/pipeline/record/enforced.py), for the row.
     enforcement: dict[str, Any] | None = None
+    key_id: str | None = None  # the named inbound key's id (proxy/pipeline/guard.py's KEY_ID)
 
     @property
     def size(self) -> int:
@@ -163,7 +164,10 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             return Graded([episode.row], episode=episode, call=_call(captured))
         reason = episode.skip if episode is not None else "episode_turn"
         return Graded(
-            [], skip_reason=reason, episode_limit=episode.limit if episode is not None else None
+            [],
+            skip_reason=reason,
+            episode_limit=episode.limit if episode is not None else None,
+            call=_call(captured),  # its usage goes to the episode's sum (episodeusage.py)
         )
     request = _request_json(job.request_body) if job.task.has_checks else None
     context = CheckContext(
@@ -200,6 +204,7 @@ def grade_job(job: GradeJob, capture_answer: bool, max_answer_chars: int = 65536
             usage=usage,
             cost=cost,
             enforcement=job.enforcement,
+            key_id=job.key_id,
         )
         if judged:  # judge columns on the event loop, where the judge's client lives
             local = local_columns(job.task, text, context)
@@ -251,6 +256,9 @@ def _episode(job: GradeJob, captured: CaptureResult, model: str | None) -> Episo
         "run": job.run,
         "meta": job.meta,
         "timings": job.timings,
+        # This turn's; the settler makes it the sum of the episode's turns (episodeusage.py).
+        "usage": token_usage(captured.usage),
+        "key_id": job.key_id,
     }
     answer = captured.answers[min(captured.answers)]
     return grade_turn(

@@ -14,8 +14,10 @@ from typing import Any
 from grader.checks import Judge
 from grader.engine import grade_async
 from grader.rows import live_row
+from grader.usage import token_usage
 from proxy.logs import get_logger
 from proxy.pipeline.episodes import judge_episode
+from proxy.pipeline.episodeusage import EpisodeUsage
 from proxy.pipeline.grade import Graded, GradeJob
 from proxy.pipeline.ledger import Ledger
 from proxy.pipeline.record.metrics import ProxyMetrics
@@ -51,6 +53,7 @@ class Settler:
         self.judge = judge
         self.telemetry: SpanSink | None = None  # tracing on: each job's span ends in report
         self.ledger = Ledger()  # every job ends in report once: settled there
+        self.episode_usage = EpisodeUsage()  # episode rows' usage: their turns' sum
 
     def failed(self, job: GradeJob) -> None:
         self.metrics.grading_errors.labels("worker").inc()
@@ -69,6 +72,7 @@ class Settler:
         """Count what the outcome says; False when it leaves nothing to record (reported)."""
         if job.span is not None:  # the trace's response facts, from the parsed copy
             job.span.call = graded.call
+        self._episode_usage(job, graded)
         if graded.error_kind is not None:
             self.metrics.grading_errors.labels(graded.error_kind).inc()
             self.report(job, None)
@@ -82,6 +86,16 @@ class Settler:
         if graded.episode_skip is not None:  # the turn's rows stand; the episode is skipped
             self.metrics.skipped.labels(graded.episode_skip).inc()
         return True
+
+    def _episode_usage(self, job: GradeJob, graded: Graded) -> None:
+        """Add a turn's usage to its episode's sum; an episode row takes the sum."""
+        turn = job.episode
+        if turn is None or turn.episode_id is None or job.variant != "primary":
+            return
+        self.episode_usage.add(turn.episode_id, token_usage(graded.call.get("usage")))
+        row = graded.episode.row if graded.episode is not None else None
+        if row is not None:
+            row["usage"] = self.episode_usage.take(turn.episode_id)
 
     async def finish(self, job: GradeJob, graded: Graded, done: Recording | None) -> None:
         """The judge's columns (on the loop, where its client lives), then the rows recorded."""

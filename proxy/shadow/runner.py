@@ -104,6 +104,7 @@ class ShadowLeg:
     api: Api = "chat_completions"  # the primary's route: the shadow answers in its format
     sample_id: str | None = None  # the primary's sample-id header: both legs join the same way
     span: SpanRecord | None = None  # tracing on: the leg's own span, linked to the primary's
+    key_id: str | None = None  # the primary's named inbound key: both legs are its traffic
 
 
 @dataclass(slots=True)
@@ -231,6 +232,7 @@ class ShadowRunner:
             api=leg.api,
             sample_id=leg.sample_id,
             span=leg.span,
+            key_id=leg.key_id,
         )
         return _Outcome("ok", job)
 

@@ -38,7 +38,7 @@ def peer_urls(config: Config, worker: WorkerInfo) -> dict[int, str]:
 
 async def read_peers(config: Config, worker: WorkerInfo) -> tuple[list[dict[str, Any]], list[int]]:
     """The readings of the workers that answered, and the indices of those that did not."""
-    keys = config.inbound_keys()
+    keys = config.inbound_secrets()
     headers = {"Authorization": f"Bearer {keys[0]}"} if keys else {}
     urls = peer_urls(config, worker)
     timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)

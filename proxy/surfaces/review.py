@@ -48,7 +48,7 @@ from grader.labels import (
     sampled,
 )
 from proxy.config import Config
-from proxy.pipeline.guard import Guard
+from proxy.pipeline.guard import KEY_ID, Guard
 from proxy.pipeline.record.results import ResultsWriteError, jsonl_pieces
 from proxy.pipeline.record.sinks import RowWriter
 from proxy.state import CONFIG, QUEUE_SLOT, WORKER
@@ -60,9 +60,10 @@ ANSWER_SHOWN = 4000  # characters of an answer the page shows (the row holds all
 
 
 def reviewer_of(request: web.Request) -> str | None:
-    """The reviewer's key id, recorded with each label. Named keys (the request's ``KEY_ID``,
-    proxy/pipeline/guard.py) are not in this tree yet: None until they are wired here."""
-    return None
+    """The reviewer's key id, recorded with each label: the named key (``auth.keys``) the
+    request or its login session was let in with (proxy/pipeline/guard.py's ``KEY_ID``); None
+    without auth or for a key of ``auth.keys_env``, which has no id."""
+    return request.get(KEY_ID)
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,8 +145,14 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
     backend: ScriptedBackend,
     tasks_file: Path,
     results_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     require_tool("prometheus")
+    # Named keys: the traffic's (its `key` label) and one limited to a request a minute, whose
+    # further requests are refused (the Inbound keys row's refusals panel).
+    monkeypatch.setenv("E2E_KEY", "sk-e2e")
+    monkeypatch.setenv("E2E_BURST_KEY", "sk-burst")
+    keyed, burst = {"X-Gradeproxy-Key": "sk-e2e"}, {"X-Gradeproxy-Key": "sk-burst"}
     await asyncio.to_thread(
         tasks_file.write_bytes,
         b"\n".join(
@@ -179,6 +185,13 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
     proxy = await make_proxy(
         upstream={"shadow": {"url": str(shadow.make_url("/v1")), "sample_rate": 1.0}},
         pricing={"path": str(prices)},
+        auth={
+            "keys": [
+                {"id": "e2e", "secret_env": "E2E_KEY"},
+                {"id": "burst", "secret_env": "E2E_BURST_KEY", "rpm": 1},
+            ],
+            "protect_metrics": False,
+        },
     )
     assert proxy.server.port is not None
     async with (
@@ -189,14 +202,18 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
             if await query(session, base, 'up{job="gradeproxy"} == 1'):
                 break
             await asyncio.sleep(0.1)
+        backend.replies.append(Reply(body=PASS_BODY))  # the burst key's one request a minute
+        assert (await proxy.post("/v1/chat/completions", data=b"{}", headers=burst)).status == 200
         for _ in range(6):  # traffic over several scrapes: a counter's first sample has no rate
+            refused = await proxy.post("/v1/chat/completions", data=b"{}", headers=burst)
+            assert refused.status == 429
             # One agent episode that ends in its first turn (episodes.cause: the cause stated).
             candidate.replies.append(Reply(body=EPISODE_BODY))
             backend.replies.append(Reply(body=EPISODE_BODY))
             await proxy.post(
                 "/v1/chat/completions",
                 json={"messages": [{"role": "user", "content": "Why did it fail?"}]},
-                headers={"X-Grade-Task": "episodes.cause", "X-Grade-Episode": "e"},
+                headers={"X-Grade-Task": "episodes.cause", "X-Grade-Episode": "e", **keyed},
             )
             candidate.replies.extend(
                 [Reply(body=SHADOW_STALE_BODY), *[Reply(body=SHADOW_PASS_BODY)] * 5]
@@ -205,10 +222,10 @@ async def test_dashboard_rules_and_alerts_against_real_prometheus(
                 for _ in range(3):
                     backend.replies.append(Reply(body=body))
                     await proxy.post(
-                        "/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": task}
+                        "/v1/chat/completions", data=b"{}", headers={"X-Grade-Task": task, **keyed}
                     )
             backend.replies.append(Reply(body=b'{"error":{"message":"boom"}}', status=500))
-            await proxy.post("/v1/chat/completions", data=b"{}")
+            await proxy.post("/v1/chat/completions", data=b"{}", headers=keyed)
             await asyncio.sleep(1.0)
         rows = await rows_of(proxy, results_path)
         assert sum(r["result"] == "stale" and r["variant"] == "primary" for r in rows) == 18

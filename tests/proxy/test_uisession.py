@@ -6,13 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.config.keys import InboundKey
 from proxy.uisession import MAX_AGE_S, Sessions
 
 NOW = 1_800_000_000.0
 
 
-def _sessions(keys: tuple[str, ...] = ("k-one", "k-two"), now: float = NOW) -> Sessions:
-    return Sessions(keys, clock=lambda: now)
+def _sessions(keys: tuple[str, ...] = ("k-one", "k-two"), now: float = NOW) -> Sessions[InboundKey]:
+    return Sessions(tuple(InboundKey(None, key.encode()) for key in keys), clock=lambda: now)
 
 
 @pytest.mark.parametrize(

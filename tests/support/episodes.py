@@ -21,6 +21,8 @@ LIVE_FIELDS = {
     "run",
     "meta",
     "timings",
+    "usage",
+    "key_id",
 }
 
 

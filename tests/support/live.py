@@ -32,9 +32,17 @@ class Live:
         return f"http://127.0.0.1:{self.port}"
 
     def metric(self, name: str, **labels: str) -> float:
-        """A sample of the proxy's registry (0.0 when the series does not exist)."""
-        value = self.app[METRICS].registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        """The sum of the proxy's samples named ``name`` whose labels include ``labels`` (0.0
+        when there is none): a label left out is summed over (``key`` on the request series)."""
+        return sum(
+            (
+                sample.value
+                for family in self.app[METRICS].registry.collect()
+                for sample in family.samples
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+            ),
+            0.0,
+        )
 
     async def drained(self) -> None:
         assert await self.app[QUEUE].drain(10)

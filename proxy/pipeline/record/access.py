@@ -12,7 +12,7 @@ from aiohttp import web
 from proxy.logs import request_log
 from proxy.pipeline.admit import Route, SkipReason
 from proxy.pipeline.forward import Relay
-from proxy.pipeline.guard import TRACE
+from proxy.pipeline.guard import KEY_ID, TRACE
 from proxy.pipeline.record.metrics import ProxyMetrics
 
 log = request_log  # the canonical line, rendered without structlog's chain (proxy/logs.py)
@@ -31,14 +31,21 @@ def record_request(
     pair_id: str | None,
 ) -> None:
     overhead = max(total - outcome.upstream_wait_s, 0.0)
+    key_id = request.get(KEY_ID)
     metrics.request_done(
-        route, status or 500, total, outcome.ttfb_s if outcome.status else None, overhead
+        route,
+        status or 500,
+        total,
+        outcome.ttfb_s if outcome.status else None,
+        overhead,
+        metrics.key_label(key_id),
     )
     trace = request.get(TRACE)
     log.write(
         "request",
         {
             "request_id": request_id,
+            "key_id": key_id,
             "upstream_request_id": outcome.upstream_request_id,
             "method": request.method,
             "path": request.path,

@@ -2,8 +2,9 @@
 
 Dashboards and alerts are built on these names, so they are defined once, here. Every label
 value is bounded: ``task`` only takes ids of the loaded task set, ``model`` goes through
-:class:`ModelLabels` (an allow-list, or the first N models seen, then ``other``), and reasons
-come from closed sets.
+:class:`ModelLabels` (an allow-list, or the first N models seen, then ``other``), ``key`` (a
+named inbound key's id) through the same guard (:class:`KeyLabels`), and reasons come from
+closed sets.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ SINK_FAILURE_REASONS = ("unavailable", "timeout", "schema", "rejected")
 ROWS_DROPPED_REASONS = ("disk_full", "spill_error")
 OTHER_MODEL = "other"
 UNKNOWN_MODEL = "unknown"
+NO_KEY = "none"  # the `key` label of a request let in without a named key (or no auth at all)
+RATE_LIMITS = ("rpm", "tpm")
 
 # LLM requests last from milliseconds to minutes; client_python's defaults stop at 10 s.
 DURATION_BUCKETS = (
@@ -133,12 +136,21 @@ class ModelLabels:
         return OTHER_MODEL
 
 
+class KeyLabels(ModelLabels):
+    """Bounded ``key`` label values: the first ``cap`` key ids seen, then ``other``; a request
+    without a named key is ``none`` (proxy/config/keys.py reserves both words)."""
+
+    def __call__(self, model: str | None) -> str:
+        return NO_KEY if model is None else super().__call__(model)
+
+
 class ProxyMetrics:
     """Every metric the proxy exports, on a registry of its own (one per app)."""
 
-    def __init__(self, models: ModelLabels | None = None) -> None:
+    def __init__(self, models: ModelLabels | None = None, keys: KeyLabels | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_label = models or ModelLabels()
+        self.key_label = keys or KeyLabels(cap=50)
         reg = self.registry
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)
@@ -222,8 +234,9 @@ class ProxyMetrics:
         self.tokens = Counter(
             "gradeproxy_tokens_total",
             "Tokens of graded responses as the backend reported them, by type (input, output,"
-            " cached_input: part of input, reasoning: part of output), task, variant, model.",
-            ["type", "task", "variant", "model"],
+            " cached_input: part of input, reasoning: part of output), task, variant, model,"
+            " key (the named inbound key's id; none without one).",
+            ["type", "task", "variant", "model", "key"],
             registry=reg,
         )
         self.cost = Counter(
@@ -238,6 +251,13 @@ class ProxyMetrics:
             "Graded responses with usage whose model the price table has no price for (their"
             " cost is null, never guessed), by task, variant, model.",
             ["task", "variant", "model"],
+            registry=reg,
+        )
+        self.rate_limited = Counter(
+            "gradeproxy_rate_limited_total",
+            "Requests refused with a 429 because their key was over a per-process limit"
+            " (auth.keys[].rpm, auth.keys[].tpm), by key and limit (rpm, tpm).",
+            ["key", "limit"],
             registry=reg,
         )
         self.check_results = Counter(
@@ -471,10 +491,21 @@ class ProxyMetrics:
         self.build_info.labels(__version__, "").set(1)
 
     def request_done(
-        self, route: str, code: int, total_s: float, ttfb_s: float | None, overhead_s: float
+        self,
+        route: str,
+        code: int,
+        total_s: float,
+        ttfb_s: float | None,
+        overhead_s: float,
+        key: str = NO_KEY,
     ) -> None:
-        """Record one answered request (proxy/pipeline/record/request_series.py)."""
-        self.request_series.done(route, code, total_s, ttfb_s, overhead_s)
+        """Record one answered request (proxy/pipeline/record/request_series.py); ``key`` is a
+        label value already bounded (:attr:`key_label`)."""
+        self.request_series.done(route, code, total_s, ttfb_s, overhead_s, key)
+
+    def rate_limit(self, key_id: str, limit: str) -> None:
+        """Count one request refused for its key's limit (the guard's callback)."""
+        self.child(self.rate_limited, self.key_label(key_id), limit).inc()
 
     def skip(self, reason: str) -> None:
         """Count one request not graded, by reason (a closed set: children cached)."""
@@ -525,14 +556,21 @@ class ProxyMetrics:
         return counts
 
     def token_counts(
-        self, task: str, variant: str, usage: Usage, cost: float | None, unpriced: bool
+        self,
+        task: str,
+        variant: str,
+        usage: Usage,
+        cost: float | None,
+        unpriced: bool,
+        key_id: str | None = None,
     ) -> dict[Any, Any]:
         """A graded response's token and cost increments (labelled child -> amount): the types
-        the backend reported, the model through the cardinality guard (:class:`ModelLabels`)."""
+        the backend reported, the model and the key through the cardinality guard
+        (:class:`ModelLabels`, :class:`KeyLabels`)."""
         model, *counts = usage
-        label = self.model_label(model)
+        label, key = self.model_label(model), self.key_label(key_id)
         out: dict[Any, Any] = {
-            self.child(self.tokens, kind, task, variant, label): count
+            self.child(self.tokens, kind, task, variant, label, key): count
             for kind, count in zip(TOKEN_TYPES, counts, strict=True)
             if count
         }

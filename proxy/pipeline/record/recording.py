@@ -61,6 +61,7 @@ class Recording:
     usage: Usage | None = None  # the response's reported tokens, once (not once per choice)
     cost: float | None = None  # what they cost (pricing.path), once per response
     unpriced: bool = False  # priced by a table that has no price for the model
+    key_id: str | None = None  # the named inbound key the response's request came with
 
 
 def recording(
@@ -86,6 +87,7 @@ def recording(
     verdicts: dict[int, str] = {}
     usage: Usage | None = None
     cost: float | None = None
+    key_id: str | None = None
     stamped: dict[int, dict[str, Any]] = {}  # a job's rows share one timings dict: copy it once
     for row in rows:
         timings = row["timings"]
@@ -100,7 +102,7 @@ def recording(
             episodes.append(row)
             continue
         if usage is None:
-            usage, cost = _usage(row), row.get("cost")
+            usage, cost, key_id = _usage(row), row.get("cost"), row.get("key_id")
         for column in row["checks"]:
             if column.get("advisory"):  # out of every pass rate, the metrics' too
                 continue
@@ -131,6 +133,7 @@ def recording(
         usage=usage,
         cost=cost,
         unpriced=priced and usage is not None and cost is None,
+        key_id=key_id,
     )
 
 
@@ -257,7 +260,9 @@ class Recorder:
         counts = metrics.increments((task_id, variant, done.checks, done.grades, done.errors))
         if done.usage is None:
             return counts
-        tokens = metrics.token_counts(task_id, variant, done.usage, done.cost, done.unpriced)
+        tokens = metrics.token_counts(
+            task_id, variant, done.usage, done.cost, done.unpriced, done.key_id
+        )
         return {**counts, **tokens} if tokens else counts
 
 

@@ -1,6 +1,6 @@
 """The request-side series: plain numbers updated once per request, exported at scrape time.
 
-``gradeproxy_requests_total{route,code}``, ``gradeproxy_request_duration_seconds{route}``,
+``gradeproxy_requests_total{route,code,key}``, ``gradeproxy_request_duration_seconds{route}``,
 ``gradeproxy_upstream_ttfb_seconds{route}`` and ``gradeproxy_overhead_seconds{route}`` are
 written for every forwarded request, on the event loop. prometheus_client's Counter and
 Histogram take a lock per increment (four for a histogram observation: the sum, a bucket, and
@@ -30,7 +30,12 @@ __all__ = ["HistogramSpec", "RequestSeries"]
 
 HistogramSpec = tuple[str, str, Sequence[float]]  # name, help, bucket upper bounds
 
-REQUESTS = ("gradeproxy_requests_total", "Requests answered, by route and HTTP status code.")
+REQUESTS = (
+    "gradeproxy_requests_total",
+    "Requests answered, by route, HTTP status code and key (the named inbound key's id; none"
+    " without one).",
+)
+REQUEST_LABELS = ["route", "code", "key"]
 
 
 class _Histogram:
@@ -71,18 +76,25 @@ class RequestSeries(Collector):
         overhead: HistogramSpec,
     ) -> None:
         routes = tuple(routes)
-        self.requests: dict[tuple[str, int], int] = {}
+        self.requests: dict[tuple[str, int, str], int] = {}
         self.duration = _Histogram(duration, routes)
         self.ttfb = _Histogram(ttfb, routes)
         self.overhead = _Histogram(overhead, routes)
         registry.register(self)
 
     def done(
-        self, route: str, code: int, total_s: float, ttfb_s: float | None, overhead_s: float
+        self,
+        route: str,
+        code: int,
+        total_s: float,
+        ttfb_s: float | None,
+        overhead_s: float,
+        key_label: str = "none",
     ) -> None:
-        """One answered request (``ttfb_s`` None: no upstream response, no TTFB or overhead)."""
+        """One answered request (``ttfb_s`` None: no upstream response, no TTFB or overhead);
+        ``key_label`` is bounded by the caller (ProxyMetrics.key_label)."""
         requests = self.requests
-        key = (route, code)
+        key = (route, code, key_label)
         requests[key] = requests.get(key, 0) + 1
         self.duration.observe(route, total_s)
         if ttfb_s is not None:
@@ -90,15 +102,15 @@ class RequestSeries(Collector):
             self.overhead.observe(route, overhead_s)
 
     def collect(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily(*REQUESTS, labels=["route", "code"])
-        for (route, code), count in list(self.requests.items()):
-            requests.add_metric([route, str(code)], count)
+        requests = CounterMetricFamily(*REQUESTS, labels=REQUEST_LABELS)
+        for (route, code, key), count in list(self.requests.items()):
+            requests.add_metric([route, str(code), key], count)
         yield requests
         for histogram in (self.duration, self.ttfb, self.overhead):
             yield histogram.family()
 
     def describe(self) -> Iterator[Metric]:
         """The families without samples: what the registry checks names against."""
-        yield CounterMetricFamily(*REQUESTS, labels=["route", "code"])
+        yield CounterMetricFamily(*REQUESTS, labels=REQUEST_LABELS)
         for histogram in (self.duration, self.ttfb, self.overhead):
             yield HistogramMetricFamily(histogram.name, histogram.help, labels=["route"])

@@ -247,6 +247,40 @@ async def test_with_keys_the_queue_needs_a_key_or_the_page_session(
     assert "items.json" in await (await client.get("/ui/review", headers=cookie)).text()
 
 
+@pytest.mark.parametrize(
+    ("auth", "how", "reviewer"),
+    [
+        pytest.param({"keys": [{"id": "ana", "secret_env": "TEST_REVIEW_KEYS"}]}, "header", "ana",
+                     id="named_key_by_header"),
+        pytest.param({"keys": [{"id": "ana", "secret_env": "TEST_REVIEW_KEYS"}]}, "session",
+                     "ana", id="named_key_by_login_session"),
+        pytest.param({"keys_env": "TEST_REVIEW_KEYS"}, "session", None,
+                     id="unnamed_key_has_no_reviewer"),
+    ],
+)  # fmt: skip
+async def test_a_label_records_the_reviewers_key_id(
+    make_proxy: ProxyFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    seeded: Path,
+    results_path: Path,
+    auth: dict[str, Any],
+    how: str,
+    reviewer: str | None,
+) -> None:
+    monkeypatch.setenv("TEST_REVIEW_KEYS", KEY)
+    client = await _proxy(make_proxy, seeded, auth=auth)
+    if how == "header":
+        status, answer = await _post(
+            client, {"item": DRAFT, "verdict": "pass"}, **{KEY_HEADER: KEY}
+        )
+    else:
+        login = await client.post("/ui/login", data={"key": KEY}, allow_redirects=False)
+        cookie = f"{COOKIE}={login.cookies[COOKIE].value}"
+        status, answer = await _post(client, {"item": DRAFT, "verdict": "pass"}, Cookie=cookie)
+    assert status == 200, answer
+    assert read_rows(results_path)[-1]["reviewer"] == reviewer
+
+
 @pytest.mark.usefixtures("pg_password")
 async def test_with_the_rows_database_the_queue_reads_it_and_labels_go_there(
     make_proxy: ProxyFactory, postgres: PostgresServer, tmp_path: Path

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from grader.loader import parse_task
 from proxy.app import make_admin_app
+from proxy.config.keys import InboundKey
 from proxy.pipeline.guard import KEY_HEADER, Guard
 from proxy.pipeline.record.failures import (
     SHOWN_CHARS,
@@ -180,7 +181,12 @@ def test_an_entry_is_finished_when_first_read_and_only_then(
     assert draft["answer_runs"] == first["answer_runs"]  # kept: the next read does no work
 
 
-KEYED = Guard(("k-one", "k-two"), protect_metrics=False, max_body_bytes=1024, watchdog=None)
+KEYED = Guard(
+    (InboundKey(None, b"k-one"), InboundKey(None, b"k-two")),
+    protect_metrics=False,
+    max_body_bytes=1024,
+    watchdog=None,
+)
 KEYLESS = Guard((), protect_metrics=False, max_body_bytes=1024, watchdog=None)
 REMOTE = "203.0.113.9"
 

@@ -12,13 +12,17 @@ from prometheus_client.openmetrics import exposition as openmetrics
 
 from proxy.pipeline.record.metrics import (
     DURATION_BUCKETS,
+    NO_KEY,
     OVERHEAD_BUCKETS,
     ROUTES,
     TTFB_BUCKETS,
     ProxyMetrics,
 )
 
-Request = tuple[str, int, float, float | None, float]  # route, code, total, ttfb, overhead
+# route, code, total, ttfb, overhead, and the key label (NO_KEY when left out)
+Request = (
+    tuple[str, int, float, float | None, float] | tuple[str, int, float, float | None, float, str]
+)
 Render = Callable[[CollectorRegistry], bytes]
 
 
@@ -27,8 +31,9 @@ def reference(requests: list[Request]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
     counter = Counter(
         "gradeproxy_requests_total",
-        "Requests answered, by route and HTTP status code.",
-        ["route", "code"],
+        "Requests answered, by route, HTTP status code and key (the named inbound key's id; none"
+        " without one).",
+        ["route", "code", "key"],
         registry=registry,
     )
     histograms = [
@@ -55,8 +60,8 @@ def reference(requests: list[Request]) -> CollectorRegistry:
     for histogram in histograms:
         for route in ROUTES:
             histogram.labels(route)
-    for route, code, total, first_byte, spent in requests:
-        counter.labels(route, str(code)).inc()
+    for route, code, total, first_byte, spent, *key in requests:
+        counter.labels(route, str(code), key[0] if key else NO_KEY).inc()
         duration.labels(route).observe(total)
         if first_byte is not None:
             ttfb.labels(route).observe(first_byte)
@@ -100,6 +105,15 @@ def request_side(text: bytes) -> list[bytes]:
                 )
             ],
             id="every_route_several_codes",
+        ),
+        pytest.param(
+            [
+                ("chat_completions", 200, 0.01, 0.005, 0.001, "team-a"),
+                ("chat_completions", 200, 0.02, 0.005, 0.001, "team-b"),
+                ("chat_completions", 200, 0.03, 0.005, 0.001, "team-a"),
+                ("chat_completions", 200, 0.04, 0.005, 0.001),
+            ],
+            id="by_key",
         ),
     ],
 )

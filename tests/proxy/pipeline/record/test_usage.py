@@ -370,13 +370,25 @@ def test_ten_thousand_models_stay_under_the_cardinality_guard() -> None:
     assert models == {f"model-{n}" for n in range(20)} | {"other"}
     other = metrics.registry.get_sample_value(
         "gradeproxy_tokens_total",
-        {"type": "input", "task": "weather.single", "variant": "primary", "model": "other"},
+        {
+            "type": "input",
+            "task": "weather.single",
+            "variant": "primary",
+            "model": "other",
+            "key": "none",
+        },
     )
     assert other == 3 * (10_000 - 20)  # nothing lost, nothing guessed: the rest is "other"
     total = sum(
         metrics.registry.get_sample_value(
             "gradeproxy_tokens_total",
-            {"type": "reasoning", "task": "weather.single", "variant": "primary", "model": m},
+            {
+                "type": "reasoning",
+                "task": "weather.single",
+                "variant": "primary",
+                "model": m,
+                "key": "none",
+            },
         )
         or 0
         for m in models
