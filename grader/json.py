@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import orjson
@@ -80,6 +79,8 @@ def _exact_float(literal: str) -> float | int:
     value = float(literal)
     if not math.isinf(value):
         return value
+    from decimal import Decimal, InvalidOperation  # overflowing literals only (rare)
+
     try:
         exact = Decimal(literal)
         if exact == exact.to_integral_value() and exact.adjusted() <= _MAX_EXPONENT:

@@ -28,13 +28,15 @@ import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grader.episodes.values import EpisodeRecord
 from grader.errors import GraderError
 from grader.toolcall.canon import canonical_json
 from grader.toolcall.extract import Call
 from grader.version import GRADER_RULES_VERSION
+
+if TYPE_CHECKING:  # a type only: the episodes' values are imported by task sets that use them
+    from grader.episodes.values import EpisodeRecord
 
 # Every top-level key a task may have. ``metadata`` is open (users' annotations); inside a
 # check, OpenAI's grader fields are accepted as OpenAI defines them (grader.checks).

@@ -9,7 +9,6 @@ Wherever a command reads result rows (``--results``, ``--baseline``, ``--candida
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
 import tempfile
@@ -124,6 +123,8 @@ def expand_globs(values: Iterable[Source]) -> list[Source]:
         if GLOB_CHARACTERS.isdisjoint(text) or value.exists():
             found.setdefault(value, None)
             continue
+        import glob  # a pattern was given: not at every start-up
+
         matches = sorted(glob.glob(text))
         if not matches:
             raise InputError(f"{text}: no file matches")
