@@ -122,6 +122,23 @@ def loads_exact(text: str) -> Any:
         raise JSONError(str(exc)) from None
 
 
+def loads_plain(text: str) -> Any:
+    """:func:`loads_exact` of a text known to hold no run of 19 digits (searched by the caller,
+    or decoded from a text :func:`plain_strings` cleared): the same value, without the search."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # not JSON, a lone surrogate, 1e400: decided as ever
+        return loads_exact(text)
+
+
+def plain_strings(text: str, searched: bool = False) -> bool:
+    """Whether no string inside the JSON ``text`` can hold a run of 19 digits: the text holds no
+    such run (``searched``: the caller found none) and no ``\\u`` escape, the one escape that
+    writes a digit. Each decoded digit then stands for a digit of the text, next to the same
+    neighbours, so a JSON text nested in one of the strings parses with :func:`loads_plain`."""
+    return "\\u" not in text and (searched or not has_long_digit_run(text))
+
+
 def loads_exact_bytes(data: bytes) -> Any:
     """:func:`loads_exact` of ``data`` decoded as UTF-8 (invalid bytes replaced), read from the
     bytes themselves when that gives the same value: valid UTF-8 with no long digit run is
