@@ -229,4 +229,4 @@ def load_tasks(path: str | Path) -> TaskSet:
     tasks = [task for file in files for task in iter_file_tasks(file)]
     if not tasks:
         raise TaskLoadError(f"{path}: no tasks defined")
-    return build_task_set(tasks, tuple(str(f) for f in files))
+    return build_task_set(tasks, tuple(str(f) for f in files), parsed=True)

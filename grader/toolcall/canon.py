@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+import orjson
+
 from grader.errors import GraderError
 from grader.json import MAX_DEPTH, quote
 from grader.values import value_type
@@ -158,9 +160,45 @@ def canonical_json(value: Any) -> str:
     Used for digests, so it must be stable across processes and library versions: integers
     are written by ``str`` (exact at any width) and doubles by ``repr`` (shortest round trip).
     """
+    return _canonical_at(value, 0)
+
+
+def _canonical_at(value: Any, depth: int) -> str:
     parts: list[str] = []
-    _write(value, parts, 0)
+    _write(value, parts, depth)
     return "".join(parts)
+
+
+# Where orjson's text of a parsed value may differ from canonical_json's: a double with an
+# integral value ("5.0", "-0.0": canonical_json writes "5", "0"), or one repr writes with an
+# exponent (orjson writes "0.00001" where repr writes "1e-05"; "1e+16" and "1e-7" alike, its
+# exponents always signed). Every other double orjson writes as repr does (the shortest round
+# trip). A match inside a string only costs the slow path. Three searches, each led by a
+# literal (one pattern with alternatives would test every byte: several times slower).
+_NOT_CANONICAL = (
+    re.compile(rb"\.0(?:[,\]}]|$)"),
+    re.compile(rb"0\.0000"),
+    re.compile(rb"e[-+]\d"),
+)
+_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def canonical_json_parsed(value: Any, depth: int = 0) -> bytes:
+    """:func:`canonical_json`, UTF-8 encoded, of a value read by :mod:`grader.json` from JSON
+    text (dicts with string keys, lists, strings, integers, doubles, booleans, None: nothing
+    else), at ``depth`` (its place in an enclosing value). orjson writes it, keys sorted, and
+    that text is used where it is canonical_json's: no double it may spell otherwise, no
+    integer orjson refuses (past 64 bits), no lone surrogate, and too few brackets to nest
+    past the depth bound. Anything else goes through :func:`canonical_json`'s own walk."""
+    try:
+        data = orjson.dumps(value, option=_SORTED)
+    except TypeError:
+        return _canonical_at(value, depth).encode()
+    if data.count(b"[") + data.count(b"{") + depth > MAX_DEPTH or any(
+        pattern.search(data) for pattern in _NOT_CANONICAL
+    ):
+        return _canonical_at(value, depth).encode()
+    return data
 
 
 def _write(value: Any, out: list[str], depth: int) -> None:
