@@ -18,7 +18,7 @@ Three pairs, each printed with its ratio (BFCL's time over ours: above 1x, ours 
 
 In process: CPU time of this process, the two sides taking turns ``--repeat`` times, best of
 each. Processes: CPU time (user + system) of the child, and wall time, best of ``--repeat``.
-Also printed: the start-up of ``gradeproxy --help`` and of a bare interpreter, and the load of
+Also printed: the start-up of ``gradeproxy grade --help`` and of a bare interpreter, and the load of
 the task file. Needs bfcl-eval (scripts/install-bfcl.sh). Run:
 ``python bench/bfcl_bench.py [--answers N] [--repeat N]``.
 """
@@ -196,17 +196,23 @@ def main() -> None:
         grade = grader.grade
 
         by_id = {c.item.question["id"]: tasks.get(c.item.question["id"]) for c in cases}
+        # Per chunk, built before its timing on both sides: BFCL's decode inputs, and our
+        # (task, answer text) pairs (Case.wire writes the answer's JSON each time it is read).
+        prepared: dict[int, Callable[[], object]] = {}
+        ours_work: dict[int, list[tuple[grader.Task, str]]] = {}
 
         def ours_grade(chunk: list[Case]) -> object:
-            return [grade(by_id[c.item.question["id"]], c.wire) for c in chunk]  # type: ignore[arg-type]
-
-        prepared: dict[int, Callable[[], object]] = {}  # per chunk, built before its timing
+            return [grade(task, wire) for task, wire in ours_work[id(chunk)]]
 
         def bfcl_chunk(chunk: list[Case]) -> object:
             return prepared[id(chunk)]()
 
         def prepare(chunk: list[Case]) -> object:
             prepared[id(chunk)] = _bfcl_loop(conf, chunk)
+            ours_work[id(chunk)] = [
+                (by_id[c.item.question["id"]], c.wire)  # type: ignore[misc]
+                for c in chunk
+            ]
             return None
 
         def ours_run() -> object:
@@ -233,13 +239,13 @@ def main() -> None:
             sys.executable, str(ROOT / "bench" / "bfcl_checker_process.py"),
             "--answers", str(answers_path), "--out", str(folder / "bfcl.jsonl"),
         ]  # fmt: skip
-        start_cmds = [[sys.executable, "-c", "pass"], [gradeproxy, "--help"]]
+        start_cmds = [[sys.executable, "-c", "pass"], [gradeproxy, "grade", "--help"]]
         (t_cpu, t_wall), (o_cpu, o_wall) = _best_children([theirs_cmd, ours_cmd], args.repeat)
         _line("gradeproxy grade vs BFCL process", len(cases), t_cpu, o_cpu)
         _line("gradeproxy grade vs BFCL process", len(cases), t_wall, o_wall, "wall")
         (bare, _), (helped, _) = _best_children(start_cmds, args.repeat)
         print(
-            f"start-up CPU: bare interpreter {bare * 1000:.0f} ms, gradeproxy --help "
+            f"start-up CPU: bare interpreter {bare * 1000:.0f} ms, gradeproxy grade --help "
             f"{helped * 1000:.0f} ms; task file load ({len(tasks)} tasks) {load * 1000:.0f} ms"
         )
         verdicts = [json.loads(line)["result"] for line in (folder / "rows.jsonl").open()]
