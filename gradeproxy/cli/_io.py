@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from grader.errors import GraderError
 from grader.intake import Intake
-from grader.json import JSONError, dumps, loads_exact
+from grader.json import JSONError, dumps_line, loads_exact
 
 if TYPE_CHECKING:
     from proxy.rowsdb import RowsURL
@@ -184,9 +184,19 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
         raise
 
 
+JSONL_BATCH = 512  # rows per chunk handed to the file: one write call each, not one a row
+
+
 def jsonl_bytes(rows: Iterable[Any]) -> Iterator[bytes]:
+    """The rows as JSONL, :data:`JSONL_BATCH` lines a chunk (each line ``dumps_line``'s)."""
+    batch: list[bytes] = []
     for row in rows:
-        yield dumps(row) + b"\n"
+        batch.append(dumps_line(row))
+        if len(batch) == JSONL_BATCH:
+            yield b"".join(batch)
+            batch = []
+    if batch:
+        yield b"".join(batch)
 
 
 class Progress:
