@@ -8,8 +8,13 @@ value JSON text can hold, doubles of every magnitude and spelling above all.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import datetime
+import enum
 import json
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,12 @@ from hypothesis import strategies as st
 from grader.json import MAX_DEPTH, loads_exact
 from grader.loader import load_tasks
 from grader.tasks import build_task_set, tasks_digest
-from grader.toolcall.canon import TooDeepError, canonical_json, canonical_json_parsed
+from grader.toolcall.canon import (
+    TooDeepError,
+    _canonical_at,
+    canonical_json,
+    canonical_json_parsed,
+)
 
 TEXT = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF))
 DOUBLES = st.floats(allow_nan=False, allow_infinity=False)
@@ -101,3 +111,55 @@ def test_a_loaded_task_set_has_the_digest_of_its_tasks(tmp_path: Path) -> None:
     loaded = load_tasks(path)
     assert loaded.digest == build_task_set(list(loaded)).digest
     assert loaded.digest == tasks_digest(tasks)
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Name(str):
+    pass
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+def _outcome(write: Any, value: Any) -> Any:
+    try:
+        return write(value)
+    except (TypeError, TooDeepError) as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param({"a": (1, 2)}, id="a_tuple"),
+        pytest.param([uuid.UUID(int=5)], id="a_uuid"),
+        pytest.param({"c": Colour.RED}, id="an_enum"),
+        pytest.param({"l": Level.HIGH}, id="an_int_enum"),
+        pytest.param({"n": Name("x")}, id="a_str_subclass"),
+        pytest.param([Point(1)], id="a_dataclass"),
+        pytest.param([datetime.date(2026, 1, 1)], id="a_date"),
+        pytest.param([math.nan], id="nan"),
+        pytest.param({"x": [math.inf]}, id="infinity"),
+        pytest.param({1: "a"}, id="a_non_string_key"),
+        pytest.param(collections.OrderedDict(b=1, a=2), id="a_dict_subclass"),
+        pytest.param({"x": 2**70}, id="wider_than_64_bits"),
+    ],
+)
+def test_values_that_are_not_plain_json_are_written_by_the_walk(value: Any) -> None:
+    """canonical_json gives what its walk gives (a text or the same error) for anything orjson
+    writes but JSON text could not hold, since digests of such values must not change."""
+    assert _outcome(canonical_json, value) == _outcome(lambda v: _canonical_at(v, 0), value)
+
+
+@given(VALUES)
+def test_canonical_json_is_its_walk(value: Any) -> None:
+    assert canonical_json(value) == _canonical_at(value, 0)
