@@ -189,9 +189,14 @@ JSONL_BATCH = 512  # rows per chunk handed to the file: one write call each, not
 
 def jsonl_bytes(rows: Iterable[Any]) -> Iterator[bytes]:
     """The rows as JSONL, :data:`JSONL_BATCH` lines a chunk (each line ``dumps_line``'s)."""
+    return batched_lines(dumps_line(row) for row in rows)
+
+
+def batched_lines(lines: Iterable[bytes]) -> Iterator[bytes]:
+    """JSONL lines already written, :data:`JSONL_BATCH` of them a chunk."""
     batch: list[bytes] = []
-    for row in rows:
-        batch.append(dumps_line(row))
+    for line in lines:
+        batch.append(line)
         if len(batch) == JSONL_BATCH:
             yield b"".join(batch)
             batch = []
