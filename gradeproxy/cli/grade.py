@@ -92,6 +92,7 @@ def register(sub: Any) -> None:
 def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Refused]:
     """Every answers row in order: ready to grade, or refused with its problem (an error row)."""
     rows: list[Answer | Refused] = []
+    file = f"{path}:"
     for lineno, row in intake.lines(path, unreadable=True):
         if isinstance(row, Problem):
             rows.append((row, None, None))
@@ -104,7 +105,7 @@ def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Re
         task = tasks.get(task_id) if isinstance(task_id, str) else None
         refusal = _refusal(row, task)
         if refusal is None and task is not None:
-            rows.append((f"{path}:{lineno}", task, row["answer"], row))
+            rows.append((file + str(lineno), task, row["answer"], row))
             continue
         code, message, drop = refusal or ("unknown_task", f"unknown task id {task_id!r}", "")
         source = {key: value for key, value in row.items() if key != drop}

@@ -29,7 +29,7 @@ def _parsed(function: Any, plain: bool = False) -> AnswerCall:
     arguments text is not searched again.
 
     ``shallow`` is settled from the JSON text when it holds too few brackets to nest past the
-    bound (``str.count`` is cheap; walking the parsed value is not)."""
+    bound (a text that short, or ``str.count``: cheap; walking the parsed value is not)."""
     if not isinstance(function, dict):
         return AnswerCall(None, None)
     name = function.get("name")
@@ -44,7 +44,7 @@ def _parsed(function: Any, plain: bool = False) -> AnswerCall:
         except JSONError:  # JSONTooDeepError included
             arguments = None
         call = AnswerCall(name, arguments if isinstance(arguments, dict) else None)
-        if raw.count("{") + raw.count("[") <= _DEPTH_OK:
+        if len(raw) <= _DEPTH_OK or raw.count("{") + raw.count("[") <= _DEPTH_OK:
             call.shallow = True
     else:
         call = AnswerCall(name, raw if isinstance(raw, dict) else None)
