@@ -139,6 +139,22 @@ def plain_strings(text: str, searched: bool = False) -> bool:
     return "\\u" not in text and (searched or not has_long_digit_run(text))
 
 
+NOT_READ = object()  # read_plain_bytes: the bytes need the text path
+
+
+def read_plain_bytes(data: bytes) -> Any:
+    """:func:`loads_exact` of ``data``'s UTF-8 text, read from the bytes themselves, where that
+    is the same value: valid UTF-8 with no long digit run that orjson reads. Anything else
+    (invalid UTF-8, a lone surrogate, an overflow, not JSON, blank) is :data:`NOT_READ`, for
+    the caller's text path to decide exactly as it would have (a JSONL line read per row)."""
+    if len(data) <= SEARCH_WINDOW and _ZEROS not in data.translate(_DIGITS_TO_ZERO):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return NOT_READ
+
+
 def loads_exact_bytes(data: bytes) -> Any:
     """:func:`loads_exact` of ``data`` decoded as UTF-8 (invalid bytes replaced), read from the
     bytes themselves when that gives the same value: valid UTF-8 with no long digit run is
