@@ -229,6 +229,20 @@ def _task_verdict(task: Task, sample: Sample) -> Verdict | None:
 
 
 def _outcome(task: Task, results: Sequence[CheckResult], verdict: Verdict | None) -> Outcome:
+    if len(results) == 1 and not task.advisory:  # one plain column: the common task
+        only = results[0]
+        if not only.parts and not only.advisory:
+            stale = (
+                verdict is not None and verdict.stale_schema_used
+            ) or only.reason_code == "stale_schema"
+            rule = task.pass_rule
+            name = only.name
+            if rule in ("all", "any") or rule == name or name.startswith(rule + "."):
+                passed = only.passed
+            else:  # a rule naming no column of this task: as overall() over no columns
+                passed = None
+            one: tuple[str, ...] = () if only.warning is None else (only.warning,)
+            return Outcome(task.id, _result(passed, stale), (only,), verdict, True, one)
     flat = tuple(part for r in results for part in (r.parts or (r,)))
     if task.advisory:  # shown in the row, left out of the rule (grader/advisory.py)
         flat = tuple(
@@ -244,11 +258,15 @@ def _outcome(task: Task, results: Sequence[CheckResult], verdict: Verdict | None
     return Outcome(task.id, result, flat, verdict, True, warnings)
 
 
+# The context of an answer graded without one: a value, so one instance serves every answer.
+_NO_CONTEXT = CheckContext()
+
+
 def _prepare(
     task: Task, answer: str, item: Mapping[str, Any] | None, context: CheckContext | None
 ) -> tuple[Sample, Mapping[str, Any], CheckContext]:
     row = task.item if item is None else item
-    return Sample.from_answer(answer), row, context or CheckContext()
+    return Sample.from_answer(answer), row, context or _NO_CONTEXT
 
 
 def grade(
@@ -273,21 +291,28 @@ def grade(
     if not isinstance(answer, str):
         verdict = None if task.expected_call is None else match_call(task.expected, None, answer)
         return _outcome(task, [r for c in checks for r in _not_a_string(c, answer)], verdict)
-    sample, row, ctx = _prepare(task, answer, item, context)
-    results, verdict = _run_checks(checks, sample, row, ctx)
+    sample = Sample.from_answer(answer)
+    results, verdict = _run_checks(task, checks, sample, item, context or _NO_CONTEXT)
     if verdict is None:
         verdict = _task_verdict(task, sample)
     return _outcome(task, results, verdict)
 
 
 def _run_checks(
-    checks: Sequence[Check], sample: Sample, row: Mapping[str, Any], ctx: CheckContext
+    task: Task,
+    checks: Sequence[Check],
+    sample: Sample,
+    item: Mapping[str, Any] | None,
+    ctx: CheckContext,
 ) -> tuple[list[CheckResult], Verdict | None]:
     """Every check's column, and the first single-call ``tool_call`` check's verdict from the
     same match (one match per answer: :meth:`ToolCallCheck.graded`); None when no check gave
-    one (then the task's own expected call decides: :func:`_task_verdict`)."""
+    one (then the task's own expected call decides: :func:`_task_verdict`). The ``item``
+    namespace (``task.item`` unless given) is built only when a check other than a tool-call
+    check reads it."""
     results: list[CheckResult] = []
     verdict: Verdict | None = None
+    row = item
     for check in checks:
         if verdict is None and isinstance(check, ToolCallCheck):
             try:
@@ -297,6 +322,8 @@ def _run_checks(
                 continue
             results.append(_with_context(result, ctx))
         else:
+            if row is None:
+                row = task.item
             results.append(run_check(check, sample, row, ctx))
     return results, verdict
 
@@ -354,6 +381,10 @@ async def grade_async(
     return _outcome(task, results, _verdict_of(task, checks, sample, ctx))
 
 
+# The offline context of a row with no tools and no model (a value: one serves every row).
+_OFFLINE_BARE = CheckContext(missing_tools=OFFLINE_NO_TOOLS)
+
+
 def _tool_list(value: object) -> list[dict[str, Any]] | None:
     return [t for t in value if isinstance(t, dict)] if isinstance(value, list) else None
 
@@ -374,6 +405,8 @@ def offline_context(task: Task, row: Mapping[str, Any] | None = None) -> CheckCo
     if tools is None:
         tools = task.tools
     model = row.get("model", request.get("model"))
+    if tools is None and not isinstance(model, str):
+        return _OFFLINE_BARE
     return CheckContext(
         request_tools=tools,
         model=model if isinstance(model, str) else None,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO, get_args
 
 from grader.errors import GraderError
-from grader.json import JSONError, loads_exact
+from grader.json import NOT_READ, JSONError, loads_exact, read_plain_bytes
 from grader.values import value_type
 
 InputReason = Literal[
@@ -115,6 +115,13 @@ class Intake:
         try:
             with path.open("rb") as handle:
                 for lineno, raw in enumerate(handle, start=1):
+                    value = read_plain_bytes(raw)  # most lines: no decode, no re-encode
+                    if value is not NOT_READ:
+                        seen += 1
+                        readable += 1
+                        self.rows += 1
+                        yield lineno, value
+                        continue
                     try:
                         text = raw.decode("utf-8")
                     except UnicodeDecodeError as exc:

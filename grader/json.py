@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import orjson
@@ -80,6 +79,8 @@ def _exact_float(literal: str) -> float | int:
     value = float(literal)
     if not math.isinf(value):
         return value
+    from decimal import Decimal, InvalidOperation  # overflowing literals only (rare)
+
     try:
         exact = Decimal(literal)
         if exact == exact.to_integral_value() and exact.adjusted() <= _MAX_EXPONENT:
@@ -119,6 +120,39 @@ def loads_exact(text: str) -> Any:
         if "depth limit" in str(exc):
             raise JSONTooDeepError(str(exc)) from None
         raise JSONError(str(exc)) from None
+
+
+def loads_plain(text: str) -> Any:
+    """:func:`loads_exact` of a text known to hold no run of 19 digits (searched by the caller,
+    or decoded from a text :func:`plain_strings` cleared): the same value, without the search."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # not JSON, a lone surrogate, 1e400: decided as ever
+        return loads_exact(text)
+
+
+def plain_strings(text: str, searched: bool = False) -> bool:
+    """Whether no string inside the JSON ``text`` can hold a run of 19 digits: the text holds no
+    such run (``searched``: the caller found none) and no ``\\u`` escape, the one escape that
+    writes a digit. Each decoded digit then stands for a digit of the text, next to the same
+    neighbours, so a JSON text nested in one of the strings parses with :func:`loads_plain`."""
+    return "\\u" not in text and (searched or not has_long_digit_run(text))
+
+
+NOT_READ = object()  # read_plain_bytes: the bytes need the text path
+
+
+def read_plain_bytes(data: bytes) -> Any:
+    """:func:`loads_exact` of ``data``'s UTF-8 text, read from the bytes themselves, where that
+    is the same value: valid UTF-8 with no long digit run that orjson reads. Anything else
+    (invalid UTF-8, a lone surrogate, an overflow, not JSON, blank) is :data:`NOT_READ`, for
+    the caller's text path to decide exactly as it would have (a JSONL line read per row)."""
+    if len(data) <= SEARCH_WINDOW and _ZEROS not in data.translate(_DIGITS_TO_ZERO):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return NOT_READ
 
 
 def loads_exact_bytes(data: bytes) -> Any:

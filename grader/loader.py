@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
-import difflib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.advisory import AdvisoryError, split_advisory
 from grader.checks import Check, CheckDefinitionError, build_checks, columns_of
 from grader.checks.tool_call import DEFAULT_DEFINITION
 from grader.enforce import EnforceError, EnforceSpec, parse_enforce, resolve_targets
 from grader.engine import remember_checks
-from grader.episodes.record import RecordError, parse_record
-from grader.episodes.values import EpisodeRecord
 from grader.json import JSONError, loads_exact
 from grader.tasks import (
     RECORD_KEYS,
@@ -46,6 +43,9 @@ from grader.tasks import (
     task_files,
 )
 from grader.toolcall.extract import Call, call_from_value, extract
+
+if TYPE_CHECKING:  # a type only: the episodes' modules load when a task has an episode
+    from grader.episodes.values import EpisodeRecord
 
 __all__ = ["check_task_keys", "iter_file_tasks", "load_tasks", "parse_task"]
 
@@ -72,6 +72,8 @@ def _unknown_key(key: str, label: str) -> TaskLoadError:
             "as an annotation)"
         )
     close = [_ALIASES[key]] if key in _ALIASES else []
+    import difflib  # a misspelt key only: not at every start-up
+
     close = close or difflib.get_close_matches(key, TASK_KEYS, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(TASK_KEYS)}"
     return TaskLoadError(f"{label}unknown key {key!r}: {hint}")
@@ -174,6 +176,10 @@ def _parse(obj: Any, source: str) -> tuple[Task, tuple[Check, ...]]:
         raise TaskLoadError(f"task {task_id!r} has no 'expected' call")
     episode = None
     if "episode" in obj:
+        # Imported here: the episodes' record parser (and its columns, replay and action
+        # rules) is needed only by task sets that grade whole agent runs.
+        from grader.episodes.record import RecordError, parse_record
+
         try:
             episode = parse_record(obj["episode"])
         except RecordError as exc:
@@ -256,4 +262,4 @@ def load_tasks(path: str | Path) -> TaskSet:
     tasks = [task for file in files for task in iter_file_tasks(file)]
     if not tasks:
         raise TaskLoadError(f"{path}: no tasks defined")
-    return build_task_set(tasks, tuple(str(f) for f in files))
+    return build_task_set(tasks, tuple(str(f) for f in files), parsed=True)

@@ -99,15 +99,26 @@ class Report:
     advisory: dict[str, CheckTally] = field(default_factory=dict)
 
     def add(self, task: Task, outcome: Outcome) -> None:
-        self.total.add(outcome.result)
+        # A tally is made for a slice's first row only (setdefault would build one per row).
+        result = outcome.result
+        self.total.add(result)
         kind = task.mutation_kind or NO_KIND
-        self.per_kind.setdefault(kind, Tally()).add(outcome.result)
+        tally = self.per_kind.get(kind)
+        if tally is None:
+            tally = self.per_kind[kind] = Tally()
+        tally.add(result)
         category = task.metadata.get("category")
         if isinstance(category, str):
-            self.per_category.setdefault(category, Tally()).add(outcome.result)
+            tally = self.per_category.get(category)
+            if tally is None:
+                tally = self.per_category[category] = Tally()
+            tally.add(result)
         for column in outcome.checks:
             tallies = self.advisory if column.advisory else self.per_check
-            tallies.setdefault(column.name, CheckTally()).add(column.passed)
+            check = tallies.get(column.name)
+            if check is None:
+                check = tallies[column.name] = CheckTally()
+            check.add(column.passed)
         if outcome.verdict is not None:
             self.reasons[outcome.verdict.reason_code] += 1
 

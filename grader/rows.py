@@ -192,7 +192,9 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
 
 def carried_conflicts(source: Mapping[str, Any]) -> list[str]:
     """The answers-row fields that would overwrite a result field (``file:line`` refusals)."""
-    return sorted(key for key in source if key in RESERVED_FIELDS and key != "task_id")
+    clash = source.keys() & RESERVED_FIELDS  # a set operation in C: run once a row
+    clash.discard("task_id")
+    return sorted(clash)
 
 
 def offline_row(

@@ -29,14 +29,16 @@ import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grader.enforce import EnforceSpec
-from grader.episodes.values import EpisodeRecord
 from grader.errors import GraderError
-from grader.toolcall.canon import canonical_json
+from grader.toolcall.canon import canonical_json, canonical_json_parsed
 from grader.toolcall.extract import Call
 from grader.version import GRADER_RULES_VERSION
+
+if TYPE_CHECKING:  # types only: the episodes' values are imported by task sets that use them
+    from grader.enforce import EnforceSpec
+    from grader.episodes.values import EpisodeRecord
 
 # Every top-level key a task may have. ``metadata`` is open (users' annotations); inside a
 # check, OpenAI's grader fields are accepted as OpenAI defines them (grader.checks).
@@ -201,11 +203,18 @@ def checks_digest(raw: Mapping[str, Any], definitions: Iterable[CheckDefinition]
     return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def tasks_digest(raw_tasks: Iterable[Mapping[str, Any]]) -> str:
-    """sha256 of the canonical task set plus the grading rules version."""
+def tasks_digest(raw_tasks: Iterable[Mapping[str, Any]], *, parsed: bool = False) -> str:
+    """sha256 of the canonical task set plus the grading rules version.
+
+    ``parsed``: every definition was read from JSON text by :mod:`grader.json` (the loader's
+    tasks), so each is written by :func:`canonical_json_parsed`; the digest is the same."""
     ordered = sorted((dict(raw) for raw in raw_tasks), key=lambda raw: str(raw["id"]))
-    text = GRADER_RULES_VERSION + "\n" + canonical_json(ordered)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    head = (GRADER_RULES_VERSION + "\n").encode()
+    if parsed:  # the list's text, a task at a time (each one level down)
+        body = b"[" + b",".join(canonical_json_parsed(raw, 1) for raw in ordered) + b"]"
+    else:
+        body = canonical_json(ordered).encode()
+    return "sha256:" + hashlib.sha256(head + body).hexdigest()
 
 
 def digest_of(tasks: Iterable[Task]) -> str:
@@ -218,8 +227,11 @@ def digest_of(tasks: Iterable[Task]) -> str:
     return tasks_digest(distinct[key] for key in sorted(distinct))
 
 
-def build_task_set(tasks: Iterable[Task], sources: tuple[str, ...] = ()) -> TaskSet:
-    """Index tasks by id, refusing duplicates, and compute the digest."""
+def build_task_set(
+    tasks: Iterable[Task], sources: tuple[str, ...] = (), *, parsed: bool = False
+) -> TaskSet:
+    """Index tasks by id, refusing duplicates, and compute the digest (``parsed``: every task
+    was read from JSON text, see :func:`tasks_digest`)."""
     by_id: dict[str, Task] = {}
     for task in tasks:
         if task.id in by_id:
@@ -227,7 +239,7 @@ def build_task_set(tasks: Iterable[Task], sources: tuple[str, ...] = ()) -> Task
                 f"{task.source}: duplicate task id {task.id!r} (first at {by_id[task.id].source})"
             )
         by_id[task.id] = task
-    digest = tasks_digest(task.raw for task in by_id.values())
+    digest = tasks_digest((task.raw for task in by_id.values()), parsed=parsed)
     return TaskSet(by_id, digest, sources)
 
 

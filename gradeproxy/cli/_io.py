@@ -9,7 +9,6 @@ Wherever a command reads result rows (``--results``, ``--baseline``, ``--candida
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from grader.errors import GraderError
 from grader.intake import Intake
-from grader.json import JSONError, dumps, loads_exact
+from grader.json import JSONError, dumps_line, loads_exact
 
 if TYPE_CHECKING:
     from proxy.rowsdb import RowsURL
@@ -124,6 +123,8 @@ def expand_globs(values: Iterable[Source]) -> list[Source]:
         if GLOB_CHARACTERS.isdisjoint(text) or value.exists():
             found.setdefault(value, None)
             continue
+        import glob  # a pattern was given: not at every start-up
+
         matches = sorted(glob.glob(text))
         if not matches:
             raise InputError(f"{text}: no file matches")
@@ -183,9 +184,24 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
         raise
 
 
+JSONL_BATCH = 512  # rows per chunk handed to the file: one write call each, not one a row
+
+
 def jsonl_bytes(rows: Iterable[Any]) -> Iterator[bytes]:
-    for row in rows:
-        yield dumps(row) + b"\n"
+    """The rows as JSONL, :data:`JSONL_BATCH` lines a chunk (each line ``dumps_line``'s)."""
+    return batched_lines(dumps_line(row) for row in rows)
+
+
+def batched_lines(lines: Iterable[bytes]) -> Iterator[bytes]:
+    """JSONL lines already written, :data:`JSONL_BATCH` of them a chunk."""
+    batch: list[bytes] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) == JSONL_BATCH:
+            yield b"".join(batch)
+            batch = []
+    if batch:
+        yield b"".join(batch)
 
 
 class Progress:

@@ -31,12 +31,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gradeproxy.cli._io import InputError, Progress, add_strict, write_atomically
+from gradeproxy.cli._io import (
+    InputError,
+    Progress,
+    add_strict,
+    batched_lines,
+    write_atomically,
+)
 from gradeproxy.cli.parquet import is_parquet, require_pyarrow, write_rows
 from grader.checks.judge import Judge
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.intake import InputReason, Intake, Problem, UnusableInputError
-from grader.json import dumps
+from grader.json import dumps, dumps_line
 from grader.loader import load_tasks
 from grader.report import Report
 from grader.rows import carried_conflicts, input_error_row, offline_row
@@ -86,6 +92,7 @@ def register(sub: Any) -> None:
 def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Refused]:
     """Every answers row in order: ready to grade, or refused with its problem (an error row)."""
     rows: list[Answer | Refused] = []
+    file = f"{path}:"
     for lineno, row in intake.lines(path, unreadable=True):
         if isinstance(row, Problem):
             rows.append((row, None, None))
@@ -98,7 +105,7 @@ def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Re
         task = tasks.get(task_id) if isinstance(task_id, str) else None
         refusal = _refusal(row, task)
         if refusal is None and task is not None:
-            rows.append((f"{path}:{lineno}", task, row["answer"], row))
+            rows.append((file + str(lineno), task, row["answer"], row))
             continue
         code, message, drop = refusal or ("unknown_task", f"unknown task id {task_id!r}", "")
         source = {key: value for key, value in row.items() if key != drop}
@@ -230,25 +237,34 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     report = Report(tasks.digest)
     failures: Counter[str] = Counter()
-    rows: list[dict[str, Any]] = []
+    # A JSONL output's rows are written to their line as they are built (the row itself is
+    # not kept to the end); Parquet needs the rows themselves.
+    jsonl = args.out is not None and not is_parquet(args.out)
+    rows: list[Any] = []
     for entry in entries:
         if len(entry) == 3:  # refused while reading
             problem, task, source = entry
-            rows.append(_error_row(problem, task, source, tasks.digest))
+            row = _error_row(problem, task, source, tasks.digest)
+            rows.append(dumps_line(row) if jsonl else row)
             continue
         _, task, _, source = entry
         outcome = next(outcomes)
         if isinstance(outcome, Problem):
-            rows.append(_error_row(outcome, task, source, tasks.digest))
+            row = _error_row(outcome, task, source, tasks.digest)
+            rows.append(dumps_line(row) if jsonl else row)
             continue
         report.add(task, outcome)
         if outcome.result in ("fail", "stale"):
             failures[_failure_reason(outcome)] += 1
         if args.out is not None:
-            rows.append(offline_row(task, outcome, tasks.digest, source))
+            row = offline_row(task, outcome, tasks.digest, source)
+            rows.append(dumps_line(row) if jsonl else row)
     try:
         if args.out is not None:
-            write_rows(args.out, rows, wide=args.wide)
+            if jsonl:
+                write_atomically(args.out, batched_lines(rows))
+            else:
+                write_rows(args.out, rows, wide=args.wide)
         if args.report is not None:
             data = {**report.to_dict(), "input": intake.to_dict()}
             write_atomically(args.report, [dumps(data) + b"\n"])

@@ -27,7 +27,6 @@ DuckDB's ``read_parquet([...], union_by_name = true)``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,8 @@ from gradeproxy.cli._io import InputError, Source, jsonl_bytes, write_atomically
 from grader.json import dumps
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     import pyarrow as pa
 
 EXTRA_HINT = "writing Parquet needs pyarrow: pip install 'gradeproxy[parquet]'"
@@ -66,6 +67,8 @@ def _json_text(value: Any) -> str | None:
 def _timestamp(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
+    from datetime import datetime  # Parquet output only: JSONL rows never need it
+
     try:
         return datetime.fromisoformat(value)
     except ValueError:

@@ -4,20 +4,19 @@ OpenAI's grader JSON is accepted as it is for the types OpenAI defines; our own 
 (``tool_call``, ``json_schema``, ``policy``) follow the same conventions. Code execution is
 refused outright: it would run model-written code, which needs an isolation boundary the grader
 cannot provide or verify (seed 002).
+
+A check kind's module is imported when a definition of that kind is first built (the registry
+names modules, not classes): a task set of tool-call checks never imports rapidfuzz, the policy
+rules or the judge's checks, and the command line starts without them.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from grader.checks._base import Check, CheckDefinitionError
-from grader.checks.json_schema import JsonSchemaCheck
-from grader.checks.model_graded import JudgeCheck
-from grader.checks.multi import MultiCheck
-from grader.checks.policy import PolicyCheck
-from grader.checks.similarity import SimilarityCheck
-from grader.checks.string_check import StringCheck
 from grader.checks.tool_call import ToolCallCheck, call_of, default_check
 from grader.toolcall.extract import Call
 
@@ -31,28 +30,26 @@ _REFUSED = {
 }
 
 
-def _builders(
-    expected: Call | None, stale: Call | None
-) -> dict[str, Callable[[Mapping[str, Any], str], Check]]:
-    def multi(definition: Mapping[str, Any], where: str) -> Check:
-        return MultiCheck.build(definition, where, sub)
+# Check type -> (module, class) of the kinds whose ``build(definition, where)`` is all they need;
+# ``tool_call`` and ``multi`` take more and are built below.
+_KINDS: dict[str, tuple[str, str]] = {
+    "string_check": ("grader.checks.string_check", "StringCheck"),
+    "text_similarity": ("grader.checks.similarity", "SimilarityCheck"),
+    "label_model": ("grader.checks.model_graded", "JudgeCheck"),
+    "score_model": ("grader.checks.model_graded", "JudgeCheck"),
+    "json_schema": ("grader.checks.json_schema", "JsonSchemaCheck"),
+    "policy": ("grader.checks.policy", "PolicyCheck"),
+}
+KNOWN_TYPES = frozenset({*_KINDS, "multi", "tool_call"})
 
-    def tool_call(definition: Mapping[str, Any], where: str) -> Check:
-        return ToolCallCheck.build(definition, where, expected, stale)
 
-    def sub(definition: Mapping[str, Any], where: str) -> Check:
-        return build_check(definition, where, expected=expected, stale=stale)
-
-    return {
-        "string_check": StringCheck.build,
-        "text_similarity": SimilarityCheck.build,
-        "label_model": JudgeCheck.build,
-        "score_model": JudgeCheck.build,
-        "multi": multi,
-        "tool_call": tool_call,
-        "json_schema": JsonSchemaCheck.build,
-        "policy": PolicyCheck.build,
-    }
+def _kind(kind: str) -> Callable[[Mapping[str, Any], str], Check]:
+    """The ``build`` of a plain kind, its module imported on first use."""
+    module, name = _KINDS[kind]
+    builder: Callable[[Mapping[str, Any], str], Check] = getattr(
+        importlib.import_module(module), name
+    ).build
+    return builder
 
 
 def build_check(
@@ -67,13 +64,21 @@ def build_check(
     if not isinstance(definition, Mapping):
         raise CheckDefinitionError(f"{label}a check must be a JSON object")
     kind = definition.get("type")
-    builders = _builders(expected, stale)
+    if kind == "tool_call":
+        return ToolCallCheck.build(definition, where, expected, stale)
     if kind in _REFUSED:
         raise CheckDefinitionError(f"{label}check type {kind!r} is not supported: {_REFUSED[kind]}")
-    if kind not in builders:
-        known = ", ".join(sorted(builders))
+    if kind not in KNOWN_TYPES:
+        known = ", ".join(sorted(KNOWN_TYPES))
         raise CheckDefinitionError(f"{label}unknown check type {kind!r} (known: {known})")
-    return builders[kind](definition, where)
+    if kind == "multi":
+        from grader.checks.multi import MultiCheck
+
+        def sub(definition: Mapping[str, Any], where: str) -> Check:
+            return build_check(definition, where, expected=expected, stale=stale)
+
+        return MultiCheck.build(definition, where, sub)
+    return _kind(kind)(definition, where)
 
 
 def columns_of(check: Check) -> tuple[str, ...]:

@@ -136,12 +136,19 @@ class ExpectedCall:
         if any(len(path) > 1 and path not in every for path in self._ruled):
             return None
         keys = set(self.arguments) | {p[0] for p in self.rules.acceptable if isinstance(p[0], str)}
+        # The arguments' canonical values under the default mode, computed once already.
+        canonical = self._canon.as_dict() if isinstance(self._canon, CObject) else {}
         table = []
         for key in sorted(keys):
             path: Path = (key,)
             mode = self.rules.string_paths.get(path, self.rules.strings)
             in_expected = key in self.arguments
-            want = canon_in(self.arguments[key], mode) if in_expected else None
+            if not in_expected:
+                want = None
+            elif mode == self.rules.strings and key in canonical:
+                want = canonical[key]
+            else:
+                want = canon_in(self.arguments[key], mode)
             table.append(
                 _Key(
                     key,

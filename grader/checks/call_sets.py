@@ -15,19 +15,21 @@ from grader.checks.call_answer import AnswerCall
 from grader.checks.call_match import Mismatch
 from grader.checks.call_rules import Path, path_text
 from grader.checks.sample import Sample
-from grader.json import MAX_DEPTH, JSONError, loads_exact, value_depth
+from grader.json import MAX_DEPTH, JSONError, loads_exact, loads_plain, value_depth
 from grader.toolcall.extract import Extraction, extract
 
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
 
 
-def _parsed(function: Any) -> AnswerCall:
+def _parsed(function: Any, plain: bool = False) -> AnswerCall:
     """A ``tool_calls`` function as an :class:`AnswerCall`, under grading.md's usability rules
     (``null``/``""``/absent arguments mean ``{}``, a string must hold a JSON object), without
     the canonicalisation ``extract.usable_call`` adds: matching canonicalises what it compares.
+    ``plain``: the answer text held no string with a long digit run (``Sample.plain``), so the
+    arguments text is not searched again.
 
     ``shallow`` is settled from the JSON text when it holds too few brackets to nest past the
-    bound (``str.count`` is cheap; walking the parsed value is not)."""
+    bound (a text that short, or ``str.count``: cheap; walking the parsed value is not)."""
     if not isinstance(function, dict):
         return AnswerCall(None, None)
     name = function.get("name")
@@ -38,11 +40,11 @@ def _parsed(function: Any) -> AnswerCall:
         call = AnswerCall(name, {})
     elif isinstance(raw, str):
         try:
-            arguments = loads_exact(raw)
+            arguments = loads_plain(raw) if plain else loads_exact(raw)
         except JSONError:  # JSONTooDeepError included
             arguments = None
         call = AnswerCall(name, arguments if isinstance(arguments, dict) else None)
-        if raw.count("{") + raw.count("[") <= _DEPTH_OK:
+        if len(raw) <= _DEPTH_OK or raw.count("{") + raw.count("[") <= _DEPTH_OK:
             call.shallow = True
     else:
         call = AnswerCall(name, raw if isinstance(raw, dict) else None)
@@ -72,7 +74,8 @@ def answer_calls(sample: Sample, found: Extraction | None = None) -> list[Answer
     extraction of it, so the text is scanned once). The same calls, in the same order, as
     ``grader.checks._base.sample_calls``."""
     if sample.output_tools:
-        return [_parsed(tool.get("function")) for tool in sample.output_tools]
+        plain = sample.plain
+        return [_parsed(tool.get("function"), plain) for tool in sample.output_tools]
     call = (found if found is not None else extract(sample.answer)).call
     if call is None:
         return []

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-from grader.json import JSONError, dumps, loads_exact
+from grader.json import (
+    JSONError,
+    dumps,
+    has_long_digit_run,
+    loads_exact,
+    loads_plain,
+    plain_strings,
+)
 from grader.toolcall.extract import call_from_value, extract
 from grader.values import value_type
 
@@ -29,6 +36,9 @@ class Sample:
     output_json: Any | None = None
     output_tools: list[dict[str, Any]] = field(default_factory=list)
     raw: str | None = None
+    # No string in ``raw`` can hold a run of 19 digits (grader.json.plain_strings): a call's
+    # ``arguments`` text then parses without searching it again. Not part of the value.
+    plain: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
     def from_answer(cls, answer_text: str) -> Sample:
@@ -40,15 +50,19 @@ class Sample:
         """
         stripped = answer_text.strip()
         value: Any = None
+        run = True
         if stripped[:1] in ("{", "["):
+            run = has_long_digit_run(stripped)
             try:
-                value = loads_exact(stripped)
+                value = loads_exact(stripped) if run else loads_plain(stripped)
             except JSONError:
                 value = None
         if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
             tools = [_as_tool(t) for t in value["tool_calls"] if isinstance(t, dict)]
             content = value.get("content")
-            return cls(content if isinstance(content, str) else "", None, tools, answer_text)
+            text = content if isinstance(content, str) else ""
+            plain = not run and plain_strings(stripped, searched=True)
+            return cls(text, None, tools, answer_text, plain)
         json_value = value if isinstance(value, dict | list) else None
         return cls(answer_text, json_value, [], answer_text)
 

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+import orjson
+
 from grader.errors import GraderError
 from grader.json import MAX_DEPTH, quote
 from grader.values import value_type
@@ -157,10 +159,63 @@ def canonical_json(value: Any) -> str:
 
     Used for digests, so it must be stable across processes and library versions: integers
     are written by ``str`` (exact at any width) and doubles by ``repr`` (shortest round trip).
+    orjson writes it where its text is this one (:func:`_orjson_text`) and the value is plain
+    JSON data (orjson also writes tuples, UUIDs and enums, which this refuses: what orjson
+    wrote must read back equal to the value); anything else is written by the walk below.
     """
+    data = _orjson_text(value, 0)
+    if data is not None and orjson.loads(data) == value:
+        return data.decode()
+    return _canonical_at(value, 0)
+
+
+def canonical_json_parsed(value: Any, depth: int = 0) -> bytes:
+    """:func:`canonical_json`, UTF-8 encoded, of a value read by :mod:`grader.json` from JSON
+    text (dicts with string keys, lists, strings, integers, doubles, booleans, None: nothing
+    else, so the read-back comparison is skipped), at ``depth`` (its place in an enclosing
+    value: a task in the task set's list)."""
+    data = _orjson_text(value, depth)
+    return data if data is not None else _canonical_at(value, depth).encode()
+
+
+def _canonical_at(value: Any, depth: int) -> str:
     parts: list[str] = []
-    _write(value, parts, 0)
+    _write(value, parts, depth)
     return "".join(parts)
+
+
+# Where orjson's text of a value may differ from canonical_json's: a double with an integral
+# value ("5.0", "-0.0": canonical_json writes "5", "0"), or one repr writes with an exponent
+# (orjson writes "0.00001" where repr writes "1e-05"; "1e+16" and "1e-7" alike, its exponents
+# always signed). Every other double orjson writes as repr does (the shortest round trip). A
+# match inside a string only costs the walk. Three searches, each led by a literal (one
+# pattern with alternatives would test every byte: several times slower).
+_NOT_CANONICAL = (
+    re.compile(rb"\.0(?:[,\]}]|$)"),
+    re.compile(rb"0\.0000"),
+    re.compile(rb"e[-+]\d"),
+)
+_SORTED = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+
+
+def _orjson_text(value: Any, depth: int) -> bytes | None:
+    """orjson's text of ``value`` (keys sorted) where it is canonical_json's for plain JSON
+    data: no double it may spell otherwise, no integer it refuses (past 64 bits), no lone
+    surrogate, too few brackets to nest past the depth bound; else None."""
+    try:
+        data = orjson.dumps(value, option=_SORTED)
+    except TypeError:  # orjson.JSONEncodeError included
+        return None
+    if data.count(b"[") + data.count(b"{") + depth > MAX_DEPTH or any(
+        pattern.search(data) for pattern in _NOT_CANONICAL
+    ):
+        return None
+    return data
 
 
 def _write(value: Any, out: list[str], depth: int) -> None:

@@ -177,3 +177,52 @@ def test_the_first_few_problems_go_to_stderr_and_the_rest_are_counted(
     assert err[0].startswith(f"gradeproxy grade: error row: {path}:2: the line ends before")
     assert err[-1] == "gradeproxy grade: … and 3 more (all in the report)"
     assert intake.summary() == ("input: 9 rows; 8 error rows (in no pass rate): line_unreadable 8")
+
+
+def _by_text(raw: bytes) -> Any:
+    """What a line was before lines() read plain lines from their bytes: its UTF-8 text through
+    loads_exact (None for a line it skips or refuses)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not text or text.isspace():
+        return None
+    try:
+        return ("value", loads_exact(text))
+    except JSONError:
+        return None
+
+
+LINES = st.lists(
+    st.one_of(
+        JSON_VALUES.map(lambda v: json.dumps(v).encode()),
+        JSON_VALUES.map(lambda v: json.dumps(v, ensure_ascii=False).encode("utf-8", "replace")),
+        st.integers(min_value=10**19, max_value=10**30).map(lambda n: f'{{"id": {n}}}'.encode()),
+        st.sampled_from([b'"\\udcff"', b"1e400", b"\xef\xbb\xbf{}", b"\xff{}", b"", b"  ", b"{"]),
+        st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in b),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=150)
+@given(LINES)
+def test_lines_read_from_bytes_are_the_values_of_their_text(lines: list[bytes]) -> None:
+    """A plain line is parsed from its bytes (no decode); every line must still give what its
+    text gave: the same value, or the same line refused or skipped."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "rows.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        intake = Intake("grade", strict=False, what="error row")
+        try:
+            got = {n: v for n, v in intake.lines(path) if not isinstance(v, Exception)}
+        except UnusableInputError:
+            got = {}
+    expected = {n: r[1] for n, r in enumerate(map(_by_text, lines), start=1) if r is not None}
+    if not expected:  # a file with lines and none of them JSON is refused whole
+        return
+    assert repr(got) == repr(expected)  # repr: an integer read as a double would differ

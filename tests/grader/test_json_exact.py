@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from grader.checks.call_sets import answer_calls
+from grader.checks.sample import Sample
 from grader.json import (
     SEARCH_WINDOW,
     JSONError,
@@ -23,6 +25,8 @@ from grader.json import (
     has_long_digit_run,
     loads_exact,
     loads_exact_bytes,
+    loads_plain,
+    plain_strings,
     printable,
 )
 
@@ -153,3 +157,90 @@ def test_reading_bytes_is_reading_their_replaced_text(data: bytes) -> None:
 @given(VALUES)
 def test_a_line_is_the_value_and_one_newline(value: Any) -> None:
     assert dumps_line(value) == dumps(value) + b"\n"
+
+
+# An answer's arguments are a JSON text inside a JSON string: when the outer text is cleared by
+# plain_strings, the inner one is parsed without a second digit search (loads_plain).
+ARGUMENT_VALUES = st.dictionaries(
+    TEXT,
+    st.integers(min_value=-(10**30), max_value=10**30)
+    | TEXT
+    | st.floats(allow_nan=False, allow_infinity=False),
+    max_size=4,
+)
+
+
+@given(ARGUMENT_VALUES, st.booleans())
+def test_arguments_inside_a_plain_answer_parse_as_loads_exact_does(
+    arguments: dict[str, Any], ascii_only: bool
+) -> None:
+    inner = json.dumps(arguments, ensure_ascii=ascii_only)
+    outer = json.dumps({"tool_calls": [{"function": {"name": "f", "arguments": inner}}]})
+    if not plain_strings(outer):
+        return
+    text = loads_exact(outer)["tool_calls"][0]["function"]["arguments"]
+    assert loads_plain(text) == loads_exact(text) == arguments
+
+
+@pytest.mark.parametrize(
+    ("outer", "plain"),
+    [
+        pytest.param('{"a": "12345678901234567"}', True, id="short_runs"),
+        pytest.param('{"a": "1234567890123456789"}', False, id="a_run_of_19"),
+        # \u0030 is "0": the decoded string holds 20 digits the text never writes in a row
+        pytest.param('{"a": "123456789012345678\\u0030\\u0031"}', False, id="escaped_digits"),
+        pytest.param('{"a": "caf\\u00e9"}', False, id="any_unicode_escape_is_refused"),
+    ],
+)
+def test_plain_strings_clears_only_texts_whose_strings_hold_no_long_run(
+    outer: str, plain: bool
+) -> None:
+    assert plain_strings(outer) is plain
+    decoded = loads_exact(outer)["a"]
+    assert has_long_digit_run(decoded) is False or plain is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param('{"x": 1e400}', id="overflowing_literal"),
+        pytest.param('{"s": "\\udcff"}', id="lone_surrogate_escape"),
+        pytest.param('{"a": ', id="not_json"),
+    ],
+)
+def test_loads_plain_decides_what_orjson_refuses_as_loads_exact(text: str) -> None:
+    try:
+        expected: Any = loads_exact(text)
+    except JSONError as exc:
+        with pytest.raises(type(exc)):
+            loads_plain(text)
+        return
+    assert loads_plain(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "value"),
+    [
+        pytest.param(
+            '{"tool_calls": [{"function": {"name": "f", "arguments": '
+            '"{\\"id\\": 12345678901234567891}"}}]}',
+            12345678901234567891,
+            id="a_wide_integer_in_the_arguments",
+        ),
+        pytest.param(
+            '{"tool_calls": [{"function": {"name": "f", "arguments": '
+            '"{\\"id\\": 123456789012345678\\u0039\\u0031}"}}]}',
+            12345678901234567891,
+            id="digits_written_as_escapes",
+        ),
+        pytest.param(
+            '{"tool_calls": [{"function": {"name": "f", "arguments": "{\\"id\\": 12}"}}]}',
+            12,
+            id="a_plain_answer",
+        ),
+    ],
+)
+def test_answer_arguments_keep_wide_integers_exact(answer: str, value: int) -> None:
+    (call,) = answer_calls(Sample.from_answer(answer))
+    assert call.arguments == {"id": value}
+    assert type(call.arguments["id"]) is int

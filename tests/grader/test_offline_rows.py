@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from grader import grade_run, parse_task
 from grader.checks import Judge, JudgeConfig
 from grader.engine import grade_async
 from grader.json import loads_exact
+from grader.rowids import offline_row_id
 from grader.rows import RESERVED_FIELDS
 from tests.support.files import write_jsonl
 
@@ -168,3 +170,17 @@ def test_the_python_api_carries_answers_fields_the_same_way() -> None:
     assert "sample_id" not in bare
     with pytest.raises(ValueError, match=r"answers\[0\]: field 'passed' would overwrite"):
         grade_run([task], [{"task_id": "a", "answer": GOOD, "passed": True}])
+
+
+def test_offline_row_ids_are_random_version_4_uuids() -> None:
+    """The same ids uuid4 gives: canonical text, version 4, RFC 4122 variant, every variant
+    nibble reached, and no two alike."""
+    ids = [offline_row_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+    assert {text[19] for text in ids} == set("89ab")
+    assert len({text[14] for text in ids}) == 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -205,3 +208,41 @@ def test_progress_bar_on_request(
     answers = write_jsonl(tmp_path / "answers.jsonl", [{"task_id": "b", "answer": "x"}] * 50)
     assert main(["grade", "--tasks", str(tasks_file), "--answers", str(answers), "--progress"]) == 0
     assert "100%" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("answers", "code", "summary"),
+    [
+        pytest.param(
+            [{"task_id": "a", "answer": '{"name": "f", "arguments": {"x": 1}}'}],
+            0,
+            "1 graded, 1 passed",
+            id="all_graded",
+        ),
+        pytest.param(
+            [{"task_id": "a", "answer": "no call"}, {"task_id": "zzz", "answer": "x"}],
+            1,
+            "1 graded, 0 passed",
+            id="an_error_row",
+        ),
+    ],
+)
+def test_the_console_script_leaves_with_its_output_whole(
+    tmp_path: Path, tasks_file: Path, answers: list[dict[str, str]], code: int, summary: str
+) -> None:
+    """Run as a process, ``grade`` ends without the interpreter's teardown: its rows, report,
+    printed table and exit code must all be there, through a pipe as on a terminal."""
+    answers_file = write_jsonl(tmp_path / "answers.jsonl", answers)
+    out, report = tmp_path / "rows.jsonl", tmp_path / "report.json"
+    # stdout block-buffered, as a pipe makes it by default: what an exit skips unless flushed
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gradeproxy", "grade", "--tasks", str(tasks_file),
+         "--answers", str(answers_file), "--out", str(out), "--report", str(report)],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == code
+    assert summary in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1].startswith("tasks digest: sha256:")
+    assert len(out.read_text().splitlines()) == len(answers)
+    assert loads_exact(report.read_text())["input"]["rows"] == len(answers)
