@@ -21,6 +21,7 @@ into the relay.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -37,6 +38,9 @@ WITHHELD_PREFIX = "[gradeproxy] withheld tool call"
 # Why a call whose checks passed is withheld too (the streamed hold-back says the same).
 SIBLING_REASON = "withheld with the blocked call in the same answer"
 _ACTING = ("block", "strip")
+# Responses output items a client executes by name: function calls and custom tool calls
+# (whose free-text ``input`` is judged as the arguments).
+_RESPONSES_CALLS = ("function_call", "custom_tool_call")
 
 
 def withheld_line(name: str, decision: Decision) -> str:
@@ -66,35 +70,56 @@ def _judged(
     return [Decision("block", d.check, d.reason) for d in withheld], True
 
 
+def _call_of(entry: Any) -> tuple[str, str]:
+    """A chat ``tool_calls`` entry's name and arguments: a ``function`` call's, or a ``custom``
+    tool call's name and free-text ``input`` (a custom tool is called by name all the same)."""
+    if not isinstance(entry, dict):
+        return "", ""
+    function = entry.get("function")
+    if isinstance(function, dict):
+        return _text(function.get("name")), _text(function.get("arguments"))
+    custom = entry.get("custom")
+    if isinstance(custom, dict):
+        return _text(custom.get("name")), _text(custom.get("input"))
+    return "", ""
+
+
 def _chat(payload: dict[str, Any], judge: CallJudge, mode: Mode) -> tuple[bool, list[Enforced]]:
     changed, outcomes = False, []
     choices = payload.get("choices")
     for choice in choices if isinstance(choices, list) else ():
         message = choice.get("message") if isinstance(choice, dict) else None
-        tool_calls = message.get("tool_calls") if isinstance(message, dict) else None
-        if not isinstance(tool_calls, list) or not tool_calls:
+        if not isinstance(message, dict):
             continue
-        assert isinstance(message, dict)
         assert isinstance(choice, dict)
-        calls = []
-        for call in tool_calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            function = function if isinstance(function, dict) else {}
-            calls.append((_text(function.get("name")), _text(function.get("arguments"))))
+        tool_calls = message.get("tool_calls")
+        tool_calls = tool_calls if isinstance(tool_calls, list) else []
+        # The legacy ``function_call`` is a call of its own: an SDK executes it as one.
+        legacy = message.get("function_call")
+        legacy = legacy if isinstance(legacy, dict) else None
+        calls = [_call_of(call) for call in tool_calls]
+        if legacy is not None:
+            calls.append((_text(legacy.get("name")), _text(legacy.get("arguments"))))
+        if not calls:
+            continue
         decisions, act = _judged(calls, judge, mode)
         outcomes += [Enforced(name, d) for (name, _), d in zip(calls, decisions, strict=True)]
         if not act:
             continue
         changed = True
         gone = [d.action in _ACTING for d in decisions]
-        kept = [call for call, out in zip(tool_calls, gone, strict=True) if not out]
+        kept = [call for call, out in zip(tool_calls, gone, strict=False) if not out]
         for index, call in enumerate(kept):
             if isinstance(call, dict) and "index" in call:
                 call["index"] = index  # contiguous from 0, as in a stream's deltas
         if kept:
             message["tool_calls"] = kept
         else:
-            del message["tool_calls"]
+            message.pop("tool_calls", None)
+        legacy_kept = legacy is not None and not gone[-1]
+        if legacy is not None and not legacy_kept:
+            del message["function_call"]
+        if not kept and not legacy_kept:
             choice["finish_reason"] = "stop"
         if mode == "block":
             lines = "\n".join(
@@ -114,11 +139,14 @@ def _responses(
     places = [
         i
         for i, item in enumerate(output)
-        if isinstance(item, dict) and item.get("type") == "function_call"
+        if isinstance(item, dict) and item.get("type") in _RESPONSES_CALLS
     ]
     if not places:
         return False, []
-    calls = [(_text(output[i].get("name")), _text(output[i].get("arguments"))) for i in places]
+    calls = [
+        (_text(output[i].get("name")), _text(output[i].get("arguments", output[i].get("input"))))
+        for i in places
+    ]
     decisions, act = _judged(calls, judge, mode)
     outcomes = [Enforced(name, d) for (name, _), d in zip(calls, decisions, strict=True)]
     if not act:
@@ -155,7 +183,12 @@ def enforce_body(
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body, ()
+        # What the client's own parser reads is what must be judged: Python's json (the openai
+        # SDK's) takes NaN, Infinity, a byte-order mark and UTF-16/32, which orjson refuses.
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError):
+            return body, ()
     if not isinstance(payload, dict):
         return body, ()
     rewrite = _responses if api == "responses" else _chat
