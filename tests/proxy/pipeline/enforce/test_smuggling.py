@@ -55,6 +55,7 @@ _CUSTOM = {
     "content": None,
     "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": BAD, "input": "all"}}],
 }
+_CUSTOM_CALL = {"id": "c1", "type": "custom", "custom": {"name": BAD, "input": "all"}}
 _GOOD = {"id": "c0", "type": "function", "function": {"name": "get_payment", "arguments": "{}"}}
 
 BODIES: list[tuple[str, str, bytes]] = [
@@ -63,7 +64,7 @@ BODIES: list[tuple[str, str, bytes]] = [
     (
         "chat-custom-beside-a-function-call",
         "chat",
-        _chat_body({**_CUSTOM, "tool_calls": [_GOOD, *_CUSTOM["tool_calls"]]}),
+        _chat_body({**_CUSTOM, "tool_calls": [_GOOD, _CUSTOM_CALL]}),
     ),
     (
         "responses-custom_tool_call-item",
