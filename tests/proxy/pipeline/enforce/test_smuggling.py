@@ -261,7 +261,8 @@ def _through(api: Any, stream: bytes, mode: Any) -> bytes:
 
 # Known holes, not fixed yet (red-team report): the hold-back judges only function-type calls
 # announced by their own events, and reads an event as orjson does.
-_OPEN = pytest.mark.xfail(strict=True, reason="stream hole not fixed yet (see the rt report)")
+# Open stream holes, listed in docs/enforce.md (Known limits): strict, so a fix shows.
+_OPEN = pytest.mark.xfail(strict=True, reason="open stream hole (docs/enforce.md)")
 
 
 @pytest.mark.parametrize(
