@@ -23,6 +23,7 @@ keeps the builtin base its callers have always caught (``ConfigError`` is a ``Va
     ├── DrainingError               503 server_draining (with Retry-After)
     ├── BadRequestError             400 invalid_request_error (the scoring API; param, code)
     ├── TasksNotReadyError          503 tasks_not_loaded (with Retry-After)
+    ├── EnforceFailedError          502 enforce_failed (fail_closed: an answer not judged)
     ├── ConfigError(ValueError)            proxy.config.coerce         the config is unusable
     ├── StartupError                       proxy.serve                 ``serve`` cannot start
     ├── ListenError                        proxy.listeners             a port cannot be held
@@ -250,6 +251,18 @@ class TasksNotReadyError(ProxyError):
 
     def extra_headers(self) -> dict[str, str]:
         return {"Retry-After": "1"}
+
+
+class EnforceFailedError(ProxyError):
+    """An enforce policy with ``fail_closed: true`` could not judge an answer, so it is not
+    relayed (docs/enforce.md): raised before a response begins (a coding the proxy cannot
+    decode), or sent in-band once a stream has begun (its hold-back failed). Not retried: the
+    same request meets the same failure. Counted in ``gradeproxy_enforce_failures_total``, never
+    as an upstream error."""
+
+    status = 502
+    type = "server_error"
+    code = "enforce_failed"
 
 
 def render(

@@ -28,7 +28,13 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config import Config
-from proxy.errors import UPSTREAM_KIND_OF, DrainingError, ProxyError, UpstreamError
+from proxy.errors import (
+    UPSTREAM_KIND_OF,
+    DrainingError,
+    EnforceFailedError,
+    ProxyError,
+    UpstreamError,
+)
 from proxy.pipeline.admit import Admission, SkipReason, admit, capture_untagged, sampled
 from proxy.pipeline.capture.delivered import answered, relay_skip
 from proxy.pipeline.enforce.judge import plan_for
@@ -88,10 +94,13 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     body = body if asked is None else asked
     target = app[ROUTER].pick(body)  # parses the body's model only when routes exist
     headers = _upstream_headers(request, app[CONFIG], target.api_key, request_id)
-    if asked is not None:  # the added chunk is taken out of plain SSE, never a compressed body
-        headers["Accept-Encoding"] = "identity"
     exchange = _Exchange(request, request_id, admitted, target, body, started)
-    exchange.enforce = _enforcer(request, admitted, body)
+    enforce = exchange.enforce = _enforcer(request, admitted, body)
+    # Asked uncompressed: the added chunk is taken out of plain SSE, and a policy that acts
+    # judges text (a compressed answer it can decode is decoded; docs/enforce.md). An
+    # observe-only policy changes nothing upstream.
+    if asked is not None or (enforce is not None and enforce.holds):
+        headers["Accept-Encoding"] = "identity"
     exchange.strip_usage = asked is not None
     span = exchange.span = _span(request, headers, admitted.route, body, target.url)
     if target.shadow is not None and admitted.task is not None:
@@ -231,8 +240,9 @@ class _Exchange:
             raise
         except ProxyError as error:
             status = error.status
-            kind = error.kind if isinstance(error, UpstreamError) else "protocol"
-            metrics.upstream_errors.labels(kind).inc()
+            if not isinstance(error, EnforceFailedError):  # counted as an enforce failure
+                kind = error.kind if isinstance(error, UpstreamError) else "protocol"
+                metrics.upstream_errors.labels(kind).inc()
             if (skip := admitted.failed("upstream_error")) is not None:
                 metrics.skip(skip)
             raise

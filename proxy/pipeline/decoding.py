@@ -9,15 +9,27 @@ inflate them; what is cut off is simply not graded (the capture reports the cut)
 Only the encodings the standard library decodes are supported (gzip, x-gzip, deflate). Any
 other coding (br, zstd, a chain) is relayed untouched and its copy is left as it came, so the
 capture fails to parse it and says so in the row, instead of grading bytes it cannot read.
+
+One relay does decode what it sends: a compressed stream an acting enforce policy covers is
+judged as text and sent uncompressed (docs/enforce.md), through :class:`StreamDecoder`, which
+inflates each read in bounded pieces so one read never materialises a bomb whole.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 
-__all__ = ["CaptureBuffer"]
+__all__ = ["CaptureBuffer", "StreamDecoder", "decodable"]
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# The most decoded bytes :meth:`StreamDecoder.pieces` hands over at once.
+PIECE_MAX_BYTES = 1024 * 1024
+
+
+def decodable(coding: str) -> bool:
+    """Whether the proxy can decode a body sent with this ``Content-Encoding`` (lower-cased)."""
+    return coding in _WBITS
 
 
 class CaptureBuffer:
@@ -72,3 +84,46 @@ class CaptureBuffer:
         if data:
             self.parts.append(data)
             self.size += len(data)
+
+
+class StreamDecoder:
+    """Decodes a relayed body read by read, for a relay that sends it decoded.
+
+    ``deflate`` is tried as zlib first, then raw (as :class:`CaptureBuffer` does). A body that
+    cannot be decoded raises :class:`zlib.error`: the caller has sent identity headers, so the
+    rest cannot be relayed as it came either.
+    """
+
+    __slots__ = ("_decoder", "_deflate", "_started")
+
+    def __init__(self, coding: str) -> None:
+        wbits = _WBITS.get(coding)
+        if wbits is None:
+            raise ValueError(f"cannot decode {coding!r}")
+        self._deflate = coding == "deflate"
+        self._started = False
+        self._decoder = zlib.decompressobj(wbits)
+
+    def pieces(self, chunk: bytes) -> Iterator[bytes]:
+        """The decoded text of ``chunk``, at most :data:`PIECE_MAX_BYTES` a piece; each is
+        inflated only once the previous one was taken."""
+        data = chunk
+        while True:
+            try:
+                piece = self._decoder.decompress(data, PIECE_MAX_BYTES)
+            except zlib.error:
+                if not self._deflate or self._started:
+                    raise
+                self._decoder = zlib.decompressobj(-zlib.MAX_WBITS)  # raw deflate
+                self._deflate = False
+                continue
+            self._started = True
+            data = self._decoder.unconsumed_tail
+            if piece:
+                yield piece
+            if not data and len(piece) < PIECE_MAX_BYTES:  # a full piece may have more behind
+                return
+
+    def flush(self) -> bytes:
+        """At the end of the body: whatever the decoder still holds."""
+        return self._decoder.flush()

@@ -3,15 +3,17 @@
 The client gets the upstream's status, end-to-end headers and body bytes unchanged; nothing is
 re-serialised, except an answer an enforce policy acts on (docs/enforce.md): a non-streamed
 one is read whole, judged within its budget and, when a call is withheld, sent rewritten
-(``proxy/pipeline/enforce/``). Streams are relayed chunk by chunk as they arrive, and a
-graded response keeps only *references* to the chunks it relayed, parsed later by the grade
-queue, so grading adds no work between two chunks and no time to the first one.
+(``proxy/pipeline/enforce/``); a compressed stream such a policy holds is decoded as it is
+relayed. Streams are relayed chunk by chunk as they arrive, and a graded response keeps only
+*references* to the chunks it relayed, parsed later by the grade queue, so grading adds no
+work between two chunks and no time to the first one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -20,9 +22,16 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy.errors import DrainingError, UpstreamError, UpstreamTimeoutError, in_band_error
+from proxy.errors import (
+    DrainingError,
+    ProxyError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeoutError,
+    in_band_error,
+)
 from proxy.logs import escape_text
-from proxy.pipeline.decoding import CaptureBuffer
+from proxy.pipeline.decoding import CaptureBuffer, StreamDecoder, decodable
 from proxy.pipeline.rawhead import RawHeadResponse, RawHeadStreamResponse
 from proxy.pipeline.streamusage import UsageChunkFilter
 from proxy.pipeline.transport.base import Reply, Transport
@@ -46,7 +55,9 @@ HOP_BY_HOP = frozenset(
 # The upstream client sets Host and Content-Length itself (proxy/pipeline/upstream/) and adds
 # nothing else: Accept-Encoding passes as the client sent it (none when it sent none), so
 # Content-Encoding comes back to the client that asked for it, undecoded: the proxy never
-# inflates what it relays (proxy/pipeline/decoding.py).
+# inflates what it relays (proxy/pipeline/decoding.py). The exceptions are the handler's:
+# grading.request_usage and an enforce policy that acts ask for identity, and a gzip or deflate
+# stream such a policy judges is relayed decoded (docs/enforce.md).
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
 
 
@@ -165,6 +176,16 @@ class EnforceHook(Protocol):
         """At the end of the upstream body: whatever is still held, resolved."""
         ...
 
+    def settle(self) -> None:
+        """The relay stopped before the upstream's end: record what was judged so far."""
+        ...
+
+    @property
+    def halted(self) -> ProxyError | None:
+        """Set when the hook failed closed mid-stream: the in-band error that ends the stream
+        (nothing more of the upstream's body is relayed)."""
+        ...
+
 
 @dataclass(slots=True)
 class Relay:
@@ -239,14 +260,22 @@ async def relay(
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
                 return await _buffered(request, upstream, headers_out, out, copy, capture)
             held = enforce if out.stream and upstream.status == 200 else None
-            usage = (
-                UsageChunkFilter()
-                if strip_usage
-                and out.stream
-                and upstream.headers.get("Content-Encoding", "identity").lower() == "identity"
+            coding = (upstream.headers.get("Content-Encoding") or "identity").strip().lower()
+            # A gzip or deflate stream an acting policy covers is judged as text and sent so
+            # (docs/enforce.md); any other stream is relayed in the coding it came in.
+            decoder = (
+                StreamDecoder(coding)
+                if held is not None and held.holds and coding != "identity" and decodable(coding)
                 else None
             )
-            return await _streamed(request, upstream, headers_out, out, copy, capture, held, usage)
+            usage = (
+                UsageChunkFilter()
+                if strip_usage and out.stream and (coding == "identity" or decoder is not None)
+                else None
+            )
+            return await _streamed(
+                request, upstream, headers_out, out, copy, capture, held, usage, decoder
+            )
         finally:
             out.capture_truncated = copy.truncated
             out.capture_over_limit = copy.truncated and copy.error is None
@@ -315,12 +344,38 @@ async def _streamed(
     capture: bool,
     enforce: EnforceHook | None = None,
     usage: UsageChunkFilter | None = None,
+    decoder: StreamDecoder | None = None,
 ) -> web.StreamResponse:
+    """Relay a body as it arrives, through the enforce hook when one holds it. However the
+    relay stops (the end, an upstream failure, the client gone, a cut), the hook is settled, so
+    the calls it judged reach the row and the counters."""
+    if decoder is not None:  # sent as it is judged: decoded
+        headers.popall("Content-Encoding", None)
     if enforce is not None:
         coding = (headers.get("Content-Encoding") or "identity").strip().lower()
         out.enforced = True
-        if not enforce.open_stream(coding):
+        if not enforce.open_stream(coding):  # fail-closed on a coding it cannot read: raises
             enforce = None
+    try:
+        return await _stream_body(
+            request, upstream, headers, out, copy, capture, enforce, usage, decoder
+        )
+    finally:
+        if enforce is not None:
+            enforce.settle()  # stopped early (the client left, a cut): what was judged counts
+
+
+async def _stream_body(
+    request: web.Request,
+    upstream: Reply,
+    headers: CIMultiDict[str],
+    out: Relay,
+    copy: CaptureBuffer,
+    capture: bool,
+    enforce: EnforceHook | None,
+    usage: UsageChunkFilter | None,
+    decoder: StreamDecoder | None,
+) -> web.StreamResponse:
     if out.stream:
         headers.setdefault("Cache-Control", "no-cache")
         headers["X-Accel-Buffering"] = "no"
@@ -333,6 +388,7 @@ async def _streamed(
         out.finished_at = time.perf_counter()
         return response
     out.headers_sent = True
+    ended = False  # write_eof done: a fail-closed stop ends the client's body at once
     while True:
         waited = time.perf_counter()
         try:
@@ -344,30 +400,50 @@ async def _streamed(
             break
         except UpstreamError as failure:
             what = "stopped sending" if isinstance(failure, UpstreamTimeoutError) else "broke"
-            error = type(failure)(f"the upstream {what} the stream: {failure}")
-            out.upstream_failed = error.code
-            if out.stream:
-                held = _ending(usage, enforce)  # the half event as it came, held calls resolved
-                ended = held.endswith(_EVENT_ENDS) if held else out.at_event_boundary
-                # End a half-relayed event first, so the error is an event of its own.
-                prefix = b"" if ended else b"\n\n"
-                await _write_quietly(response, held + prefix + in_band_error(error), out)
+            await _failed(
+                response,
+                out,
+                type(failure)(f"the upstream {what} the stream: {failure}"),
+                usage,
+                enforce,
+            )
             break
         finally:
             out.upstream_wait_s += time.perf_counter() - waited
         if not chunk:
-            if rest := _ending(usage, enforce):
+            rest = _ending(usage, enforce, decoder.flush() if decoder is not None else b"")
+            if enforce is not None and enforce.halted is not None:
+                rest = _halt_event(rest, out, enforce.halted)
+            if rest:
                 await _write_quietly(response, rest, out)
                 out.body_bytes += len(rest)
             break
-        # What the proxy added for request_usage is taken out first; then, enforced, a tool
-        # call is held until it is complete (b""); text passes at once.
-        sent = chunk if usage is None else usage.feed(chunk)
-        if enforce is not None and sent:
-            sent = enforce.feed(sent)
+        # Decoded when the relay sends it decoded; what the proxy added for request_usage is
+        # taken out; then, enforced, a tool call is held until it is complete (b""); text
+        # passes at once.
+        pieces = (chunk,) if decoder is None else decoder.pieces(chunk)
         try:
-            if sent:
-                await response.write(sent)
+            for piece in pieces:
+                sent = piece if usage is None else usage.feed(piece)
+                if enforce is not None and sent:
+                    sent = enforce.feed(sent)
+                if sent:
+                    await response.write(sent)
+                    out.body_bytes += len(sent)
+                    out.at_event_boundary = sent.endswith(_EVENT_ENDS)
+                if enforce is not None and enforce.halted is not None:
+                    break
+        except zlib.error as exc:  # the client was sent identity: the rest cannot pass either
+            await _failed(
+                response,
+                out,
+                UpstreamProtocolError(
+                    f"the upstream's compressed stream could not be decoded: {exc}"
+                ),
+                usage,
+                enforce,
+            )
+            break
         except ConnectionResetError:  # the client went away: stop reading the upstream
             out.client_disconnected = True
             break
@@ -378,26 +454,82 @@ async def _streamed(
             break
         if capture:
             copy.add(chunk)  # the model's answer as the upstream sent it: what is graded
-        if not sent:
-            continue  # held back or taken out: nothing reached the client yet
-        out.body_bytes += len(sent)
-        out.at_event_boundary = sent.endswith(_EVENT_ENDS)
-    if not out.client_disconnected:
-        try:
-            await response.write_eof()
-        except ConnectionResetError:
-            out.client_disconnected = True
+        if enforce is not None and enforce.halted is not None:
+            # Fail-closed: the client's stream ends with the error, the upstream's answer is
+            # still read whole for the grade (nothing more of it is relayed).
+            await _write_quietly(response, _halt_event(b"", out, enforce.halted), out)
+            await _end_quietly(response, out)
+            ended = True
+            if capture:
+                await _drain(upstream, out, copy)
+            break
+    if not out.client_disconnected and not ended:
+        await _end_quietly(response, out)
     out.finished_at = time.perf_counter()
     return response
 
 
-def _ending(usage: UsageChunkFilter | None, enforce: EnforceHook | None) -> bytes:
-    """At the end of the upstream's body: what the usage filter still holds (a last event that
-    never ended, passed as it came), through the enforce hook, and whatever calls it held."""
-    rest = b"" if usage is None else usage.flush()
+def _halt_event(rest: bytes, out: Relay, error: ProxyError) -> bytes:
+    """``rest``, then ``error`` as an in-band event of its own (after a half-relayed event)."""
+    ended = rest.endswith(_EVENT_ENDS) if rest else out.at_event_boundary
+    return rest + (b"" if ended else b"\n\n") + in_band_error(error)
+
+
+async def _failed(
+    response: web.StreamResponse,
+    out: Relay,
+    error: UpstreamError,
+    usage: UsageChunkFilter | None,
+    enforce: EnforceHook | None,
+) -> None:
+    """The upstream failed mid-stream: the half event as it came, held calls resolved, then
+    the error in-band (no [DONE] after it)."""
+    out.upstream_failed = error.code
+    if out.stream:
+        await _write_quietly(response, _halt_event(_ending(usage, enforce), out, error), out)
+
+
+async def _drain(upstream: Reply, out: Relay, copy: CaptureBuffer) -> None:
+    """Read the rest of the upstream's body into the capture only (nothing is relayed)."""
+    while True:
+        waited = time.perf_counter()
+        try:
+            chunk = await upstream.chunk()
+        except asyncio.CancelledError:
+            if out.cut is None:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # shutdown's cut: the client's stream has already ended
+            return
+        except UpstreamError as failure:
+            out.upstream_failed = failure.code
+            return
+        finally:
+            out.upstream_wait_s += time.perf_counter() - waited
+        if not chunk:
+            return
+        copy.add(chunk)
+
+
+async def _end_quietly(response: web.StreamResponse, out: Relay) -> None:
+    try:
+        await response.write_eof()
+    except ConnectionResetError:
+        out.client_disconnected = True
+
+
+def _ending(
+    usage: UsageChunkFilter | None, enforce: EnforceHook | None, last: bytes = b""
+) -> bytes:
+    """At the end of the upstream's body: its ``last`` decoded bytes and what the usage filter
+    still holds (a last event that never ended, passed as it came), through the enforce hook,
+    and whatever calls it held."""
+    if usage is not None:
+        last = usage.feed(last) + usage.flush() if last else usage.flush()
     if enforce is None:
-        return rest
-    return (enforce.feed(rest) if rest else b"") + enforce.close()
+        return last
+    return (enforce.feed(last) if last else b"") + enforce.close()
 
 
 async def _end_cut(response: web.StreamResponse, out: Relay) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.pipeline.decoding import CaptureBuffer
+from proxy.pipeline.decoding import PIECE_MAX_BYTES, CaptureBuffer, StreamDecoder
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.support.proxy import ProxyFactory, rows_of
 
@@ -151,3 +151,45 @@ async def test_decompression_bomb_never_inflates_in_memory(
     finally:
         tracemalloc.stop()
     assert peak < 16 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB for a {len(bomb)} B body"
+
+
+# A stream an acting enforce policy judges is decoded as it is relayed (docs/enforce.md).
+STREAM = wire("openai_parallel_tools.sse")
+BOMB = b"0," * (4 * PIECE_MAX_BYTES)  # 8 MiB of text, a few KiB compressed
+
+
+@pytest.mark.parametrize(
+    ("coding", "body", "text", "read"),
+    [
+        pytest.param("gzip", gzip.compress(STREAM), STREAM, 3, id="gzip"),
+        pytest.param("x-gzip", gzip.compress(STREAM), STREAM, 3, id="x_gzip"),
+        pytest.param("deflate", zlib.compress(STREAM), STREAM, 3, id="zlib"),
+        pytest.param("deflate", _raw_deflate(STREAM), STREAM, 3, id="raw_deflate"),
+        pytest.param("deflate", _raw_deflate(STREAM), STREAM, 10_000, id="raw_deflate_whole"),
+        pytest.param("gzip", gzip.compress(BOMB), BOMB, 10_000_000, id="bomb_in_one_read"),
+    ],
+)
+def test_stream_decoder_gives_the_text_back_in_bounded_pieces(
+    coding: str, body: bytes, text: bytes, read: int
+) -> None:
+    decoder = StreamDecoder(coding)
+    pieces = [
+        piece
+        for start in range(0, len(body), read)
+        for piece in decoder.pieces(body[start : start + read])
+    ]
+    assert b"".join(pieces) + decoder.flush() == text
+    assert max(len(piece) for piece in pieces) <= PIECE_MAX_BYTES
+
+
+@pytest.mark.parametrize(
+    ("coding", "body"),
+    [
+        pytest.param("gzip", b"not gzip at all", id="not_gzip"),
+        pytest.param("deflate", zlib.compress(STREAM)[:40] + b"\xff" * 40, id="zlib_then_junk"),
+    ],
+)
+def test_stream_decoder_raises_on_what_it_cannot_decode(coding: str, body: bytes) -> None:
+    decoder = StreamDecoder(coding)
+    with pytest.raises(zlib.error):
+        list(decoder.pieces(body))
