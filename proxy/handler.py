@@ -372,7 +372,11 @@ class _Exchange:
             upstream_request_id=outcome.upstream_request_id,
             span=self.span,
             enforcement=(
-                enforcement_record(self.enforce.plan, self.enforce.changed)
+                enforcement_record(
+                    self.enforce.plan,
+                    self.enforce.changed,
+                    halted=self.enforce.halted is not None,
+                )
                 if self.enforce is not None and outcome.enforced
                 else None
             ),

@@ -46,11 +46,16 @@ def _call(outcome: Enforced) -> dict[str, Any]:
     return {"name": outcome.name, "action": d.action, "check": d.check, "reason": d.reason}
 
 
-def enforcement_record(plan: Plan, changed: bool) -> dict[str, Any]:
+def enforcement_record(plan: Plan, changed: bool, halted: bool = False) -> dict[str, Any]:
     """The row's ``enforcement``: the mode, the first action taken (``pass`` when none), its
-    check and reason, what the client received, every call judged and any failure."""
+    check and reason, what the client received, every call judged and any failure.
+
+    ``halted``: a fail-closed stream was ended early with an in-band error, so the client got
+    neither the original nor a rewritten answer, only its beginning (``received: halted``)."""
     fired = next((o.decision for o in plan.outcomes if o.decision.action != "pass"), None)
-    if not changed:
+    if halted:
+        received = "halted"
+    elif not changed:
         received = "original"
     else:
         received = "blocked" if fired is not None and fired.action == "block" else "stripped"

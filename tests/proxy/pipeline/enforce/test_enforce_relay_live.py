@@ -305,6 +305,7 @@ async def test_a_hold_back_that_raises_fails_open_or_ends_the_stream(
     [row] = await rows_of(client, results_path)
     assert row["enforcement"]["failure"] == "grader_error"
     assert row["enforcement"]["fail_closed"] is fail_closed
+    assert row["enforcement"]["received"] == ("halted" if fail_closed else "original")
     assert row["usage"] is not None  # the upstream's answer was read whole for the grade
 
 
