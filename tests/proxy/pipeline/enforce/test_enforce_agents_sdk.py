@@ -80,8 +80,8 @@ async def test_agents_sdk_runs_enforced_answers(
     client = await make_proxy(enforce={"path": str(policy)})
     for body in turns(api):
         backend.replies.append(Reply(body=body, content_type=JSON, chunked=False))
-    config = {"base_url": str(client.make_url("/v1")), "api": api}
-    result = await run_agent(agents_python, "enforce_agent_body.py", config)
+    config = {"base_url": str(client.make_url("/v1")), "api": api, "stream": False}
+    result = await run_agent(agents_python, "enforce_agent.py", config)
     assert result["executed"] == executed
     if final is not None:
         assert result["final"] == final

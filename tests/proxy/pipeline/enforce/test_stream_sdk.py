@@ -186,7 +186,7 @@ async def test_agents_sdk_runs_enforced_streams(
     assert [o.name for o in outcomes] == ["get_weather", "delete_payment"]
     serve(backend, out, 1)
     serve(backend, second, 1)
-    config = {"base_url": str(backend_server.make_url("/v1")), "api": api}
+    config = {"base_url": str(backend_server.make_url("/v1")), "api": api, "stream": True}
     result = await run_agent(agents_python, "enforce_agent.py", config)
     assert result["executed"] == executed
     if final is not None:
