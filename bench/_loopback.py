@@ -1,6 +1,6 @@
 """Proxies in processes of their own on loopback, timed from the client: the rig that
-bench/shadow_bench.py and bench/capture_bench_untagged.py share, so their figures are measured
-the same way.
+bench/shadow_bench.py and bench/capture_bench_untagged.py share (bench/enforce_bench.py its
+servers and quantiles), so their figures are measured the same way.
 
 A fake backend answering one tool call (:func:`run_backends`, fast or slow), one proxy process
 per scenario (:func:`start_proxies`: no event loop shared, each in its own folder with
@@ -66,6 +66,17 @@ WARM_UP = 50
 Latencies = dict[tuple[str, int], list[float]]
 
 
+async def listen(app: web.Application) -> int:
+    """Serves ``app`` on a free loopback port, without access logs; returns the port."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server: Any = site._server
+    port: int = server.sockets[0].getsockname()[1]
+    return port
+
+
 def run_backends(conn: Connection, slow_s: float, kinds: tuple[str, ...]) -> None:
     """Child process: one fake backend per kind (``fast`` or ``slow``); sends their ports."""
 
@@ -83,12 +94,7 @@ def run_backends(conn: Connection, slow_s: float, kinds: tuple[str, ...]) -> Non
         for handler in (fast if kind == "fast" else slow for kind in kinds):
             app = web.Application()
             app.router.add_post("/v1/chat/completions", handler)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            server: Any = site._server
-            ports.append(server.sockets[0].getsockname()[1])
+            ports.append(await listen(app))
         conn.send(ports)
         await asyncio.Event().wait()
 
@@ -107,7 +113,7 @@ def run_proxy(conn: Connection, sections: dict[str, Any]) -> None:
         config = load_config(None, sections, environ={})
         app = make_app(config)
         _, sites = await start_sites(config, app)
-        await asyncio.sleep(0.5)  # the task set loads in the background
+        await asyncio.sleep(0.5)  # task and policy files load in the background
         conn.send(bound_port(sites[0]))
         await asyncio.Event().wait()
 
