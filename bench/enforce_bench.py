@@ -38,6 +38,8 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _loopback import listen, quantile, run_proxy  # noqa: E402
+
 from grader.json import dumps  # noqa: E402
 
 TOOLS = [
@@ -106,44 +108,25 @@ def run_backend(conn: Connection) -> None:
     async def main() -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", answer)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server: Any = site._server
-        conn.send(server.sockets[0].getsockname()[1])
+        conn.send(await listen(app))
         await asyncio.Event().wait()
 
     asyncio.run(main())
 
 
-def run_proxy(conn: Connection, upstream: str, mode: str | None, work: str) -> None:
-    """Child process: the proxy, with the route policy in ``mode`` (None: no policy file)."""
-    from proxy.app import make_app
-    from proxy.config import load_config
-    from proxy.logs import configure_logging
-    from proxy.serve import bound_port, start_sites
-
-    async def main() -> None:
-        configure_logging("error", "json")
-        sections: dict[str, Any] = {
-            "upstream": {"url": upstream},
-            "listen": {"host": "127.0.0.1", "port": 0},
-            "results": {"path": f"{work}/grades-{mode}.jsonl", "capture_answer": False},
-            "logging": {"level": "error"},
-        }
-        if mode is not None:
-            policy = Path(work) / f"policy-{mode}.yaml"
-            policy.write_text(POLICY.replace("MODE", mode))
-            sections["enforce"] = {"path": str(policy)}
-        config = load_config(None, sections, environ={})
-        app = make_app(config)
-        _, sites = await start_sites(config, app)
-        await asyncio.sleep(0.5)  # the policy file loads in the background
-        conn.send(bound_port(sites[0]))
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
+def sections(upstream: str, mode: str | None, work: str) -> dict[str, Any]:
+    """The proxy's config, with the route policy in ``mode`` (None: no policy file)."""
+    config: dict[str, Any] = {
+        "upstream": {"url": upstream},
+        "listen": {"host": "127.0.0.1", "port": 0},
+        "results": {"path": f"{work}/grades-{mode}.jsonl", "capture_answer": False},
+        "logging": {"level": "error"},
+    }
+    if mode is not None:
+        policy = Path(work) / f"policy-{mode}.yaml"
+        policy.write_text(POLICY.replace("MODE", mode))
+        config["enforce"] = {"path": str(policy)}
+    return config
 
 
 async def last_byte(session: aiohttp.ClientSession, url: str, requests: int) -> list[float]:
@@ -183,10 +166,6 @@ async def throughput(url: str, requests: int, connections: int) -> float:
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(connections)))
         return requests / (time.perf_counter() - started)
-
-
-def quantile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
 async def measure(ports: dict[str, int], args: argparse.Namespace) -> dict[str, list[float]]:
@@ -246,7 +225,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as work:
         for name, mode in (("off", None), ("block", "block"), ("observe", "observe")):
             ours, theirs = ctx.Pipe()
-            proxy = ctx.Process(target=run_proxy, args=(theirs, upstream, mode, work), daemon=True)
+            config = sections(upstream, mode, work)
+            proxy = ctx.Process(target=run_proxy, args=(theirs, config), daemon=True)
             proxy.start()
             processes.append(proxy)
             ports[name] = ours.recv()

@@ -10,42 +10,23 @@ skipped locally, a failure under CI=true.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from gradeproxy.cli import main
+from tests.support.agents_sdk import run_agent
 from tests.support.backend import Reply, ScriptedBackend
 from tests.support.episodes import GOOD_BILLING, GOOD_BILLING_FINAL, LIVE_FIELDS, chat, completion
-from tests.support.paths import REPO
 from tests.support.proxy import ProxyFactory, rows_of
 from tests.support.responses_wire import Call, Case, Text
 from tests.support.responses_wire import body as responses_body
 from tests.support.rows import without_row_id
 from tests.support.tasks import BILLING, EPISODES
-from tests.support.tools import unavailable
 
 # The first run builds the SDK's venv (about a minute from PyPI): the timeout covers it.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600), pytest.mark.task_file(EPISODES)]
-AGENT = REPO / "tests" / "support" / "billing_agent.py"
-
-
-@pytest.fixture(scope="module")
-def agents_python() -> str:
-    built = subprocess.run(
-        [str(REPO / "scripts" / "agents-venv.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if built.returncode != 0:
-        unavailable(f"cannot build the Agents SDK venv: {built.stderr[-2000:]}")
-    return built.stdout.strip().splitlines()[-1]
 
 
 def replies(api: str) -> list[Reply]:
@@ -77,22 +58,7 @@ async def test_agents_sdk_run_is_graded_live_as_one_episode_equal_to_replay(
         "base_url": str(client.make_url("/v1")),
         "headers": {"X-Grade-Task": BILLING, "X-Grade-Episode": "sdk-1"},
     }
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "OPENAI_AGENTS_DISABLE_TRACING": "1",
-        "OPENAI_API_KEY": "sk-test",
-    }
-    proc = await asyncio.create_subprocess_exec(
-        agents_python,
-        str(AGENT),
-        json.dumps(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 90)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    run = json.loads(out.decode().strip().splitlines()[-1])
+    run = await run_agent(agents_python, "billing_agent.py", config)
     assert run["final"] == GOOD_BILLING_FINAL
     assert len(backend.seen) == 5
     path = "/v1/responses" if api == "responses" else "/v1/chat/completions"

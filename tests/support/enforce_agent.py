@@ -1,11 +1,11 @@
-"""An OpenAI Agents SDK agent for the enforce stream tests: one streamed run against a server
-that replays enforced streams.
+"""An OpenAI Agents SDK agent for the enforce tests: one run against a server whose answers a
+policy blocked or stripped, streamed or not.
 
 Runs in the SDK's own virtual environment (scripts/agents-venv.sh), never the project's.
-Usage: ``python enforce_agent.py '<json config>'`` with ``base_url`` and ``api``
-(``chat_completions`` or ``responses``). Prints one JSON object: the final output and the
-tools the agent executed, in order. The run is streamed (``Runner.run_streamed``), so the SDK
-reads the enforced SSE bytes itself; tracing is off.
+Usage: ``python enforce_agent.py '<json config>'`` with ``base_url``, ``api``
+(``chat_completions`` or ``responses``) and ``stream``: true runs ``Runner.run_streamed``, so the
+SDK reads the enforced SSE bytes itself; false runs ``Runner.run`` on whole answers. Prints one
+JSON object: the final output and the tools the agent executed, in order; tracing is off.
 """
 
 from __future__ import annotations
@@ -64,10 +64,15 @@ async def main(config: dict[str, Any]) -> None:
         model_settings=ModelSettings(temperature=0),
         tools=[get_weather, get_time, delete_payment],
     )
-    result = Runner.run_streamed(agent, "Weather in Paris, then delete pay_1002.", max_turns=4)
-    async for _ in result.stream_events():
-        pass
-    print(json.dumps({"final": result.final_output, "executed": EXECUTED}))
+    prompt = "Weather in Paris, then delete pay_1002."
+    if config["stream"]:
+        streamed = Runner.run_streamed(agent, prompt, max_turns=4)
+        async for _ in streamed.stream_events():
+            pass
+        final = streamed.final_output
+    else:
+        final = (await Runner.run(agent, prompt, max_turns=4)).final_output
+    print(json.dumps({"final": final, "executed": EXECUTED}))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 A scripted backend and a proxy pointed at it (``make_proxy``); a primary and a shadow
 :class:`PlanBackend` and a proxy whose config may carry ``routes`` and ``shadow`` blocks
 (``make_shadow_proxy``); a loopback ``listener`` no request may reach. All on real sockets.
+``agents_python``: the OpenAI Agents SDK venv's interpreter (:mod:`tests.support.agents_sdk`).
 The task file is :data:`TASK_LINES` unless the module marks another:
 ``pytestmark = pytest.mark.task_file(EPISODES)``.
 """
@@ -19,6 +20,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.app import make_app
 from proxy.logs import configure_logging
+from tests.support import agents_sdk
 from tests.support.backend import Listener, ScriptedBackend
 from tests.support.plan_backend import PlanBackend
 from tests.support.proxy import Client, ProxyFactory, build_config, tasks_loaded
@@ -127,3 +129,9 @@ def make_shadow_proxy(
     aiohttp_client: ClientFactory,
 ) -> ProxyFactory:
     return _factory(primary_url, tasks_file, results_path, aiohttp_client)
+
+
+@pytest.fixture(scope="session")
+def agents_python() -> str:
+    """Built (or found) once a session: a test that needs no SDK never waits for it."""
+    return agents_sdk.agents_python()

@@ -15,8 +15,17 @@ from proxy.config.keys import InboundKey
 V1 = {"upstream": {"url": "http://127.0.0.1:8000/v1"}}
 
 
-def _load(auth: dict[str, Any]) -> tuple[InboundKey, ...]:
-    return load_config(None, {**V1, "auth": auth}, environ={}).inbound_keys()
+def _load(auth: dict[str, Any], folder: Path) -> tuple[InboundKey, ...]:
+    """The keys of ``auth``, with ``{dir}`` in a ``secret_file`` path made ``folder``: the tables
+    name the secrets folder before it exists, and stay as written (the dicts are copied)."""
+    keys = [
+        {**key, "secret_file": key["secret_file"].format(dir=folder)}
+        if "secret_file" in key
+        else key
+        for key in auth.get("keys", [])
+    ]
+    section = {**auth, "keys": keys} if "keys" in auth else auth
+    return load_config(None, {**V1, "auth": section}, environ={}).inbound_keys()
 
 
 @pytest.fixture
@@ -67,10 +76,7 @@ def secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_keys_are_read_with_their_ids(
     secrets: Path, auth: dict[str, Any], expected: list[tuple[Any, ...]]
 ) -> None:
-    for key in auth.get("keys", []):
-        if "secret_file" in key:
-            key["secret_file"] = key["secret_file"].format(dir=secrets)
-    keys = _load(auth)
+    keys = _load(auth, secrets)
     assert [(k.id, k.secret, k.rpm, k.tpm) for k in keys] == expected
     assert all("sk-" not in repr(k) for k in keys)  # a log line never shows a secret
 
@@ -159,9 +165,6 @@ def test_keys_are_read_with_their_ids(
 def test_an_unusable_key_is_a_clear_error(
     secrets: Path, keys: list[dict[str, Any]], message: str
 ) -> None:
-    for key in keys:
-        if "secret_file" in key:
-            key["secret_file"] = key["secret_file"].format(dir=secrets)
     with pytest.raises(ConfigError, match=re.escape(message.format(dir=secrets))) as raised:
-        _load({"keys": keys})
+        _load({"keys": keys}, secrets)
     assert "sk-team" not in str(raised.value)

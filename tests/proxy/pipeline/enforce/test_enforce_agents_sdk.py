@@ -6,41 +6,22 @@ non-streamed answer's forbidden call: the agent never executes it, and its run e
 
 from __future__ import annotations
 
-import asyncio
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from grader.json import dumps
+from tests.support.agents_sdk import run_agent
 from tests.support.backend import JSON, Reply, ScriptedBackend
 from tests.support.enforce import BUDGET_MS
-from tests.support.paths import REPO
 from tests.support.proxy import ProxyFactory
 from tests.support.responses_wire import Call, Case, Text, response_json
-from tests.support.tools import unavailable
 
 pytestmark = pytest.mark.e2e
-AGENT = REPO / "tests" / "support" / "enforce_agent_body.py"
 WEATHER = ("get_weather", '{"city":"Paris"}')
 DELETE = ("delete_payment", '{"payment_id":"pay_1002"}')
 FINAL = "It is 12 C in Paris."
-
-
-@pytest.fixture(scope="module")
-def agents_python() -> str:
-    built = subprocess.run(
-        [str(REPO / "scripts" / "agents-venv.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if built.returncode != 0:
-        unavailable(f"cannot build the Agents SDK venv: {built.stderr[-2000:]}")
-    return built.stdout.strip().splitlines()[-1]
 
 
 def chat(text: str | None, *calls: tuple[str, str]) -> bytes:
@@ -99,18 +80,8 @@ async def test_agents_sdk_runs_enforced_answers(
     client = await make_proxy(enforce={"path": str(policy)})
     for body in turns(api):
         backend.replies.append(Reply(body=body, content_type=JSON, chunked=False))
-    config = {"base_url": str(client.make_url("/v1")), "api": api}
-    proc = await asyncio.create_subprocess_exec(
-        agents_python,
-        str(AGENT),
-        json.dumps(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin", "OPENAI_AGENTS_DISABLE_TRACING": "1"},
-    )
-    stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, stderr.decode()[-3000:]
-    result = json.loads(stdout.decode().strip().splitlines()[-1])
+    config = {"base_url": str(client.make_url("/v1")), "api": api, "stream": False}
+    result = await run_agent(agents_python, "enforce_agent.py", config)
     assert result["executed"] == executed
     if final is not None:
         assert result["final"] == final

@@ -10,10 +10,7 @@ helper raises on an event for an output index or content part it has not seen, s
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
-import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +18,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from openai import AsyncOpenAI
 
+from tests.support.agents_sdk import run_agent
 from tests.support.backend import SSE, Reply, ScriptedBackend, awkward_cuts
 from tests.support.enforce_streams import (
     CHAT,
@@ -36,10 +34,8 @@ from tests.support.enforce_streams import (
     run,
     sse,
 )
-from tests.support.paths import REPO
 from tests.support.responses_wire import Case, Text
 from tests.support.responses_wire import stream as responses_stream
-from tests.support.tools import unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -152,22 +148,7 @@ async def test_openai_sdk_reads_a_cut_stream_after_enforcement_as_it_reads_the_c
 
 # -- the Agents SDK ------------------------------------------------------------------------
 
-AGENT = REPO / "tests" / "support" / "enforce_agent.py"
 DELETE_ARGS = '{"payment_id":"pay_1002"}'
-
-
-@pytest.fixture(scope="module")
-def agents_python() -> str:
-    built = subprocess.run(
-        [str(REPO / "scripts" / "agents-venv.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if built.returncode != 0:
-        unavailable(f"cannot build the Agents SDK venv: {built.stderr[-2000:]}")
-    return built.stdout.strip().splitlines()[-1]
 
 
 def agent_turns(api: str) -> tuple[bytes, bytes]:
@@ -205,18 +186,8 @@ async def test_agents_sdk_runs_enforced_streams(
     assert [o.name for o in outcomes] == ["get_weather", "delete_payment"]
     serve(backend, out, 1)
     serve(backend, second, 1)
-    config = {"base_url": str(backend_server.make_url("/v1")), "api": api}
-    proc = await asyncio.create_subprocess_exec(
-        agents_python,
-        str(AGENT),
-        json.dumps(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin", "OPENAI_AGENTS_DISABLE_TRACING": "1"},
-    )
-    stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, stderr.decode()[-3000:]
-    result = json.loads(stdout.decode().strip().splitlines()[-1])
+    config = {"base_url": str(backend_server.make_url("/v1")), "api": api, "stream": True}
+    result = await run_agent(agents_python, "enforce_agent.py", config)
     assert result["executed"] == executed
     if final is not None:
         assert result["final"] == final
