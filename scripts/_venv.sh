@@ -6,13 +6,27 @@
 # builds .cache/NAME with REQUIREMENT installed unless it is there already with the same
 # requirement (a stamp file) and bin/EXECUTABLE, then prints its interpreter's path (pip's
 # output goes to stderr). PYTHON is the interpreter that creates it (default: python3).
+# Callers may race (pytest-xdist workers each asking for the same venv): a lock file beside it
+# makes the second wait for the first build and then reuse it, instead of deleting it mid-build.
 
 cached_venv() {
     local name="$1" requirement="$2" executable="$3"
-    local root venv stamp
+    local root venv stamp lock
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
     venv="${root}/.cache/${name}"
     stamp="${venv}/.gradeproxy-stamp"
+    mkdir -p "${root}/.cache"
+    exec {lock}>"${root}/.cache/${name}.lock"
+    flock "${lock}"
+    _cached_venv_build "${venv}" "${stamp}" "${requirement}" "${executable}"
+    local status=$?
+    flock -u "${lock}"
+    exec {lock}>&-
+    return "${status}"
+}
+
+_cached_venv_build() {
+    local venv="$1" stamp="$2" requirement="$3" executable="$4"
     if [ -x "${venv}/bin/${executable}" ] && [ "$(cat "${stamp}" 2>/dev/null)" = "${requirement}" ]; then
         echo "${venv}/bin/python"
         return 0
