@@ -21,7 +21,8 @@ from proxy.pipeline.capture.sse import SSEDecoder
 from proxy.pipeline.enforce.decision import PASS, CallJudge, Decision, Enforced
 from proxy.pipeline.enforce.stream import StreamEnforcer
 from tests.support.backend import wire
-from tests.support.responses_wire import Call, Case, Reasoning, Text
+from tests.support.responses_wire import Call, Case, CustomCall, Reasoning, Text, events
+from tests.support.responses_wire import sse as responses_sse
 from tests.support.responses_wire import stream as responses_stream
 
 _ENVELOPE = {
@@ -52,6 +53,15 @@ def call_start(index: int, name: str, call_id: str) -> dict[str, Any]:
 
 def call_args(index: int, text: str) -> dict[str, Any]:
     return {"index": index, "function": {"arguments": text}}
+
+
+def custom_start(index: int, name: str, call_id: str) -> dict[str, Any]:
+    """The first fragment of a chat ``custom`` tool call (free-text ``input``, no arguments)."""
+    return {"index": index, "id": call_id, "type": "custom", "custom": {"name": name, "input": ""}}
+
+
+def custom_input(index: int, text: str) -> dict[str, Any]:
+    return {"index": index, "custom": {"input": text}}
 
 
 def sse(*events: dict[str, Any] | str) -> bytes:
@@ -112,6 +122,42 @@ TWO_CHOICES = b"".join(
     )
 )
 
+# A custom tool call (chat ``type: custom``) for delete_payment, then a function call.
+CUSTOM_THEN_WEATHER = sse(
+    chunk(delta(role="assistant", content="")),
+    chunk(delta(tool_calls=[custom_start(0, "delete_payment", "call_0")])),
+    chunk(delta(tool_calls=[custom_input(0, "pay_")])),
+    chunk(delta(tool_calls=[custom_input(0, "1002")])),
+    chunk(delta(tool_calls=[call_start(1, WEATHER[0], "call_1")])),
+    chunk(delta(tool_calls=[call_args(1, WEATHER[1])])),
+    chunk(delta(finish="tool_calls")),
+    chunk(usage=USAGE),
+    "[DONE]",
+)
+
+# The name in two fragments, as the openai SDK concatenates them ("delete_" + "payment").
+NAME_IN_PIECES = sse(
+    chunk(delta(role="assistant", content="")),
+    chunk(delta(tool_calls=[call_start(0, "delete_", "call_0")])),
+    chunk(delta(tool_calls=[{"index": 0, "function": {"name": "payment"}}])),
+    chunk(delta(tool_calls=[call_args(0, DELETE[1])])),
+    chunk(delta(tool_calls=[call_start(1, WEATHER[0], "call_1")])),
+    chunk(delta(tool_calls=[call_args(1, WEATHER[1])])),
+    chunk(delta(finish="tool_calls")),
+    "[DONE]",
+)
+
+
+def _nonfinite(body: bytes) -> bytes:
+    """Every call's first chunk with a NaN and an Infinity in its envelope: Python's json (the
+    openai SDK's) reads them, the exact reader does not."""
+    starts = [b'"id":"call_' in line for line in body.split(b"\n\n")]
+    return b"\n\n".join(
+        line.replace(b'data: {"id"', b'data: {"t":{"a":NaN,"b":-Infinity},"id"') if start else line
+        for line, start in zip(body.split(b"\n\n"), starts, strict=True)
+    )
+
+
 CHAT: dict[str, bytes] = {
     "openai_text": wire("openai_text.sse"),
     "openai_single": wire("openai_single_tool.sse"),
@@ -131,10 +177,22 @@ CHAT: dict[str, bytes] = {
     "cut_before_finish": sse(*calls_stream([WEATHER, DELETE], done=False)),
     # [DONE] with no finish_reason before it: what is held is resolved before [DONE] goes out
     "done_without_finish": sse(*calls_stream([WEATHER, DELETE], done=False), "[DONE]"),
+    "custom_delete_then_weather": CUSTOM_THEN_WEATHER,
+    "name_in_pieces": NAME_IN_PIECES,
+    "nonfinite_numbers_in_call_events": _nonfinite(sse(*calls_stream([WEATHER, DELETE]))),
 }
 
 DELETE_CALL = Call("delete_payment", DELETE[1], "call_d", "fc_d")
 WEATHER_CALL = Call("get_weather", WEATHER[1], "call_w", "fc_w")
+CUSTOM_DELETE = CustomCall("delete_payment", "pay_1002 and every refund", "call_cd", "ctc_d")
+
+
+def completed_only(case: Case, index: int) -> bytes:
+    """``case``'s stream with no events for output item ``index``: it is only in the terminal
+    event's ``output`` (a client's accumulated response is that output)."""
+    return responses_sse([e for e in events(case) if e.get("output_index") != index])
+
+
 RESPONSES: dict[str, bytes] = {
     "text": wire("openai_responses_text.sse"),
     "single": wire("openai_responses_single_tool.sse"),
@@ -148,6 +206,14 @@ RESPONSES: dict[str, bytes] = {
     "weather_delete_text": responses_stream(
         Case("r3", (WEATHER_CALL, DELETE_CALL, Text("Done.", "msg_2")))
     ),
+    "custom_delete_weather": responses_stream(Case("r4", (CUSTOM_DELETE, WEATHER_CALL))),
+    "text_then_delete_only_in_completed": completed_only(
+        Case("r5", (Text("I will delete the duplicate.", "msg_5"), DELETE_CALL)), 1
+    ),
+    "weather_then_delete_only_in_completed": completed_only(
+        Case("r6", (WEATHER_CALL, DELETE_CALL)), 1
+    ),
+    "custom_delete_only_in_completed": completed_only(Case("r7", (CUSTOM_DELETE,)), 0),
 }
 
 
@@ -227,18 +293,24 @@ def read_chat(body: bytes) -> ChatRead:
             for tc in d.get("tool_calls") or []:
                 call = choice.calls.setdefault(tc["index"], {"id": None, "name": "", "args": ""})
                 call["id"] = tc.get("id") or call["id"]
-                fn = tc.get("function") or {}
+                fn = tc.get("function") or tc.get("custom") or {}  # a custom call's input
                 if fn.get("name") and not call["name"].endswith(fn["name"]):
                     call["name"] += fn["name"]
-                call["args"] += fn.get("arguments") or ""
+                call["args"] += fn.get("arguments") or fn.get("input") or ""
             choice.finish = entry.get("finish_reason") or choice.finish
     for choice in choices.values():
         assert sorted(choice.calls) == list(range(len(choice.calls))), "indices not contiguous"
     return ChatRead(choices, done, usage)
 
 
-def read_responses(body: bytes) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The events and the terminal response, asserting sequence numbers and output indices."""
+CALL_ITEMS = ("function_call", "custom_tool_call")
+
+
+def read_responses(
+    body: bytes, *, whole: bool = True
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The events and the terminal response, asserting sequence numbers and output indices
+    (and, when ``whole``, that the terminal output holds exactly the items streamed)."""
     events = [json.loads(data) for _, data in events_of(body)]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     added = [e["output_index"] for e in events if e["type"] == "response.output_item.added"]
@@ -251,7 +323,7 @@ def read_responses(body: bytes) -> tuple[list[dict[str, Any]], dict[str, Any] | 
             item_id = event.get("item_id") or event.get("item", {}).get("id")
             assert items.get(event["output_index"]) == item_id, event
     terminal = next((e["response"] for e in events if e["type"] == "response.completed"), None)
-    if terminal is not None:
+    if terminal is not None and whole:
         assert [item["id"] for item in terminal["output"]] == [items[i] for i in sorted(items)]
     return events, terminal
 
@@ -271,7 +343,7 @@ def responses_calls(events: list[dict[str, Any]]) -> list[str]:
     return [
         e["item"]["name"]
         for e in events
-        if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"
+        if e["type"] == "response.output_item.done" and e["item"]["type"] in CALL_ITEMS
     ]
 
 
@@ -312,6 +384,13 @@ CHAT_TABLE = [
     ("invalid_json_args", "nothing", "strip", {0: [D]}, {0: TC}, None),
     ("done_without_finish", D, "strip", {0: [W]}, {0: None}, None),
     ("done_without_finish", D, "block", {0: []}, {0: None}, [W, D]),
+    ("custom_delete_then_weather", D, "strip", {0: [W]}, {0: TC}, None),
+    ("custom_delete_then_weather", D, "block", {0: []}, {0: "stop"}, [D, W]),
+    ("name_in_pieces", D, "strip", {0: [W]}, {0: TC}, None),
+    ("name_in_pieces", D, "block", {0: []}, {0: "stop"}, [D, W]),
+    ("nonfinite_numbers_in_call_events", D, "strip", {0: [W]}, {0: TC}, None),
+    ("nonfinite_numbers_in_call_events", W, "strip", {0: [D]}, {0: TC}, None),
+    ("nonfinite_numbers_in_call_events", D, "block", {0: []}, {0: "stop"}, [W, D]),
 ]
 
 # (stream, forbidden, mode, calls the client gets, withheld names in the notice)
@@ -328,4 +407,13 @@ RESPONSES_TABLE = [
     ("reasoning_delete_weather", "delete_payment", "block", [], ["delete_payment", "get_weather"]),
     ("weather_delete_text", "delete_payment", "strip", ["get_weather"], None),
     ("weather_delete_text", "delete_payment", "block", [], ["get_weather", "delete_payment"]),
+    ("custom_delete_weather", "delete_payment", "strip", ["get_weather"], None),
+    ("custom_delete_weather", "get_weather", "strip", ["delete_payment"], None),
+    ("custom_delete_weather", "delete_payment", "block", [], ["delete_payment", "get_weather"]),
+    ("text_then_delete_only_in_completed", "delete_payment", "strip", [], None),
+    ("text_then_delete_only_in_completed", "delete_payment", "block", [], ["delete_payment"]),
+    ("weather_then_delete_only_in_completed", "delete_payment", "strip", ["get_weather"], None),
+    ("weather_then_delete_only_in_completed", "delete_payment", "block", [], [W, D]),
+    ("custom_delete_only_in_completed", "delete_payment", "strip", [], None),
+    ("custom_delete_only_in_completed", "delete_payment", "block", [], ["delete_payment"]),
 ]  # fmt: skip

@@ -73,6 +73,16 @@ class Call:
 
 
 @dataclass(frozen=True)
+class CustomCall:
+    """A ``custom_tool_call`` output item: a custom tool called with free-text ``input``."""
+
+    name: str
+    input: str
+    call_id: str
+    id: str
+
+
+@dataclass(frozen=True)
 class Text:
     """A ``message`` output item with one ``output_text`` part."""
 
@@ -87,7 +97,7 @@ class Reasoning:
     id: str
 
 
-Item = Call | Text | Reasoning
+Item = Call | CustomCall | Text | Reasoning
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,15 @@ def item_json(item: Item, status: str = "completed") -> dict[str, Any]:
             "arguments": item.arguments,
             "call_id": item.call_id,
             "name": item.name,
+        }
+    if isinstance(item, CustomCall):
+        # openai-python's ResponseCustomToolCall has no status
+        return {
+            "id": item.id,
+            "type": "custom_tool_call",
+            "call_id": item.call_id,
+            "name": item.name,
+            "input": item.input,
         }
     if isinstance(item, Text):
         return {
@@ -221,6 +240,21 @@ def _item_events(index: int, item: Item, status: str) -> list[dict[str, Any]]:
                 for piece in pieces(item.arguments)
             ),
             {"type": "response.function_call_arguments.done", **ref, "arguments": item.arguments},
+            done,
+        ]
+    if isinstance(item, CustomCall):
+        ref = {"item_id": item.id, **where}
+        return [
+            {
+                "type": "response.output_item.added",
+                **where,
+                "item": {**item_json(item), "input": ""},
+            },
+            *(
+                {"type": "response.custom_tool_call_input.delta", **ref, "delta": piece}
+                for piece in pieces(item.input)
+            ),
+            {"type": "response.custom_tool_call_input.done", **ref, "input": item.input},
             done,
         ]
     ref = {"item_id": item.id, **where, "content_index": 0}

@@ -3,28 +3,32 @@
 ``StreamEnforcer`` sits between the upstream body and the client. It frames the bytes into SSE
 events (blocks ending at a blank line) and parses each with the house decoder
 (:class:`proxy.pipeline.capture.sse.SSEDecoder`, fed exactly the same bytes, so there is one
-reading of the wire). An event that carries no tool call is written to the client at once, as
-the bytes it came in; an event that carries a fragment of a tool call is held until that call
-is complete, then released unchanged (pass, observe) or removed (strip, block). What completes a
-call, and what a removal does to indices, finish reasons and sequence numbers, is written in
-``docs/enforce.md`` (Streamed answers in detail); in short:
+reading of the wire); an event's JSON is read as the client's parser reads it (Python's json
+takes ``NaN`` and ``Infinity``). An event that carries no tool call is written to the client at
+once, as the bytes it came in; an event that carries a fragment of a tool call is held until
+that call is complete, then released unchanged (pass, observe) or removed (strip, block). What
+completes a call, and what a removal does to indices, finish reasons and sequence numbers, is
+written in ``docs/enforce.md`` (Streamed answers in detail); in short:
 
 * chat: a delta for another tool-call index (or a new ``id`` at the same index), the choice's
   ``finish_reason``; a ``block`` holds every call of a choice until it finishes, since a block
   withholds the answer's calls together;
 * Responses: the call's ``response.output_item.done`` (block: the terminal event), and every
   event after a held call waits behind it, so ``output_index`` and ``sequence_number`` can be
-  renumbered before anything later is written;
+  renumbered before anything later is written; a call only the terminal event's ``output``
+  holds is judged there and removed from it;
 * an upstream cut (EOF with calls still held): :meth:`StreamEnforcer.close` judges them as if
   complete and releases or removes them; it never invents a ``finish_reason`` or ``[DONE]``.
 
 What this module must never do: change or delay a byte of a text-only stream (it passes each
 event's own bytes), raise on what a backend sends (an event it cannot read passes through as
-is), or call anything that blocks: the judge is synchronous and bounded by its caller.
+is, unless it names a tool call: then an acting mode drops it), or call anything that blocks:
+the judge is synchronous and bounded by its caller.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -41,7 +45,15 @@ from proxy.pipeline.capture.accumulate import (
 from proxy.pipeline.capture.sse import SSEDecoder
 from proxy.pipeline.enforce.decision import CallJudge, Decision, Enforced
 
-__all__ = ["NOTICE_PREFIX", "SIBLING_REASON", "StreamEnforcer", "notice_line"]
+__all__ = [
+    "NOTICE_PREFIX",
+    "ODD_INDEX_REASON",
+    "SIBLING_REASON",
+    "UNREADABLE",
+    "UNREADABLE_EVENT_REASON",
+    "StreamEnforcer",
+    "notice_line",
+]
 
 Api = Literal["chat", "responses"]
 Mode = Literal["observe", "block", "strip"]
@@ -56,6 +68,26 @@ _CR: Final = 0x0D
 # chunk that also carries a tool call split, so that the text is not held back with the call.
 _TEXT_FIELDS: Final = ("content", "reasoning_content", "reasoning", "refusal")
 _TERMINAL: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# Responses output items a client executes by name (a custom tool's free-text ``input`` is
+# judged as the arguments), and the events that carry their arguments.
+_CALL_ITEMS: Final = ("function_call", "custom_tool_call")
+_ITEM_EVENTS: Final = ("response.output_item.added", "response.output_item.done")
+_ARG_DELTAS: Final = frozenset(
+    {"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"}
+)
+_ARG_DONES: Final = {
+    "response.function_call_arguments.done": "arguments",
+    "response.custom_tool_call_input.done": "input",
+}
+_ARG_EVENTS: Final = _ARG_DELTAS | _ARG_DONES.keys()
+# What an event's bytes hold when it carries a call: an event that cannot be read but holds
+# one of these is dropped in an acting mode (never written raw, docs/enforce.md).
+_CALL_MARKERS: Final = (b"tool_calls", b"function_call", b"custom_tool_call")
+# The check an enforcement names when what it withheld could not be read (judge.py's failure
+# kind of the same name).
+UNREADABLE: Final = "unreadable"
+ODD_INDEX_REASON: Final = "tool-call index is not a non-negative integer"
+UNREADABLE_EVENT_REASON: Final = "an event that carries a tool call could not be read"
 
 
 def notice_line(name: str, decision: Decision) -> str:
@@ -124,25 +156,45 @@ class _Framer:
 
 @dataclass(slots=True, eq=False)
 class _Call:
-    """One tool call being held: its fragments' text, and what was decided about it."""
+    """One tool call being held: its fragments' text, and what was decided about it.
 
-    index: int  # the wire index (chat) or output_index (Responses)
+    A call may be read more than one way, and every reading is judged (the first that acts
+    decides): a chat entry's ``custom`` fragments (``custom.name``/``custom.input``) apart from
+    its ``function`` ones, since a client reads whichever the entry's ``type`` names; and a
+    Responses item renamed between its ``added`` and ``done`` events (``aliases``), since a
+    raw client sees the first name and an accumulating one the last.
+    """
+
+    index: int  # the wire index (chat) or output_index (Responses); -1 for an odd chat index
     id: str | None = None
     name: str = ""
     args: list[str] = field(default_factory=list)
     whole_args: str | None = None
+    custom: _Call | None = None  # chat: the ``custom`` fragments' reading
+    aliases: list[str] = field(default_factory=list)
+    # chat: the repr of an ``index`` that is not a non-negative integer (docs/enforce.md)
+    odd: str | None = None
     complete: bool = False
     decision: Decision | None = None
+    shown: str = ""  # the name the decision was made on (outcomes, notice lines)
     keep: bool | None = None  # None while unresolved
 
     def add_name(self, fragment: object) -> None:
-        if not isinstance(fragment, str) or not fragment:
+        """Chat: a name fragment is appended, as the openai SDK's accumulation appends it,
+        except a fragment that restates the whole name so far (llama-cpp-python repeats the
+        full name in every chunk), which adds nothing (docs/enforce.md, "Chat completions")."""
+        if not isinstance(fragment, str) or not fragment or fragment == self.name:
             return
-        # A restatement (llama.cpp repeats the name in every chunk) or a growing name replaces.
-        if fragment.startswith(self.name):
-            self.name = fragment
-        elif not self.name.startswith(fragment):
-            self.name += fragment
+        self.name += fragment
+
+    def set_name(self, name: object) -> None:
+        """Responses: an item's name is whole; a different later one replaces it and the earlier
+        is kept as an alias, judged too."""
+        if not isinstance(name, str) or not name or name == self.name:
+            return
+        if self.name and self.name not in self.aliases:
+            self.aliases.append(self.name)
+        self.name = name
 
     def add_args(self, value: object) -> None:
         if isinstance(value, str):
@@ -156,6 +208,19 @@ class _Call:
     @property
     def arguments(self) -> str:
         return self.whole_args if self.whole_args is not None else "".join(self.args)
+
+    def readings(self) -> list[tuple[str, str]]:
+        """Every ``(name, arguments)`` a client may take this call for; the first is shown."""
+        own = (self.name, self.arguments)
+        custom = self.custom
+        if custom is None:
+            readings = [own]
+        elif not self.name and not self.arguments:
+            readings = [(custom.name, custom.arguments)]
+        else:
+            readings = [own, (custom.name, custom.arguments)]
+        readings += [(alias, self.arguments) for alias in self.aliases]
+        return list(dict.fromkeys(readings))
 
 
 @dataclass(slots=True, eq=False)
@@ -210,7 +275,9 @@ class StreamEnforcer:
         self._resolutions = 0
         # Responses
         self._rqueue: list[tuple[bytes, dict[str, Any] | None, str, int | None]] = []
-        self._items: dict[int, _Call] = {}  # function_call items by input output_index
+        self._items: dict[int, _Call] = {}  # call items by input output_index
+        # Call items only the terminal event's output holds (``index``: their place in it)
+        self._late: list[_Call] = []
         self._item_ids: dict[int, str | None] = {}
         # The next sequence_number to write; starts at the upstream's first (0 on OpenAI).
         self._seq_out: int | None = None
@@ -224,7 +291,7 @@ class StreamEnforcer:
         """One per call the judge saw, in the order they were judged, with the decision as
         applied: in ``block`` mode a refused answer's calls all read ``block`` (a call withheld
         only for its sibling with the sibling's check), as the non-streamed path records them."""
-        return tuple(Enforced(call.name, call.decision) for call in self._judged if call.decision)
+        return tuple(Enforced(call.shown, call.decision) for call in self._judged if call.decision)
 
     def feed(self, data: bytes) -> bytes:
         """Bytes to write to the client now (may be ``b""``)."""
@@ -272,7 +339,12 @@ class StreamEnforcer:
         try:
             obj = event_json(data, 0)
         except CaptureError:
-            obj = None
+            # What the client's parser reads is what is judged: Python's json (the openai SDK's)
+            # takes NaN and Infinity, which the exact reader refuses.
+            obj = _lenient_json(data)
+            if obj is None and _carries_call(data):
+                self._unreadable_event()
+                return
         if not isinstance(obj, dict) or obj is BLANK:
             self._free(raw)
             return
@@ -280,6 +352,21 @@ class StreamEnforcer:
             self._chat_event(raw, obj)
         else:
             self._responses_event(raw, event, obj)
+
+    def _unreadable_event(self) -> None:
+        """An event that names a tool call but that no JSON reader takes: in an acting mode it
+        is dropped (a client with a laxer reader could act on a call nobody judged), and
+        recorded as a call withheld as ``unreadable``; ``observe`` records what it would do."""
+        decision = self._unreadable(UNREADABLE_EVENT_REASON)
+        call = _Call(index=-1, odd="event", complete=True, decision=decision, keep=False)
+        self._judged.append(call)
+
+    def _unreadable(self, reason: str) -> Decision:
+        """What is done with a call that could not be read: withheld in an acting mode, and in
+        ``observe`` counted as what the acting mode would do."""
+        if self._mode == "observe":
+            return Decision("observe", UNREADABLE, reason, would="block")
+        return Decision(self._mode, UNREADABLE, reason)
 
     def _free(self, raw: bytes) -> None:
         if self._api == "responses" and self._rqueue:
@@ -296,8 +383,18 @@ class StreamEnforcer:
         self._rdrain()
 
     def _judge_call(self, call: _Call) -> Decision:
-        decision = self._judge(call.name, call.arguments)
-        call.decision = decision
+        """Judge every reading of the call; the first that acts (else the first that says
+        anything but pass, else the first) is its decision. A chat call with an odd ``index``
+        the judge passes is withheld all the same (``unreadable``; observe counts it): clients
+        disagree on which call such a fragment belongs to."""
+        judged = [(name, self._judge(name, args)) for name, args in call.readings()]
+        shown, decision = next(
+            (pair for pair in judged if _acts(pair[1])),
+            next((pair for pair in judged if pair[1].action != "pass"), judged[0]),
+        )
+        if call.odd is not None and decision.action == "pass":
+            decision = self._unreadable(ODD_INDEX_REASON)
+        call.decision, call.shown = decision, shown
         self._judged.append(call)
         return decision
 
@@ -390,14 +487,29 @@ class StreamEnforcer:
             for slot, entry in enumerate(entries):
                 if not isinstance(entry, dict):
                     continue
+                # A missing index: the server lists calls in order. One that is there but no
+                # non-negative integer (a string, a bool, -1, 0.5) keys a call of its own,
+                # withheld in an acting mode (``_judge_call``).
                 raw_index = entry.get("index")
-                index = raw_index if is_index(raw_index) else slot
+                odd: str | None = None
+                if raw_index is None:
+                    index = slot
+                elif is_index(raw_index):
+                    index = raw_index
+                else:
+                    index, odd = -1, repr(raw_index)
                 call_id = nonempty_str(entry.get("id"))
-                call = self._call_for(choice, index, call_id)
+                call = self._call_for(choice, index, call_id, odd)
                 function = entry.get("function")
                 if isinstance(function, dict):
                     call.add_name(function.get("name"))
                     call.add_args(function.get("arguments"))
+                custom = entry.get("custom")
+                if isinstance(custom, dict):
+                    if call.custom is None:
+                        call.custom = _Call(index=call.index)
+                    call.custom.add_name(custom.get("name"))
+                    call.custom.add_args(custom.get("input"))
                 refs[(position, slot)] = call
                 first = first or call
         legacy = delta.get("function_call")
@@ -405,13 +517,13 @@ class StreamEnforcer:
             if first is not None:
                 refs[(position, -1)] = first  # llama.cpp mirrors tool_calls[0] here
             else:
-                call = self._call_for(choice, 0, None)
+                call = self._call_for(choice, 0, None, None)
                 call.add_name(legacy.get("name"))
                 call.add_args(legacy.get("arguments"))
                 refs[(position, -1)] = call
 
-    def _call_for(self, choice: _Choice, index: int, call_id: str | None) -> _Call:
-        same = [call for call in choice.calls if call.index == index]
+    def _call_for(self, choice: _Choice, index: int, call_id: str | None, odd: str | None) -> _Call:
+        same = [call for call in choice.calls if call.index == index and call.odd == odd]
         current = same[-1] if same else None
         starts = current is None or (
             call_id is not None and current.id is not None and call_id != current.id
@@ -424,7 +536,7 @@ class StreamEnforcer:
         for other in choice.calls:
             if not other.complete:
                 self._complete(other)
-        call = _Call(index=index, id=call_id)
+        call = _Call(index=index, id=call_id, odd=odd)
         choice.calls.append(call)
         return call
 
@@ -548,8 +660,9 @@ class StreamEnforcer:
 
     def _new_index(self, choice: _Choice, call: _Call) -> int:
         """The call's index once removed calls are gone: indices stay contiguous from 0."""
-        removed = {c.index for c in choice.calls if c.index < call.index and c.keep is False}
-        removed -= {c.index for c in choice.calls if c.keep}
+        calls = [c for c in choice.calls if c.odd is None]
+        removed = {c.index for c in calls if c.index < call.index and c.keep is False}
+        removed -= {c.index for c in calls if c.keep}
         return call.index - len(removed)
 
     def _block_notice(self, number: int, choice: _Choice, envelope: dict[str, Any] | None) -> None:
@@ -559,7 +672,7 @@ class StreamEnforcer:
         if number in self._noticed or any(c.keep is None for c in choice.calls):
             return
         lines = [
-            notice_line(call.name, call.decision or Decision("block")) for call in choice.calls
+            notice_line(call.shown, call.decision or Decision("block")) for call in choice.calls
         ]
         text = ("\n" if choice.text_seen else "") + "\n".join(lines)
         base = envelope if envelope is not None else (self._envelope or {})
@@ -582,35 +695,80 @@ class StreamEnforcer:
         if index is not None:
             self._max_index = max(self._max_index, index)
         item = obj.get("item")
-        if (
-            kind == "response.output_item.added"
-            and index is not None
-            and isinstance(item, dict)
-            and item.get("type") == "function_call"
-        ):
+        item_call = (
+            kind in _ITEM_EVENTS and isinstance(item, dict) and item.get("type") in _CALL_ITEMS
+        )
+        args_event = kind in _ARG_EVENTS
+        if index is None and (item_call or args_event):
+            # A call's event at no readable output_index: nothing to hold it by or renumber
+            # it with, so it is dropped (the call item's events recorded as unreadable).
+            if item_call:
+                self._unreadable_event()
+            return
+        if item_call and isinstance(item, dict) and index is not None and index not in self._items:
+            # From its added event, or its done event when there was none (or the added one
+            # announced another type).
             added = _Call(index=index, id=nonempty_str(item.get("call_id")))
-            added.add_name(item.get("name"))
-            if nonempty_str(item.get("arguments")):
-                added.add_args(item.get("arguments"))
+            added.set_name(item.get("name"))
+            arguments = _item_arguments(item)
+            if nonempty_str(arguments):
+                added.add_args(arguments)
             self._items[index] = added
             self._item_ids[index] = nonempty_str(item.get("id"))
         call = self._items.get(index) if index is not None else None
+        if call is None and args_event:
+            return  # arguments of no call (its item event was dropped): nothing to judge or show
         if call is not None and not call.complete:
-            if kind == "response.function_call_arguments.delta":
+            if kind in _ARG_DELTAS:
                 call.add_args(obj.get("delta"))
-            elif kind == "response.function_call_arguments.done" and isinstance(
-                obj.get("arguments"), str
-            ):
-                call.whole_args = obj["arguments"]
+            elif kind in _ARG_DONES and isinstance(obj.get(_ARG_DONES[kind]), str):
+                call.whole_args = obj[_ARG_DONES[kind]]
             elif kind == "response.output_item.done" and isinstance(item, dict):
-                call.add_name(item.get("name"))
-                if isinstance(item.get("arguments"), str):
-                    call.whole_args = item["arguments"]
+                call.set_name(item.get("name"))
+                arguments = _item_arguments(item)
+                if isinstance(arguments, str):
+                    call.whole_args = arguments
                 self._complete_item(call)
         self._rqueue.append((raw, obj, kind, index))
         if kind in _TERMINAL:
+            self._judge_output(obj.get("response"))
             self._resolve_items()
         self._rdrain()
+
+    def _judge_output(self, response: object) -> None:
+        """At the terminal event: judge every call item of ``response.output`` that is not a
+        call already judged as it stands (same item, name and arguments), such as one that only
+        appears here. A client's accumulated response is this output (the openai SDK's helper
+        returns it as the final response), so what it holds is what must have been judged."""
+        output = response.get("output") if isinstance(response, dict) else None
+        if not isinstance(output, list):
+            return
+        by_position = len(output) == self._max_index + 1
+        by_item = {item_id: i for i, item_id in self._item_ids.items() if item_id}
+        by_call = {call.id: i for i, call in self._items.items() if call.id}
+        for position, item in enumerate(output):
+            if not isinstance(item, dict) or item.get("type") not in _CALL_ITEMS:
+                continue
+            item_id = nonempty_str(item.get("id"))
+            call_id = nonempty_str(item.get("call_id"))
+            if item_id is not None and item_id in by_item:
+                seen = self._items.get(by_item[item_id])
+            elif call_id is not None and call_id in by_call:
+                seen = self._items.get(by_call[call_id])
+            else:
+                seen = self._items.get(position) if by_position else None
+            arguments = _item_arguments(item)
+            try:
+                text = "" if arguments is None else arguments_text(arguments)
+            except CaptureError:
+                text = ""
+            if seen is not None and item.get("name") == seen.name and text == seen.arguments:
+                continue
+            late = _Call(index=position, id=call_id)
+            late.set_name(item.get("name"))
+            late.whole_args = text
+            self._late.append(late)
+            self._complete_item(late)
 
     def _complete_item(self, call: _Call) -> None:
         call.complete = True
@@ -625,7 +783,11 @@ class StreamEnforcer:
             if not call.complete:
                 self._complete_item(call)
         if self._mode == "block":
-            self._block_together(sorted(self._items.values(), key=lambda c: c.index))
+            self._block_together(self._all_items())
+
+    def _all_items(self) -> list[_Call]:
+        """Every Responses call: the streamed items in output order, then the terminal's own."""
+        return [*sorted(self._items.values(), key=lambda c: c.index), *self._late]
 
     def _rdrain(self) -> None:
         """Write queued events from the front up to the first one of an unresolved call."""
@@ -639,6 +801,15 @@ class StreamEnforcer:
             if obj is None:
                 self._out.append(raw)
                 continue
+            if (
+                kind in _TERMINAL
+                and self._mode == "block"
+                and self._notice_item is None
+                and any(late.keep is False for late in self._late)
+            ):
+                # Only calls the terminal event holds are withheld: the notice goes after every
+                # item written so far, just before the terminal event.
+                self._emit_notice_item(self._max_index + 1)
             if call is not None and call.keep is False and index is not None:
                 if self._mode == "block" and self._notice_item is None:
                     # The notice takes the place of the first withheld call.
@@ -668,12 +839,17 @@ class StreamEnforcer:
         response = obj.get("response")
         if kind in _TERMINAL and isinstance(response, dict):
             output = response.get("output")
-            if isinstance(output, list) and (self._removed or self._notice_item is not None):
+            late_gone = {late.index for late in self._late if late.keep is False}
+            if isinstance(output, list) and (
+                self._removed or self._notice_item is not None or late_gone
+            ):
                 removed_ids = {self._item_ids.get(r) for r in self._removed} - {None}
                 by_position = len(output) == self._max_index + 1
                 new_output = []
                 for position, item in enumerate(output):
-                    if not _removed_item(item, position, removed_ids, self._removed, by_position):
+                    if position not in late_gone and not _removed_item(
+                        item, position, removed_ids, self._removed, by_position
+                    ):
                         new_output.append(item)
                     elif self._notice_item is not None and self._notice_item not in new_output:
                         new_output.append(self._notice_item)
@@ -694,10 +870,8 @@ class StreamEnforcer:
     def _emit_notice_item(self, first: int) -> None:
         """In ``block`` mode, a message item that says which calls were withheld and why, in
         the place of the first withheld call (input ``output_index`` ``first``)."""
-        withheld = sorted(
-            (c for c in self._items.values() if c.keep is False), key=lambda c: c.index
-        )
-        text = "\n".join(notice_line(c.name, c.decision or Decision("block")) for c in withheld)
+        withheld = [c for c in self._all_items() if c.keep is False]
+        text = "\n".join(notice_line(c.shown, c.decision or Decision("block")) for c in withheld)
         index = self._out_index(first)
         self._notice_at = first
         item_id = "msg_gradeproxy_notice"
@@ -732,13 +906,26 @@ class StreamEnforcer:
 
 
 def _carries_call(data: bytes) -> bool:
-    return b"tool_calls" in data or b"function_call" in data
+    return any(marker in data for marker in _CALL_MARKERS)
+
+
+def _lenient_json(data: bytes) -> Any:
+    """Event data as Python's json reads it (NaN, Infinity), or None when it cannot."""
+    try:
+        return json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+
+
+def _item_arguments(item: dict[str, Any]) -> Any:
+    """A Responses call item's arguments: ``arguments``, or a custom tool call's ``input``."""
+    return item.get("arguments") if item.get("type") != "custom_tool_call" else item.get("input")
 
 
 def _removed_item(
     item: object, position: int, ids: set[str | None], removed: list[int], by_position: bool
 ) -> bool:
-    if not isinstance(item, dict) or item.get("type") != "function_call":
+    if not isinstance(item, dict) or item.get("type") not in _CALL_ITEMS:
         return False
     if item.get("id") in ids:
         return True

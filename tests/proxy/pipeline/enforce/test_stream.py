@@ -10,20 +10,32 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletionChunk
 
 from proxy.pipeline.enforce.decision import PASS, Decision, Enforced
-from proxy.pipeline.enforce.stream import SIBLING_REASON, StreamEnforcer, notice_line
+from proxy.pipeline.enforce.stream import (
+    ODD_INDEX_REASON,
+    SIBLING_REASON,
+    StreamEnforcer,
+    notice_line,
+)
 from tests.support.enforce_streams import (
+    CALL_ITEMS,
     CHAT,
     CHAT_TABLE,
     NOTICE,
     RESPONSES,
     RESPONSES_TABLE,
+    WEATHER,
     call_args,
     call_names,
     call_start,
+    calls_stream,
     chat_calls,
     chunk,
+    custom_input,
+    custom_start,
     delta,
     events_of,
     forbid,
@@ -101,6 +113,149 @@ def test_chat_judge_sees_arguments_as_sent_even_invalid_json() -> None:
 
     run("chat", "strip", judge, CHAT["invalid_json_args"], cuts=[50, 51, 300])
     assert seen == [("delete_payment", '{"payment_id": "pay_10')]
+
+
+def test_chat_custom_call_kept_is_renumbered() -> None:
+    """A custom call the judge passes keeps its fragments, moved to index 0 when the function
+    call before it is stripped; the judge reads its ``input`` as the arguments (the openai
+    SDK's chat stream helper cannot build a custom call itself, so this is not an SDK row)."""
+    body = sse(
+        *calls_stream([WEATHER], done=False),
+        chunk(delta(tool_calls=[custom_start(1, "delete_payment", "call_1")])),
+        chunk(delta(tool_calls=[custom_input(1, "pay_1002")])),
+        chunk(delta(finish="tool_calls")),
+        "[DONE]",
+    )
+    seen: list[tuple[str, str]] = []
+
+    def judge(name: str, arguments: str) -> Decision:
+        seen.append((name, arguments))
+        return forbid("get_weather", action="strip")(name, arguments)
+
+    out, _ = run("chat", "strip", judge, body)
+    read = read_chat(out)
+    assert read.choices[0].calls == {
+        0: {"id": "call_1", "name": "delete_payment", "args": "pay_1002"}
+    }
+    assert read.choices[0].finish == "tool_calls"
+    assert seen == [WEATHER, ("delete_payment", "pay_1002")]
+
+
+def _sdk_name(fragments: list[str]) -> str:
+    """The name the openai SDK's stream accumulation assembles from these fragments."""
+    state: ChatCompletionStreamState[None] = ChatCompletionStreamState()
+    for number, fragment in enumerate(fragments):
+        entry: dict[str, Any] = {"index": 0, "function": {"name": fragment}}
+        if number == 0:
+            entry |= {"id": "call_0", "type": "function"}
+        state.handle_chunk(ChatCompletionChunk.model_validate(chunk(delta(tool_calls=[entry]))))
+    [call] = state.current_completion_snapshot.choices[0].message.tool_calls or []
+    assert call.type == "function"
+    return call.function.name
+
+
+# (name fragments, the name judged where it is not the SDK's: a restatement)
+NAME_FRAGMENTS: list[tuple[str, list[str], str | None]] = [
+    ("pieces", ["delete_", "payment"], None),
+    # a piece that is a prefix of the name so far, then more (the rule before judged "reun")
+    ("a-prefix-piece", ["re", "r", "un"], None),
+    # a piece that begins with the name so far (the rule before judged "get_weather")
+    ("a-piece-beginning-with-the-name", ["get", "get_weather"], None),
+    ("a-piece-ending-the-name", ["get_weather", "weather"], None),
+    # llama-cpp-python restates the whole name in every chunk: judged once, where the SDK
+    # assembles "get_weatherget_weatherget_weather" (a name no request declares)
+    ("restated-in-every-chunk", ["get_weather", "get_weather", "get_weather"], "get_weather"),
+    ("restated-after-growing", ["get_", "weather", "get_weather"], "get_weather"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fragments", "restated"),
+    [row[1:] for row in NAME_FRAGMENTS],
+    ids=[row[0] for row in NAME_FRAGMENTS],
+)
+def test_chat_judges_the_name_the_openai_sdk_assembles(
+    fragments: list[str], restated: str | None
+) -> None:
+    entries = [call_start(0, fragments[0], "call_0")]
+    entries += [{"index": 0, "function": {"name": f}} for f in fragments[1:]]
+    body = sse(
+        chunk(delta(role="assistant", content="")),
+        *(chunk(delta(tool_calls=[e])) for e in entries),
+        chunk(delta(tool_calls=[call_args(0, "{}")])),
+        chunk(delta(finish="tool_calls")),
+        "[DONE]",
+    )
+    seen: list[str] = []
+
+    def judge(name: str, arguments: str) -> Decision:
+        seen.append(name)
+        return PASS
+
+    run("chat", "strip", judge, body)
+    sdk = _sdk_name(fragments)
+    assert sdk == "".join(fragments)  # the SDK concatenates
+    assert seen == [sdk if restated is None else restated]
+
+
+# An index that is there but no non-negative integer: clients disagree on the call it joins
+# (the SDK's helper raises on a string, reads True as 1 and -1 from the end; the Agents SDK keys
+# a dict by it), so in an acting mode its call is withheld whatever the verdict (observe counts
+# it as such). A missing index is the entry's position, as a server that omits it lists calls in
+# order.
+ODD_INDICES: list[tuple[str, Any]] = [
+    ("string", "0"),
+    ("bool", True),
+    ("negative", -1),
+    ("fractional", 0.5),
+    ("object", {"i": 0}),
+]
+
+
+_MISSING = object()
+
+
+def _indexed(index: Any) -> bytes:
+    start: dict[str, Any] = call_start(0, "get_weather", "call_0")
+    more: dict[str, Any] = call_args(0, '{"city":"Paris"}')
+    if index is _MISSING:
+        del start["index"], more["index"]
+    else:
+        start["index"] = more["index"] = index
+    return sse(
+        chunk(delta(role="assistant", content="")),
+        chunk(delta(tool_calls=[start])),
+        chunk(delta(tool_calls=[more])),
+        chunk(delta(finish="tool_calls")),
+        "[DONE]",
+    )
+
+
+_WITHHELD_ODD = Decision("strip", "unreadable", ODD_INDEX_REASON)
+
+
+@pytest.mark.parametrize("index", [i for _, i in ODD_INDICES], ids=[n for n, _ in ODD_INDICES])
+def test_chat_call_at_an_odd_index_is_withheld_in_an_acting_mode(index: Any) -> None:
+    body = _indexed(index)
+    out, outcomes = run("chat", "strip", lambda n, a: PASS, body)
+    assert b"get_weather" not in out
+    assert read_chat(out).choices[0].finish == "stop"
+    assert outcomes == (Enforced("get_weather", _WITHHELD_ODD),)
+    blocked, _ = run("chat", "block", lambda n, a: PASS, body)
+    line = notice_line("get_weather", Decision("block", "unreadable", ODD_INDEX_REASON))
+    assert read_chat(blocked).choices[0].content == line
+    watched, outcomes = run("chat", "observe", lambda n, a: PASS, body)
+    assert watched == body
+    would = Decision("observe", "unreadable", ODD_INDEX_REASON, would="block")
+    assert outcomes == (Enforced("get_weather", would),)
+
+
+def test_chat_call_with_no_index_is_judged_at_its_position() -> None:
+    body = _indexed(_MISSING)
+    assert run("chat", "strip", lambda n, a: PASS, body)[0] == body
+    out, outcomes = run("chat", "strip", forbid("get_weather", action="strip"), body)
+    assert b"get_weather" not in out
+    assert [o.name for o in outcomes] == ["get_weather"]
 
 
 # A stream cut before finish_reason and [DONE]: held calls are judged as complete at EOF, kept
@@ -207,25 +362,24 @@ def test_responses_client_gets_only_allowed_calls(
 ) -> None:
     body = RESPONSES[stream]
     out, _ = run("responses", mode, forbid(forbidden), body)
-    before, _ = read_responses(body)
+    # (an upstream's terminal output may hold a call it never streamed)
+    before, original_terminal = read_responses(body, whole=False)
     events, terminal = read_responses(out)
-    assert responses_calls(events) == calls
+    # a call only the terminal output holds is not among the events
+    assert responses_calls(events) == [c for c in calls if c in responses_calls(before)]
     assert terminal is not None
-    assert [i.get("name") for i in terminal["output"] if i["type"] == "function_call"] == calls
-    original_terminal = read_responses(body)[1]
+    assert [i.get("name") for i in terminal["output"] if i["type"] in CALL_ITEMS] == calls
     assert original_terminal is not None
     # the output is the upstream's, less the removed calls; a block notice (a message item)
     # takes the place of the first withheld call, as in a non-streamed answer
     expected = [
         item["id"]
         for item in original_terminal["output"]
-        if item["type"] != "function_call" or item["name"] in calls
+        if item["type"] not in CALL_ITEMS or item["name"] in calls
     ]
     if notice is not None:
         first = next(
-            i
-            for i, item in enumerate(original_terminal["output"])
-            if item["type"] == "function_call"
+            i for i, item in enumerate(original_terminal["output"]) if item["type"] in CALL_ITEMS
         )
         expected.insert(first, NOTICE_ID)
     assert [item["id"] for item in terminal["output"]] == expected
@@ -272,11 +426,17 @@ def test_responses_observe_is_byte_identical_and_records(stream: str) -> None:
     body = RESPONSES[stream]
     out, outcomes = run("responses", "observe", forbid("delete_payment"), body, [5, 999])
     assert out == body
-    assert sorted(o.name for o in outcomes) == sorted(
-        e["item"]["name"]
-        for e in read_responses(body)[0]
-        if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
-    )
+    # every call streamed, and every one only the terminal output holds
+    events, terminal = read_responses(body, whole=False)
+    names = {
+        e["item"]["id"]: e["item"]["name"]
+        for e in events
+        if e["type"] == "response.output_item.added" and e["item"]["type"] in CALL_ITEMS
+    }
+    names |= {
+        i["id"]: i["name"] for i in (terminal or {}).get("output", ()) if i["type"] in CALL_ITEMS
+    }
+    assert sorted(o.name for o in outcomes) == sorted(names.values())
 
 
 def test_responses_text_before_a_call_is_not_held() -> None:
@@ -429,10 +589,15 @@ _JSON = st.recursive(
     ),
     max_leaves=8,
 )
-_ODD = st.one_of(_JSON, st.integers(0, 3), st.sampled_from(["get_weather", "delete_payment"]))
+# (floats: NaN and Infinity, which json.dumps writes and only a lenient reader takes)
+_ODD = st.one_of(
+    _JSON, st.integers(0, 3), st.floats(), st.sampled_from(["get_weather", "delete_payment"])
+)
 _FUNCTION = st.one_of(_JSON, st.fixed_dictionaries({"name": _ODD, "arguments": _ODD}))
+_CUSTOM = st.one_of(_JSON, st.fixed_dictionaries({"name": _ODD, "input": _ODD}))
 _TOOL_CALLS = st.lists(
-    st.fixed_dictionaries({"index": _ODD, "id": _ODD, "function": _FUNCTION}), max_size=3
+    st.fixed_dictionaries({"index": _ODD, "id": _ODD, "function": _FUNCTION, "custom": _CUSTOM}),
+    max_size=3,
 )
 _DELTA = st.fixed_dictionaries(
     {"content": _ODD, "function_call": _FUNCTION, "tool_calls": st.one_of(_JSON, _TOOL_CALLS)}
@@ -446,7 +611,14 @@ _CHOICE = st.fixed_dictionaries(
 )
 _CHAT_EVENT = st.fixed_dictionaries({"choices": st.one_of(_JSON, st.lists(_CHOICE, max_size=3))})
 _ITEM = st.fixed_dictionaries(
-    {"type": st.just("function_call"), "id": _ODD, "name": _ODD, "arguments": _ODD}
+    {
+        "type": st.sampled_from(["function_call", "custom_tool_call"]),
+        "id": _ODD,
+        "call_id": _ODD,
+        "name": _ODD,
+        "arguments": _ODD,
+        "input": _ODD,
+    }
 )
 _RESPONSES_EVENT = st.fixed_dictionaries(
     {
@@ -455,6 +627,8 @@ _RESPONSES_EVENT = st.fixed_dictionaries(
                 "response.output_item.added",
                 "response.function_call_arguments.delta",
                 "response.function_call_arguments.done",
+                "response.custom_tool_call_input.delta",
+                "response.custom_tool_call_input.done",
                 "response.output_item.done",
                 "response.completed",
                 "response.output_text.delta",
@@ -465,6 +639,7 @@ _RESPONSES_EVENT = st.fixed_dictionaries(
         "item": st.one_of(_JSON, _ITEM),
         "delta": _ODD,
         "arguments": _ODD,
+        "input": _ODD,
         "response": st.one_of(
             _JSON, st.fixed_dictionaries({"output": st.lists(st.one_of(_JSON, _ITEM), max_size=3)})
         ),

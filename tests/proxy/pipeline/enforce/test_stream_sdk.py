@@ -36,6 +36,8 @@ from tests.support.enforce_streams import (
 )
 from tests.support.responses_wire import Case, Text
 from tests.support.responses_wire import stream as responses_stream
+from tests.support.smuggling import BAD, STREAMS, UNREADABLE, judge, judge_block
+from tests.support.tools import unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -118,8 +120,40 @@ async def test_openai_sdk_parses_enforced_responses_stream(
         async for _ in helper:
             pass
         final = await helper.get_final_response()
-    assert [i.name for i in final.output if i.type == "function_call"] == calls
+    called = [i.name for i in final.output if i.type in ("function_call", "custom_tool_call")]
+    assert called == calls
     assert (NOTICE in final.output_text) is (notice is not None)
+
+
+@pytest.mark.parametrize("mode", ["strip", "block"])
+@pytest.mark.parametrize(("name", "api", "stream"), STREAMS, ids=[r[0] for r in STREAMS])
+async def test_openai_sdk_reads_an_enforced_red_team_stream_without_the_call(
+    backend: ScriptedBackend, client: AsyncOpenAI, name: str, api: str, stream: bytes, mode: str
+) -> None:
+    """A hostile stream, stripped or blocked, is one the SDK reads, raw and accumulated, and
+    the forbidden call is in neither (a block's notice names it, unless it was unreadable)."""
+    judged = judge if mode == "strip" else judge_block
+    out, _ = run(api, mode, judged, stream)
+    serve(backend, out, 2)
+    named = mode == "block" and name not in UNREADABLE
+    if api == "chat":
+        raw: Any = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        assert [chunk async for chunk in raw]
+        async with client.chat.completions.stream(model="m", messages=MESSAGES) as helper:
+            async for _ in helper:
+                pass
+            final = await helper.get_final_completion()
+        assert not final.choices[0].message.tool_calls
+        assert (BAD in (final.choices[0].message.content or "")) is named
+        return
+    raw = await client.responses.create(model="m", input="Delete it", stream=True)
+    assert [event async for event in raw][-1].type == "response.completed"
+    async with client.responses.stream(model="m", input="Delete it") as helper:
+        async for _ in helper:
+            pass
+        response = await helper.get_final_response()
+    assert not [i for i in response.output if i.type in ("function_call", "custom_tool_call")]
+    assert (BAD in response.output_text) is named
 
 
 @pytest.mark.parametrize(
