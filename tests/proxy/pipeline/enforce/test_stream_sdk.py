@@ -37,7 +37,6 @@ from tests.support.enforce_streams import (
 from tests.support.responses_wire import Case, Text
 from tests.support.responses_wire import stream as responses_stream
 from tests.support.smuggling import BAD, STREAMS, UNREADABLE, judge, judge_block
-from tests.support.tools import unavailable
 
 pytestmark = pytest.mark.e2e
 
