@@ -63,6 +63,9 @@ def parse_path(text: Any) -> Path:
     """``"arguments.items[0].qty"`` -> ``("items", 0, "qty")``; raise :class:`PathError`."""
     if not isinstance(text, str) or not text.startswith("arguments."):
         raise PathError(f"path {text!r} must look like 'arguments.<key>[<index>][.<key>...]'")
+    key = text[10:]  # len("arguments.")
+    if key and "." not in key and "[" not in key and "]" not in key:
+        return (key,)  # one top-level key, nearly every path: the segment pattern's own answer
     path: list[str | int] = []
     for part in text[len("arguments.") :].split("."):
         match = _SEGMENT.fullmatch(part)
