@@ -80,6 +80,13 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--judge", type=Path, help="judge config (YAML/JSON) for label_model/score_model checks"
     )
+    parser.add_argument(
+        "--task-cache",
+        type=Path,
+        metavar="DIR",
+        help="reuse the loaded task set from DIR while neither the task files nor the grader "
+        "change (a folder of your own: entries are pickles; docs/offline.md)",
+    )
     add_strict(parser)
     parser.add_argument(
         "--progress",
@@ -232,7 +239,12 @@ def _run(args: argparse.Namespace) -> int:
         collecting = gc.isenabled()
         gc.disable()  # loading builds no garbage cycles, only what lives to the end
         try:
-            tasks = load_tasks(args.tasks)
+            if args.task_cache is not None:
+                from grader.task_cache import load_tasks_cached
+
+                tasks = load_tasks_cached(args.tasks, args.task_cache)
+            else:
+                tasks = load_tasks(args.tasks)
             entries = read_answers(args.answers, tasks, intake)
         finally:
             gc.freeze()  # the tasks and answers: the collector need not scan them again
