@@ -29,27 +29,30 @@ created 0700, entries 0600). Point ``--task-cache`` at a folder of your own.
 from __future__ import annotations
 
 import copyreg
+import dataclasses
 import hashlib
 import io
 import os
 import pickle
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
 from grader.built import checks_of, remember_checks
 from grader.checks import Check
+from grader.checks.call_match import Rules
 from grader.checks.tool_call import ToolCallCheck
 from grader.loader import load_tasks
-from grader.tasks import Task, TaskSet, task_files
+from grader.tasks import CheckDefinition, Task, TaskSet, task_files
+from grader.toolcall.canon import Duration
 from grader.version import GRADER_RULES_VERSION
 
 __all__ = ["CACHE_FORMAT", "cache_key", "code_digest", "load_tasks_cached"]
 
-CACHE_FORMAT = "gradeproxy-task-cache-1"
+CACHE_FORMAT = "gradeproxy-task-cache-2"
 _GRADER_ROOT = Path(__file__).resolve().parent
 
 
@@ -91,9 +94,25 @@ def _private(path: Path) -> bool:
 
 
 # The copyreg reducer ``grader.loader`` registers pickles a task as its definition, parsed
-# again on the other side: what this cache avoids. Its pickler leaves that reducer out, so a
-# task pickles as its fields.
-_DISPATCH = {kind: reducer for kind, reducer in copyreg.dispatch_table.items() if kind is not Task}
+# again on the other side: what this cache avoids, so its pickler leaves that reducer out. The
+# frozen dataclasses a task set holds are pickled as a call of the class on their field values:
+# their own ``__setstate__`` looks the fields up per object, a third of reading an entry back.
+_FROZEN: tuple[type, ...] = (Task, TaskSet, CheckDefinition, ToolCallCheck, Rules, Duration)
+
+
+def _by_fields(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    def reduce(obj: Any) -> tuple[Any, ...]:
+        return type(obj), tuple([getattr(obj, name) for name in names])
+
+    return reduce
+
+
+_DISPATCH: dict[type, Any] = {
+    kind: reducer for kind, reducer in copyreg.dispatch_table.items() if kind is not Task
+}
+_DISPATCH.update(
+    {kind: _by_fields(tuple(f.name for f in dataclasses.fields(kind))) for kind in _FROZEN}
+)
 
 
 def _pickler(buffer: IO[bytes]) -> pickle.Pickler:
