@@ -12,7 +12,7 @@ modes, numeric types) lives in :mod:`grader.checks.call_rules`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NamedTuple
 
 from grader.checks._base import CheckReasonCode
@@ -41,7 +41,7 @@ class Mismatch(NamedTuple):
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Rules:
     """Per-path options of one expected call (plain values; compiled by ExpectedCall)."""
 

@@ -38,6 +38,8 @@ RECORDS = [
     ("grader.toolcall.canon", "CArray", "items", "()"),
     ("grader.api", "GradedAnswer", "tasks_digest", '"x"'),
     ("grader.checks.call_match", "_Key", "want", "None"),
+    ("grader.checks.call_match", "Rules", "strings", '"exact"'),
+    ("grader.tasks", "CheckDefinition", "name", '"x"'),
 ]
 
 
