@@ -134,9 +134,12 @@ def canon_in(value: Any, mode: StringMode, depth: int = 0) -> Canon:
         return _fold_strings(canon(value, depth), mode)
     if depth >= MAX_DEPTH:
         raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
+    depth += 1
     if kind is list:
-        return CArray(tuple(canon_in(v, mode, depth + 1) for v in value))
-    return CObject(tuple(sorted((k, canon_in(v, mode, depth + 1)) for k, v in value.items())))
+        return CArray(tuple([canon_in(v, mode, depth) for v in value]))
+    # Sorting the items compares keys only (a dict's keys are distinct): the same order as
+    # sorting the canonical pairs, without comparing canonical values.
+    return CObject(tuple([(k, canon_in(v, mode, depth)) for k, v in sorted(value.items())]))
 
 
 def is_number(value: Any) -> bool:
