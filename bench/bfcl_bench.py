@@ -253,8 +253,13 @@ def main() -> None:
         ]  # fmt: skip
         start_cmds = [[sys.executable, "-c", "pass"], [gradeproxy, "grade", "--help"]]
         cold, warm = folder / "cache-cold", folder / "cache-warm"
-        cold_cmd = [*ours_cmd, "--task-cache", str(cold)]
-        warm_cmd = [*ours_cmd, "--task-cache", str(warm)]
+        cached = [
+            *ours_cmd[:-4],
+            *("--out", str(folder / "rows-cached.jsonl")),
+            *("--report", str(folder / "report-cached.json")),
+        ]
+        cold_cmd = [*cached, "--task-cache", str(cold)]
+        warm_cmd = [*cached, "--task-cache", str(warm)]
         _child(warm_cmd)  # the warm cache's entry, written once, untimed
 
         def empty_cold_cache(index: int) -> None:
@@ -279,6 +284,15 @@ def main() -> None:
         theirs_ok = [json.loads(line)["valid"] for line in (folder / "bfcl.jsonl").open()]
         agree = sum((v == "pass") == t for v, t in zip(verdicts, theirs_ok, strict=True))
         print(f"verdicts of the two processes agree on {agree} of {len(cases)} answers")
+        cached_rows = [json.loads(line) for line in (folder / "rows-cached.jsonl").open()]
+        plain_rows = [json.loads(line) for line in (folder / "rows.jsonl").open()]
+        same = sum(
+            {**a, "row_id": None} == {**b, "row_id": None}
+            for a, b in zip(plain_rows, cached_rows, strict=True)
+        )
+        print(
+            f"rows with and without --task-cache identical (row ids aside): {same} of {len(cases)}"
+        )
 
 
 if __name__ == "__main__":
