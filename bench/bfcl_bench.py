@@ -14,7 +14,9 @@ Three pairs, each printed with its ratio (BFCL's time over ours: above 1x, ours 
   the same BFCL loop;
 * ``gradeproxy grade --tasks --answers --out --report`` as a whole process (start-up, task
   file, answers file, rows written) vs ``bench/bfcl_checker_process.py`` (BFCL's checker as a
-  process over the same answers file, a result line per answer written).
+  process over the same answers file, a result line per answer written); then the same command
+  with ``--task-cache``, cold (an empty cache folder each run: the task set is loaded and
+  stored) and warm (the entry a first, untimed run stored is read back).
 
 In process: CPU time of this process, the two sides taking turns ``--repeat`` times, best of
 each. Our packages are byte-compiled first, as pip compiled bfcl-eval's at install: an edited
@@ -160,13 +162,19 @@ def _child(argv: list[str]) -> tuple[float, float]:
     return cpu, wall
 
 
-def _best_children(argvs: list[list[str]], repeat: int) -> list[tuple[float, float]]:
+def _best_children(
+    argvs: list[list[str]], repeat: int, before: Callable[[int], None] | None = None
+) -> list[tuple[float, float]]:
+    """Each command's best (CPU, wall) of ``repeat`` runs, taking turns; ``before(index)`` is
+    called, untimed, before each run of command ``index``."""
     best = [(float("inf"), float("inf"))] * len(argvs)
     for run in range(repeat):
         order = list(range(len(argvs)))
         if run % 2:
             order.reverse()
         for index in order:
+            if before is not None:
+                before(index)
             cpu, wall = _child(argvs[index])
             best[index] = (min(best[index][0], cpu), min(best[index][1], wall))
     return best
@@ -244,9 +252,29 @@ def main() -> None:
             "--answers", str(answers_path), "--out", str(folder / "bfcl.jsonl"),
         ]  # fmt: skip
         start_cmds = [[sys.executable, "-c", "pass"], [gradeproxy, "grade", "--help"]]
-        (t_cpu, t_wall), (o_cpu, o_wall) = _best_children([theirs_cmd, ours_cmd], args.repeat)
+        cold, warm = folder / "cache-cold", folder / "cache-warm"
+        cached = [
+            *ours_cmd[:-4],
+            *("--out", str(folder / "rows-cached.jsonl")),
+            *("--report", str(folder / "report-cached.json")),
+        ]
+        cold_cmd = [*cached, "--task-cache", str(cold)]
+        warm_cmd = [*cached, "--task-cache", str(warm)]
+        _child(warm_cmd)  # the warm cache's entry, written once, untimed
+
+        def empty_cold_cache(index: int) -> None:
+            if index == 2:  # every cold run finds no entry, and stores one
+                shutil.rmtree(cold, ignore_errors=True)
+
+        timed = _best_children(
+            [theirs_cmd, ours_cmd, cold_cmd, warm_cmd], args.repeat, empty_cold_cache
+        )
+        (t_cpu, t_wall), (o_cpu, o_wall), (c_cpu, _), (w_cpu, w_wall) = timed
         _line("gradeproxy grade vs BFCL process", len(cases), t_cpu, o_cpu)
         _line("gradeproxy grade vs BFCL process", len(cases), t_wall, o_wall, "wall")
+        _line("  --task-cache, cold (stored)", len(cases), t_cpu, c_cpu)
+        _line("  --task-cache, warm (read)", len(cases), t_cpu, w_cpu)
+        _line("  --task-cache, warm (read)", len(cases), t_wall, w_wall, "wall")
         (bare, _), (helped, _) = _best_children(start_cmds, args.repeat)
         print(
             f"start-up CPU: bare interpreter {bare * 1000:.0f} ms, gradeproxy grade --help "
@@ -256,6 +284,15 @@ def main() -> None:
         theirs_ok = [json.loads(line)["valid"] for line in (folder / "bfcl.jsonl").open()]
         agree = sum((v == "pass") == t for v, t in zip(verdicts, theirs_ok, strict=True))
         print(f"verdicts of the two processes agree on {agree} of {len(cases)} answers")
+        cached_rows = [json.loads(line) for line in (folder / "rows-cached.jsonl").open()]
+        plain_rows = [json.loads(line) for line in (folder / "rows.jsonl").open()]
+        same = sum(
+            {**a, "row_id": None} == {**b, "row_id": None}
+            for a, b in zip(plain_rows, cached_rows, strict=True)
+        )
+        print(
+            f"rows with and without --task-cache identical (row ids aside): {same} of {len(cases)}"
+        )
 
 
 if __name__ == "__main__":

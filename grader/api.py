@@ -44,6 +44,7 @@ from grader.rows import answer_row, carried_conflicts, offline_row
 from grader.score import score
 from grader.score_requests import ScoreRequestError, request_digest, resolve_item, resolve_items
 from grader.tasks import Task, TaskSet, build_task_set, digest_of
+from grader.values import value_type
 from grader.verdict import Verdict
 
 __all__ = [
@@ -85,7 +86,7 @@ class UnknownTaskError(GraderError, LookupError):
         return str(self.args[0])
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class GradedAnswer:
     """One graded answer: the task it was graded against and the engine's outcome."""
 
@@ -190,8 +191,9 @@ def _resolve(
     task_set = tasks if isinstance(tasks, TaskSet) else build_task_set(tasks)
     items: list[Item] = []
     sources: list[Mapping[str, Any] | None] = []
+    by_id = task_set.tasks
     for index, entry in enumerate(answers):
-        if isinstance(entry, Mapping):
+        if type(entry) is dict or isinstance(entry, Mapping):
             task_id, answer, row = entry.get("task_id"), entry.get("answer"), entry
             if clash := carried_conflicts(entry):
                 raise ValueError(
@@ -199,7 +201,7 @@ def _resolve(
                 )
         else:
             (task_id, answer), row = entry, None
-        task = task_set.get(task_id) if isinstance(task_id, str) else None
+        task = by_id.get(task_id) if type(task_id) is str or isinstance(task_id, str) else None
         if task is None:
             raise UnknownTaskError(task_id, index, len(task_set))
         items.append((task, answer, offline_context(task, row)))

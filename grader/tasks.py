@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from grader.errors import GraderError
 from grader.toolcall.canon import canonical_json, canonical_json_parsed
 from grader.toolcall.extract import Call
+from grader.values import value_type
 from grader.version import GRADER_RULES_VERSION
 
 if TYPE_CHECKING:  # types only: the episodes' values are imported by task sets that use them
@@ -89,7 +90,7 @@ class TaskHasChecksError(GraderError, ValueError):
     grade it with :func:`grader.grade`, which runs every check."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class CheckDefinition:
     """One validated check definition: what the task says, not the code that grades it.
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
@@ -170,7 +169,7 @@ def output_mode() -> int:
 def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
     """Write to a temporary file beside ``path`` and rename: never a half-written output."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temporary_beside(path)
     try:
         os.fchmod(fd, output_mode())
         with os.fdopen(fd, "wb") as handle:
@@ -182,6 +181,20 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _temporary_beside(path: Path) -> tuple[int, str]:
+    """A new file ``.<name>.<random>.tmp`` beside ``path``, created exclusively, mode 0600:
+    what ``tempfile.mkstemp`` makes, without importing tempfile (and its random module) into
+    every command's start-up."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        name = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(name, flags, 0o600), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 JSONL_BATCH = 512  # rows per chunk handed to the file: one write call each, not one a row

@@ -27,7 +27,8 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,13 @@ def register(sub: Any) -> None:
     parser.add_argument("--report", type=Path, help="write the run report (JSON)")
     parser.add_argument(
         "--judge", type=Path, help="judge config (YAML/JSON) for label_model/score_model checks"
+    )
+    parser.add_argument(
+        "--task-cache",
+        type=Path,
+        metavar="DIR",
+        help="reuse the loaded task set from DIR while neither the task files nor the grader "
+        "change (a folder of your own: entries are pickles; docs/offline.md)",
     )
     add_strict(parser)
     parser.add_argument(
@@ -174,14 +182,15 @@ def _cannot(where: str, task: Task, exc: Exception, intake: Intake) -> Problem:
 
 def _grade_all(
     answers: list[Answer], judge: Judge | None, progress: Progress, intake: Intake
-) -> list[Outcome | Problem]:
-    """Grade in input order; judge checks (only with ``--judge``) on one event loop."""
+) -> Iterator[Outcome | Problem]:
+    """Grade in input order; judge checks (only with ``--judge``) on one event loop.
+
+    Without judge checks the outcomes are graded as they are asked for: each one is turned
+    into its row and written before the next is graded, so no run holds every outcome and
+    every row line at once (ten thousand rows of a kilobyte each were a third of the
+    command's system time, spent faulting in fresh memory)."""
     if judge is None or not any(needs_judge(task) for _, task, _, _ in answers):
-        outcomes = []
-        for done, answer in enumerate(answers, start=1):
-            outcomes.append(_grade_one(*answer, intake))
-            progress.update(done)
-        return outcomes
+        return _graded_lazily(answers, progress, intake)
 
     async def judged() -> list[Outcome | Problem]:
         graded: list[Outcome | Problem] = []
@@ -195,7 +204,16 @@ def _grade_all(
 
     import asyncio
 
-    return asyncio.run(judged())
+    return iter(asyncio.run(judged()))
+
+
+def _graded_lazily(
+    answers: list[Answer], progress: Progress, intake: Intake
+) -> Iterator[Outcome | Problem]:
+    for done, answer in enumerate(answers, start=1):
+        outcome = _grade_one(*answer, intake)
+        progress.update(done)  # before the yield: the last one is never resumed
+        yield outcome
 
 
 def run(args: argparse.Namespace) -> int:
@@ -221,7 +239,12 @@ def _run(args: argparse.Namespace) -> int:
         collecting = gc.isenabled()
         gc.disable()  # loading builds no garbage cycles, only what lives to the end
         try:
-            tasks = load_tasks(args.tasks)
+            if args.task_cache is not None:
+                from grader.task_cache import load_tasks_cached
+
+                tasks = load_tasks_cached(args.tasks, args.task_cache)
+            else:
+                tasks = load_tasks(args.tasks)
             entries = read_answers(args.answers, tasks, intake)
         finally:
             gc.freeze()  # the tasks and answers: the collector need not scan them again
@@ -231,50 +254,67 @@ def _run(args: argparse.Namespace) -> int:
         show = args.progress
         if show is None:
             show = sys.stderr.isatty() and len(answers) >= PROGRESS_MIN_ROWS
-        outcomes = iter(_grade_all(answers, judge, Progress(len(answers), show), intake))
+        outcomes = _grade_all(answers, judge, Progress(len(answers), show), intake)
     except (TaskLoadError, InputError, UnusableInputError) as exc:
         print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
         return 2
     report = Report(tasks.digest)
     failures: Counter[str] = Counter()
-    # A JSONL output's rows are written to their line as they are built (the row itself is
-    # not kept to the end); Parquet needs the rows themselves.
-    jsonl = args.out is not None and not is_parquet(args.out)
-    rows: list[Any] = []
-    for entry in entries:
-        if len(entry) == 3:  # refused while reading
-            problem, task, source = entry
-            row = _error_row(problem, task, source, tasks.digest)
-            rows.append(dumps_line(row) if jsonl else row)
-            continue
-        _, task, _, source = entry
-        outcome = next(outcomes)
-        if isinstance(outcome, Problem):
-            row = _error_row(outcome, task, source, tasks.digest)
-            rows.append(dumps_line(row) if jsonl else row)
-            continue
-        report.add(task, outcome)
-        if outcome.result in ("fail", "stale"):
-            failures[_failure_reason(outcome)] += 1
-        if args.out is not None:
-            row = offline_row(task, outcome, tasks.digest, source)
-            rows.append(dumps_line(row) if jsonl else row)
+    out = args.out
+    # A JSONL output's rows are written as they are built, a batch at a time (no row or line
+    # lives to the end); Parquet needs the rows themselves; without --out only the report.
+    wanted = None if out is None else "row" if is_parquet(out) else "line"
+    rows = _rows(entries, outcomes, tasks.digest, wanted, report, failures)
     try:
-        if args.out is not None:
-            if jsonl:
-                write_atomically(args.out, batched_lines(rows))
-            else:
-                write_rows(args.out, rows, wide=args.wide)
+        if out is not None and wanted == "line":
+            write_atomically(out, batched_lines(rows))
+        elif out is not None:
+            write_rows(out, list(rows), wide=args.wide)
+        else:
+            deque(rows, maxlen=0)
         if args.report is not None:
             data = {**report.to_dict(), "input": intake.to_dict()}
             write_atomically(args.report, [dumps(data) + b"\n"])
     except OSError as exc:
         print(f"gradeproxy grade: error: cannot write output: {exc}", file=sys.stderr)
         return 2
+    except UnusableInputError as exc:  # --strict and an answer that could not be graded
+        print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
+        return 2
     print(intake.summary(_graded(report, failures)))
     print(report.render_table())
     intake.warn()
     return intake.exit_code()
+
+
+def _rows(
+    entries: list[Answer | Refused],
+    outcomes: Iterator[Outcome | Problem],
+    digest: str,
+    wanted: str | None,
+    report: Report,
+    failures: Counter[str],
+) -> Iterator[Any]:
+    """Each entry's row in input order (``wanted``: ``"line"`` its JSONL line, ``"row"`` the
+    row, None nothing but the report), the report and the failure reasons counted as it goes."""
+    for entry in entries:
+        if len(entry) == 3:  # refused while reading
+            problem, task, source = entry
+            row = _error_row(problem, task, source, digest)
+            yield dumps_line(row) if wanted == "line" else row
+            continue
+        _, task, _, source = entry
+        outcome = next(outcomes)
+        if isinstance(outcome, Problem):
+            row = _error_row(outcome, task, source, digest)
+            yield dumps_line(row) if wanted == "line" else row
+            continue
+        report.add(task, outcome)
+        if outcome.result in ("fail", "stale"):
+            failures[_failure_reason(outcome)] += 1
+        if wanted is not None:
+            row = offline_row(task, outcome, digest, source)
+            yield dumps_line(row) if wanted == "line" else row
 
 
 def _error_row(

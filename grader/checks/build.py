@@ -87,15 +87,22 @@ def columns_of(check: Check) -> tuple[str, ...]:
     return columns
 
 
-def build_checks(task_raw: Mapping[str, Any]) -> tuple[Check, ...]:
+def build_checks(
+    task_raw: Mapping[str, Any], calls: tuple[Call | None, Call | None] | None = None
+) -> tuple[Check, ...]:
     """A task's checks: its ``checks`` list, or grading.md's tool-call check when it has none.
 
-    Also validates the task's ``pass_rule`` against the columns the checks yield.
+    Also validates the task's ``pass_rule`` against the columns the checks yield. ``calls``:
+    the task's expected and stale calls when the caller has read them already (the loader),
+    so they are not extracted and canonicalised a second time.
     """
-    metadata = task_raw.get("metadata")
-    expected = call_of(task_raw["expected"]) if "expected" in task_raw else None
-    stale_raw = metadata.get("stale") if isinstance(metadata, Mapping) else None
-    stale = call_of(stale_raw) if stale_raw is not None else None
+    if calls is None:
+        metadata = task_raw.get("metadata")
+        expected = call_of(task_raw["expected"]) if "expected" in task_raw else None
+        stale_raw = metadata.get("stale") if isinstance(metadata, Mapping) else None
+        stale = call_of(stale_raw) if stale_raw is not None else None
+    else:
+        expected, stale = calls
     raw = task_raw.get("checks")
     if raw is None:
         checks: tuple[Check, ...] = (default_check(expected, stale),)

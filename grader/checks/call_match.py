@@ -12,7 +12,7 @@ modes, numeric types) lives in :mod:`grader.checks.call_rules`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NamedTuple
 
 from grader.checks._base import CheckReasonCode
@@ -29,6 +29,7 @@ from grader.checks.call_rules import (
 )
 from grader.toolcall.canon import Canon, CArray, CObject, TooDeepError, kind_of
 from grader.toolcall.diff import first_difference
+from grader.values import value_type
 
 
 class Mismatch(NamedTuple):
@@ -40,7 +41,7 @@ class Mismatch(NamedTuple):
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Rules:
     """Per-path options of one expected call (plain values; compiled by ExpectedCall)."""
 
@@ -51,7 +52,7 @@ class Rules:
     numbers: Mapping[Path, NumberType] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class _Key:
     """One top-level argument's compiled rules (the fast path of :meth:`ExpectedCall.matches`)."""
 
@@ -114,53 +115,76 @@ class ExpectedCall:
         self._accept: dict[Path, frozenset[Canon]] = {}
         for path, values in rules.acceptable.items():
             mode = self.mode_at(path)
-            self._accept[path] = frozenset(canon_in(v, mode) for v in values)
+            self._accept[path] = frozenset([canon_in(v, mode) for v in values])
         ruled: set[Path] = set()
         for path in (*rules.acceptable, *rules.optional, *rules.string_paths, *rules.numbers):
-            ruled.update(path[:i] for i in range(len(path) + 1))
+            if len(path) == 1:  # a top-level argument, nearly every rule: itself and the root
+                ruled.add(path)
+            else:
+                ruled.update([path[:i] for i in range(1, len(path) + 1)])
+        if ruled:
+            ruled.add(())
         self._ruled = frozenset(ruled)
         self._every = any(EVERY in path for path in rules.numbers)
         self._canon = canon_in(arguments, rules.strings)
-        self._keys = self._compile_keys()
-        self._known = frozenset(entry.key for entry in self._keys or ())
-        self._table = {entry.key: entry for entry in self._keys or ()}
+        keys = self._compile_keys()
+        self._keys = keys
+        if keys is None:
+            self._known: frozenset[str] = frozenset()
+            self._required: frozenset[str] = frozenset()
+            self._table: dict[str, _Key] = {}
+            self._mode: StringMode | None = None
+            return
+        self._known = frozenset([entry.key for entry in keys])
+        self._table = {entry.key: entry for entry in keys}
         self._required = frozenset(
-            entry.key for entry in self._keys or () if entry.in_expected and not entry.optional
+            [entry.key for entry in keys if entry.in_expected and not entry.optional]
         )
-        modes = {entry.mode for entry in self._keys or ()}
-        self._mode: StringMode | None = modes.pop() if len(modes) == 1 else None
+        modes = {entry.mode for entry in keys}
+        self._mode = modes.pop() if len(modes) == 1 else None
 
     def _compile_keys(self) -> tuple[_Key, ...] | None:
         """The per-key table, or None when a rule reaches below a top-level argument."""
-        every = {path for path in self.rules.numbers if len(path) == 2 and path[1] == EVERY}
-        if any(len(path) > 1 and path not in every for path in self._ruled):
-            return None
-        keys = set(self.arguments) | {p[0] for p in self.rules.acceptable if isinstance(p[0], str)}
+        rules = self.rules
+        numbers = rules.numbers
+        for ruled in self._ruled:
+            if len(ruled) > 1 and not (len(ruled) == 2 and ruled[1] == EVERY and ruled in numbers):
+                return None
+        arguments = self.arguments
+        keys = set(arguments)
+        keys.update([p[0] for p in rules.acceptable if isinstance(p[0], str)])
         # The arguments' canonical values under the default mode, computed once already.
         canonical = self._canon.as_dict() if isinstance(self._canon, CObject) else {}
+        default, string_paths, optional, accept = (
+            rules.strings,
+            rules.string_paths,
+            rules.optional,
+            self._accept,
+        )
         table = []
         for key in sorted(keys):
             path: Path = (key,)
-            mode = self.rules.string_paths.get(path, self.rules.strings)
-            in_expected = key in self.arguments
+            mode = string_paths.get(path, default) if string_paths else default
+            in_expected = key in arguments
             if not in_expected:
                 want = None
-            elif mode == self.rules.strings and key in canonical:
+            elif mode == default and key in canonical:
                 want = canonical[key]
             else:
-                want = canon_in(self.arguments[key], mode)
+                want = canon_in(arguments[key], mode)
+            number = numbers.get(path)
             table.append(
                 _Key(
                     key,
                     in_expected,
-                    path in self.rules.optional,
-                    self.rules.numbers.get(path),
+                    path in optional,
+                    number,
                     mode,
-                    self._accept.get(path),
+                    accept.get(path),
                     want,
-                    self.rules.numbers.get((key, EVERY)),
-                    _NUMBER_OK[self.rules.numbers.get(path)],
-                    path_text(path),
+                    numbers.get((key, EVERY)),
+                    _NUMBER_OK[number],
+                    "arguments." + key,  # path_text((key,))
                 )
             )
         return tuple(table)

@@ -63,6 +63,9 @@ def parse_path(text: Any) -> Path:
     """``"arguments.items[0].qty"`` -> ``("items", 0, "qty")``; raise :class:`PathError`."""
     if not isinstance(text, str) or not text.startswith("arguments."):
         raise PathError(f"path {text!r} must look like 'arguments.<key>[<index>][.<key>...]'")
+    key = text[10:]  # len("arguments.")
+    if key and "." not in key and "[" not in key and "]" not in key:
+        return (key,)  # one top-level key, nearly every path: the segment pattern's own answer
     path: list[str | int] = []
     for part in text[len("arguments.") :].split("."):
         match = _SEGMENT.fullmatch(part)
@@ -131,9 +134,12 @@ def canon_in(value: Any, mode: StringMode, depth: int = 0) -> Canon:
         return _fold_strings(canon(value, depth), mode)
     if depth >= MAX_DEPTH:
         raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
+    depth += 1
     if kind is list:
-        return CArray(tuple(canon_in(v, mode, depth + 1) for v in value))
-    return CObject(tuple(sorted((k, canon_in(v, mode, depth + 1)) for k, v in value.items())))
+        return CArray(tuple([canon_in(v, mode, depth) for v in value]))
+    # Sorting the items compares keys only (a dict's keys are distinct): the same order as
+    # sorting the canonical pairs, without comparing canonical values.
+    return CObject(tuple([(k, canon_in(v, mode, depth)) for k, v in sorted(value.items())]))
 
 
 def is_number(value: Any) -> bool:

@@ -66,6 +66,7 @@ UNNEEDED = (
     "grader.checks.similarity",
     "grader.episodes.values",
     "rapidfuzz",
+    "tempfile",  # outputs are written beside their path without it (gradeproxy/cli/_io.py)
 )
 GRADE_PROBE = """
 import sys

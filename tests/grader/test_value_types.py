@@ -36,6 +36,10 @@ RECORDS = [
     ("proxy.pipeline.capture.sse", "SSEEvent", "data", '"x"'),
     ("grader.toolcall.canon", "CObject", "items", "()"),
     ("grader.toolcall.canon", "CArray", "items", "()"),
+    ("grader.api", "GradedAnswer", "tasks_digest", '"x"'),
+    ("grader.checks.call_match", "_Key", "want", "None"),
+    ("grader.checks.call_match", "Rules", "strings", '"exact"'),
+    ("grader.tasks", "CheckDefinition", "name", '"x"'),
 ]
 
 
