@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from grader.json import dumps
@@ -171,6 +171,7 @@ class _Call:
     args: list[str] = field(default_factory=list)
     whole_args: str | None = None
     custom: _Call | None = None  # chat: the ``custom`` fragments' reading
+    legacy: _Call | None = None  # chat: a legacy ``function_call`` beside ``tool_calls``
     aliases: list[str] = field(default_factory=list)
     # chat: the repr of an ``index`` that is not a non-negative integer (docs/enforce.md)
     odd: str | None = None
@@ -178,6 +179,11 @@ class _Call:
     decision: Decision | None = None
     shown: str = ""  # the name the decision was made on (outcomes, notice lines)
     keep: bool | None = None  # None while unresolved
+    # Fragments that came for this call once it was judged and written, refused as the
+    # client reads the call with them, are withheld alone: ``withheld`` stands in for them
+    # (``late``, judged and recorded once; ``StreamEnforcer._rejudge``).
+    late: bool = False
+    withheld: _Call | None = None
 
     def add_name(self, fragment: object) -> None:
         """Chat: a name fragment is appended, as the openai SDK's accumulation appends it,
@@ -219,6 +225,9 @@ class _Call:
             readings = [(custom.name, custom.arguments)]
         else:
             readings = [own, (custom.name, custom.arguments)]
+        legacy = self.legacy
+        if legacy is not None and (legacy.name or legacy.arguments):
+            readings.append((legacy.name, legacy.arguments))
         readings += [(alias, self.arguments) for alias in self.aliases]
         return list(dict.fromkeys(readings))
 
@@ -274,7 +283,8 @@ class StreamEnforcer:
         # long call's fragments do not rescan the queue each (which would be quadratic).
         self._resolutions = 0
         # Responses
-        self._rqueue: list[tuple[bytes, dict[str, Any] | None, str, int | None]] = []
+        # (bytes, parsed, type, output_index, the call it belongs to when it was read)
+        self._rqueue: list[tuple[bytes, dict[str, Any] | None, str, int | None, _Call | None]] = []
         self._items: dict[int, _Call] = {}  # call items by input output_index
         # Call items only the terminal event's output holds (``index``: their place in it)
         self._late: list[_Call] = []
@@ -370,7 +380,7 @@ class StreamEnforcer:
 
     def _free(self, raw: bytes) -> None:
         if self._api == "responses" and self._rqueue:
-            self._rqueue.append((raw, None, "", None))
+            self._rqueue.append((raw, None, "", None, None))
         else:
             self._out.append(raw)
 
@@ -387,16 +397,44 @@ class StreamEnforcer:
         anything but pass, else the first) is its decision. A chat call with an odd ``index``
         the judge passes is withheld all the same (``unreadable``; observe counts it): clients
         disagree on which call such a fragment belongs to."""
-        judged = [(name, self._judge(name, args)) for name, args in call.readings()]
-        shown, decision = next(
-            (pair for pair in judged if _acts(pair[1])),
-            next((pair for pair in judged if pair[1].action != "pass"), judged[0]),
-        )
+        shown, decision = self._verdict(call)
         if call.odd is not None and decision.action == "pass":
             decision = self._unreadable(ODD_INDEX_REASON)
         call.decision, call.shown = decision, shown
         self._judged.append(call)
         return decision
+
+    def _verdict(self, call: _Call) -> tuple[str, Decision]:
+        judged = [(name, self._judge(name, args)) for name, args in call.readings()]
+        return next(
+            (pair for pair in judged if _acts(pair[1])),
+            next((pair for pair in judged if pair[1].action != "pass"), judged[0]),
+        )
+
+    def _rejudge(self, call: _Call, reading: _Call) -> _Call:
+        """A fragment changed how a client reads a call already judged (a chat name or
+        arguments after its ``finish_reason`` or after a later call began; a Responses item
+        event after its ``output_item.done``): ``reading`` is the call read with it, judged
+        now. Still held (``block`` before the answer ends): the call is judged again, in
+        place. Already written: a refused fragment is withheld alone (the returned stand-in
+        keeps nothing); one that passes, or one of a call removed, follows the call."""
+        if call.keep is False:
+            return call
+        shown, decision = self._verdict(reading)
+        if decision.action == "pass":
+            return call
+        if call.keep is None:
+            self._judged.remove(call)
+            call.decision, call.shown = decision, shown
+            self._judged.append(call)
+            return call
+        if call.withheld is None:
+            withheld = replace(reading, args=list(reading.args), late=True, withheld=None)
+            withheld.decision, withheld.shown = decision, shown
+            withheld.keep = self._mode == "observe"
+            self._judged.append(withheld)
+            call.withheld = withheld
+        return call.withheld
 
     def _block_together(self, calls: list[_Call]) -> None:
         """``block``: one refused call withholds every call of the answer; each then reads
@@ -482,6 +520,7 @@ class StreamEnforcer:
     ) -> None:
         """Attach each tool-call fragment of a delta to its call, completing earlier calls."""
         entries = delta.get("tool_calls")
+        legacy = delta.get("function_call")
         first: _Call | None = None
         if isinstance(entries, list):
             for slot, entry in enumerate(entries):
@@ -500,6 +539,7 @@ class StreamEnforcer:
                     index, odd = -1, repr(raw_index)
                 call_id = nonempty_str(entry.get("id"))
                 call = self._call_for(choice, index, call_id, odd)
+                before = call.readings() if call.complete else None
                 function = entry.get("function")
                 if isinstance(function, dict):
                     call.add_name(function.get("name"))
@@ -510,16 +550,27 @@ class StreamEnforcer:
                         call.custom = _Call(index=call.index)
                     call.custom.add_name(custom.get("name"))
                     call.custom.add_args(custom.get("input"))
+                if first is None and isinstance(legacy, dict):
+                    # llama.cpp mirrors tool_calls[0] here; a client of the legacy API reads
+                    # the mirror, so it is a reading of that call (the same, when it mirrors).
+                    if call.legacy is None:
+                        call.legacy = _Call(index=call.index)
+                    call.legacy.add_name(legacy.get("name"))
+                    call.legacy.add_args(legacy.get("arguments"))
+                if before is not None and call.readings() != before:
+                    call = self._rejudge(call, call)
                 refs[(position, slot)] = call
                 first = first or call
-        legacy = delta.get("function_call")
         if isinstance(legacy, dict):
             if first is not None:
-                refs[(position, -1)] = first  # llama.cpp mirrors tool_calls[0] here
+                refs[(position, -1)] = first
             else:
                 call = self._call_for(choice, 0, None, None)
+                before = call.readings() if call.complete else None
                 call.add_name(legacy.get("name"))
                 call.add_args(legacy.get("arguments"))
+                if before is not None and call.readings() != before:
+                    call = self._rejudge(call, call)
                 refs[(position, -1)] = call
 
     def _call_for(self, choice: _Choice, index: int, call_id: str | None, odd: str | None) -> _Call:
@@ -625,7 +676,6 @@ class StreamEnforcer:
         changed = False
         out = dict(delta)
         entries = delta.get("tool_calls")
-        any_kept = False
         if isinstance(entries, list) and entries:
             new_entries: list[Any] = []
             for slot, entry in enumerate(entries):
@@ -636,7 +686,6 @@ class StreamEnforcer:
                 if not call.keep:
                     changed = True
                     continue
-                any_kept = True
                 index = self._new_index(choice, call)
                 if (
                     isinstance(entry, dict)
@@ -651,11 +700,10 @@ class StreamEnforcer:
             else:
                 del out["tool_calls"]
         legacy_call = refs.get((position, -1))
-        if legacy_call is not None and isinstance(delta.get("function_call"), dict):
-            mirror = isinstance(entries, list) and bool(entries)
-            if not (any_kept if mirror else legacy_call.keep):
-                del out["function_call"]
-                changed = True
+        legacy = delta.get("function_call")
+        if legacy_call is not None and isinstance(legacy, dict) and not legacy_call.keep:
+            del out["function_call"]
+            changed = True
         return (out, True) if changed else (delta, False)
 
     def _new_index(self, choice: _Choice, call: _Call) -> int:
@@ -723,13 +771,30 @@ class StreamEnforcer:
                 call.add_args(obj.get("delta"))
             elif kind in _ARG_DONES and isinstance(obj.get(_ARG_DONES[kind]), str):
                 call.whole_args = obj[_ARG_DONES[kind]]
+                call.set_name(obj.get("name"))  # OpenAI names the call here too
             elif kind == "response.output_item.done" and isinstance(item, dict):
                 call.set_name(item.get("name"))
                 arguments = _item_arguments(item)
                 if isinstance(arguments, str):
                     call.whole_args = arguments
                 self._complete_item(call)
-        self._rqueue.append((raw, obj, kind, index))
+        elif call is not None and (item_call or args_event):
+            # An event for a call already judged (a second done, another item at the same
+            # output_index, arguments after the done): each event is read whole, so it is
+            # judged as it reads, beside the call's own name.
+            reading = replace(call, args=[], aliases=[*call.aliases, call.name], late=True)
+            if item_call and isinstance(item, dict):
+                reading.set_name(item.get("name"))
+                arguments = _item_arguments(item)
+                reading.whole_args = arguments if isinstance(arguments, str) else call.arguments
+            elif kind in _ARG_DELTAS and isinstance(obj.get("delta"), str):
+                reading.whole_args = call.arguments + obj["delta"]
+            elif kind in _ARG_DONES and isinstance(obj.get(_ARG_DONES[kind]), str):
+                reading.whole_args = obj[_ARG_DONES[kind]]
+                reading.set_name(obj.get("name"))
+            if reading.readings() != call.readings():
+                call = self._rejudge(call, reading)
+        self._rqueue.append((raw, obj, kind, index, call))
         if kind in _TERMINAL:
             self._judge_output(obj.get("response"))
             self._resolve_items()
@@ -793,11 +858,12 @@ class StreamEnforcer:
         """Write queued events from the front up to the first one of an unresolved call."""
         queue = self._rqueue
         taken = 0
-        for raw, obj, kind, index in queue:
-            call = self._items.get(index) if index is not None else None
+        for raw, obj, kind, index, call in queue:
             if call is not None and call.keep is None:
                 break
             taken += 1
+            if call is not None and call.late:
+                continue  # a refused event of a call already written: withheld alone
             if obj is None:
                 self._out.append(raw)
                 continue
