@@ -349,9 +349,27 @@ def _arguments_done_names() -> bytes:
     return responses_sse(out)
 
 
-# A stream whose call event no reader takes: the call is dropped unnamed (no notice line). (A
-# Responses call is named all the same: its terminal event's output holds it.)
-UNREADABLE = frozenset({"chat-unreadable-call-event"})
+def _odd_choice_index(index: Any) -> bytes:
+    """The forbidden call in a choice whose ``index`` no choice of the proxy's is keyed by."""
+    chunk = _chunk({"tool_calls": [_call_entry(0, BAD)]})
+    chunk["choices"][0]["index"] = index
+    return _chat_stream(_sse(chunk))
+
+
+# Streams whose call the proxy cannot tie to a call (an event no reader takes, a choice index
+# that is no non-negative integer): dropped unnamed (no notice line). (A Responses call is
+# named all the same: its terminal event's output holds it.)
+UNREADABLE = frozenset(
+    {
+        "chat-unreadable-call-event",
+        "chat-string-choice-index",
+        "chat-bool-choice-index",
+        "chat-negative-choice-index",
+    }
+)
+# Streams the openai SDK's accumulating helper refuses whatever the proxy does (its raw
+# iteration still hands the call over).
+HELPER_RAISES = frozenset({"chat-string-choice-index"})
 # Streams whose forbidden fragment comes after its call was judged and written: the fragment
 # alone is withheld, and a block's notice, already past, cannot name it.
 RELEASED = frozenset({"chat-name-after-finish_reason"})
@@ -394,6 +412,9 @@ STREAMS: list[tuple[str, str, bytes]] = [
     ("chat-negative-index", "chat", _odd_index(-1)),
     ("chat-fractional-index", "chat", _odd_index(0.5)),
     ("chat-missing-index", "chat", _chat_stream({"id": "c1", "function": {"name": BAD}})),
+    ("chat-string-choice-index", "chat", _odd_choice_index("0")),
+    ("chat-bool-choice-index", "chat", _odd_choice_index(True)),
+    ("chat-negative-choice-index", "chat", _odd_choice_index(-1)),
     ("chat-name-after-finish_reason", "chat", _late_chat_name()),
     (
         "chat-name-after-a-later-call-began",

@@ -47,6 +47,7 @@ from proxy.pipeline.enforce.decision import CallJudge, Decision, Enforced
 
 __all__ = [
     "NOTICE_PREFIX",
+    "ODD_CHOICE_REASON",
     "ODD_INDEX_REASON",
     "SIBLING_REASON",
     "UNREADABLE",
@@ -88,6 +89,7 @@ _CALL_MARKERS: Final = (b"tool_calls", b"function_call", b"custom_tool_call")
 UNREADABLE: Final = "unreadable"
 ODD_INDEX_REASON: Final = "tool-call index is not a non-negative integer"
 UNREADABLE_EVENT_REASON: Final = "an event that carries a tool call could not be read"
+ODD_CHOICE_REASON: Final = "a tool call in a choice whose index is not a non-negative integer"
 
 
 def notice_line(name: str, decision: Decision) -> str:
@@ -363,11 +365,11 @@ class StreamEnforcer:
         else:
             self._responses_event(raw, event, obj)
 
-    def _unreadable_event(self) -> None:
+    def _unreadable_event(self, reason: str = UNREADABLE_EVENT_REASON) -> None:
         """An event that names a tool call but that no JSON reader takes: in an acting mode it
         is dropped (a client with a laxer reader could act on a call nobody judged), and
         recorded as a call withheld as ``unreadable``; ``observe`` records what it would do."""
-        decision = self._unreadable(UNREADABLE_EVENT_REASON)
+        decision = self._unreadable(reason)
         call = _Call(index=-1, odd="event", complete=True, decision=decision, keep=False)
         self._judged.append(call)
 
@@ -457,6 +459,26 @@ class StreamEnforcer:
         if not isinstance(choices, list) or not choices:
             self._out.append(raw)  # usage chunk, error object, anything without choices
             return
+        odd = [
+            position
+            for position, entry in enumerate(choices)
+            if isinstance(entry, dict)
+            and not is_index(entry.get("index", position))
+            and _carries_fragment(entry.get("delta"))
+        ]
+        if odd:
+            # A choice index that is no non-negative integer ("0", true, -1) keys no choice the
+            # proxy can hold, while the SDK's raw iteration hands its calls over all the same
+            # (its helper reads true as 1 and -1 as the last): its call fragments are dropped
+            # in an acting mode, recorded as unreadable.
+            self._unreadable_event(ODD_CHOICE_REASON)
+            if self._mode != "observe":
+                choices = [
+                    {**entry, "delta": _without_calls(entry["delta"])} if position in odd else entry
+                    for position, entry in enumerate(choices)
+                ]
+                obj = {**obj, "choices": choices}
+                raw = _chat_block(obj)
         self._envelope = obj
         resolutions = self._resolutions
         refs: dict[tuple[int, int], _Call] = {}
@@ -1000,6 +1022,18 @@ def _removed_item(
 
 def _empty_delta(delta: object) -> bool:
     return not isinstance(delta, dict) or all(value is None for value in delta.values())
+
+
+_CALL_KEYS: Final = ("tool_calls", "function_call")
+
+
+def _carries_fragment(delta: object) -> bool:
+    """Whether a chat delta carries a tool-call fragment, of whatever shape."""
+    return isinstance(delta, dict) and any(delta.get(key) is not None for key in _CALL_KEYS)
+
+
+def _without_calls(delta: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in delta.items() if key not in _CALL_KEYS}
 
 
 def _chat_part(obj: dict[str, Any], *, calls: bool) -> dict[str, Any] | None:
