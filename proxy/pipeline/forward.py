@@ -156,6 +156,12 @@ class EnforceHook(Protocol):
         """Whether a whole answer waits for :meth:`answer` (False: observed once sent)."""
         ...
 
+    @property
+    def streamed(self) -> bool:
+        """Whether the request asked for a stream (``"stream": true``): the openai SDK then
+        reads the answer as SSE whatever its ``Content-Type``, and a whole one as JSON."""
+        ...
+
     def observe(self, data: bytes, coding: str) -> None:
         """Judge an answer the client already has, to count what would have been done."""
         ...
@@ -249,18 +255,24 @@ async def relay(
         copy = CaptureBuffer(coding, capture_limit)
         if capture:
             out.parts = copy.parts
+        # Any 2xx is an answer to the SDK (it raises only on the others), and it reads a
+        # streamed request's answer as SSE and a whole one as JSON whatever the Content-Type:
+        # a policy that acts judges it so (docs/enforce.md).
+        answered = 200 <= upstream.status < 300
+        acting = enforce is not None and enforce.holds and answered
         judged = (
             enforce is not None
-            and upstream.status == 200
+            and answered
             and not out.stream
-            and "json" in upstream.content_type
+            and ("json" in upstream.content_type or (acting and not enforce.streamed))
         )
         try:
             if judged:  # read whole, whatever its size: it is judged before it is sent
                 return await _buffered(request, upstream, headers_out, out, copy, capture, enforce)
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
                 return await _buffered(request, upstream, headers_out, out, copy, capture)
-            held = enforce if out.stream and upstream.status == 200 else None
+            sse = out.stream or (acting and enforce is not None and enforce.streamed)
+            held = enforce if sse and answered else None
             # A gzip or deflate stream an acting policy covers is judged as text and sent so
             # (docs/enforce.md); any other stream is relayed in the coding it came in.
             decoder = (
