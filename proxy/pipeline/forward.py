@@ -263,8 +263,10 @@ async def relay(
         judged = (
             enforce is not None
             and answered
-            and not out.stream
-            and ("json" in upstream.content_type or (acting and not enforce.streamed))
+            and (
+                (not out.stream and "json" in upstream.content_type)
+                or (acting and enforce is not None and not enforce.streamed)
+            )
         )
         try:
             if judged:  # read whole, whatever its size: it is judged before it is sent

@@ -497,6 +497,7 @@ LABELLED_ODDLY: list[tuple[int, str | None]] = [
     (200, "application/octet-stream"),
     (201, None),
     (203, "text/plain"),
+    (200, SSE),
 ]
 
 
