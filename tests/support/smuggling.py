@@ -356,6 +356,25 @@ def _odd_choice_index(index: Any) -> bytes:
     return _chat_stream(_sse(chunk))
 
 
+# Open holes (docs/enforce.md, Known limits): streams that still carry the forbidden call past
+# the judge.
+OPEN_STREAMS: list[tuple[str, str, bytes, str]] = [
+    (
+        "chat-name-split-across-ids-at-one-index",
+        "chat",
+        _sse(
+            _ROLE,
+            _chunk({"tool_calls": [{**_call_entry(0, "del", "{"), "id": "a"}]}),
+            _chunk({"tool_calls": [{**_call_entry(0, "ete_payment", "}"), "id": "b"}]}),
+            _chunk({}, "tool_calls"),
+            b"data: [DONE]\n\n",
+        ),
+        "calls told apart by id at one index are judged one by one (Ollama's parallel calls "
+        "stay usable), while the openai SDK merges them into delete_payment",
+    ),
+]
+
+
 # Streams whose call the proxy cannot tie to a call (an event no reader takes, a choice index
 # that is no non-negative integer): dropped unnamed (no notice line). (A Responses call is
 # named all the same: its terminal event's output holds it.)

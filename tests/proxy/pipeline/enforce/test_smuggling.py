@@ -22,6 +22,7 @@ from proxy.pipeline.enforce.stream import (
 from tests.support.smuggling import (
     BAD,
     BODIES,
+    OPEN_STREAMS,
     RELEASED,
     STREAMS,
     UNREADABLE,
@@ -68,3 +69,18 @@ def test_a_streamed_forbidden_call_never_reaches_the_client(
         assert any(o.decision.action == "block" and o.name == BAD for o in outcomes)
     else:
         assert only_in_notices(blocked)
+
+
+@pytest.mark.parametrize(
+    ("api", "stream"),
+    [
+        pytest.param(api, stream, marks=pytest.mark.xfail(strict=True, reason=reason), id=name)
+        for name, api, stream, reason in OPEN_STREAMS
+    ],
+)
+def test_an_open_hole_is_still_open(api: Any, stream: bytes) -> None:
+    """Known limits (docs/enforce.md): the day one closes, its row moves to ``STREAMS``."""
+    enforcer = StreamEnforcer(api, judge, "strip")
+    enforcer.feed(stream)
+    enforcer.close()
+    assert any(o.decision.action == "strip" for o in enforcer.outcomes)
