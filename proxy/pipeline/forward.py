@@ -258,15 +258,12 @@ async def relay(
         # Any 2xx is an answer to the SDK (it raises only on the others), and it reads a
         # streamed request's answer as SSE and a whole one as JSON whatever the Content-Type:
         # a policy that acts judges it so (docs/enforce.md).
-        answered = 200 <= upstream.status < 300
-        acting = enforce is not None and enforce.holds and answered
-        judged = (
-            enforce is not None
-            and answered
-            and (
-                (not out.stream and "json" in upstream.content_type)
-                or (acting and enforce is not None and not enforce.streamed)
-            )
+        acting = enforce is not None and enforce.holds and 200 <= upstream.status < 300
+        # observe keeps to a 200: it never changes when the client gets a byte
+        covered = acting or (enforce is not None and upstream.status == 200)
+        judged = covered and (
+            (not out.stream and "json" in upstream.content_type)
+            or (acting and enforce is not None and not enforce.streamed)
         )
         try:
             if judged:  # read whole, whatever its size: it is judged before it is sent
@@ -274,7 +271,7 @@ async def relay(
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
                 return await _buffered(request, upstream, headers_out, out, copy, capture)
             sse = out.stream or (acting and enforce is not None and enforce.streamed)
-            held = enforce if sse and answered else None
+            held = enforce if sse and covered else None
             # A gzip or deflate stream an acting policy covers is judged as text and sent so
             # (docs/enforce.md); any other stream is relayed in the coding it came in.
             decoder = (
