@@ -341,6 +341,27 @@ def _second_done_renames() -> bytes:
     return _renumbered([*out[:-1], renamed, terminal])
 
 
+def _in_progress_renames() -> bytes:
+    """After get_weather's done, a ``response.in_progress`` whose output has the same call
+    (same ``call_id``) named as the forbidden one; the terminal output is null, so the SDK's
+    helper builds its final response from the done items, renamed by that event."""
+    out = events(Case("s12", (_WEATHER,)))
+    done = next(e for e in out if e["type"] == "response.output_item.done")
+    lifecycle = next(e for e in out if e["type"] == "response.in_progress")
+    renamed = {**lifecycle, "response": {**lifecycle["response"], "output": []}}
+    renamed["response"]["output"] = [{**done["item"], "name": BAD}]
+    terminal = {**out[-1], "response": {**out[-1]["response"], "output": None}}
+    return _renumbered([*out[:-1], renamed, terminal])
+
+
+def _only_in_created() -> bytes:
+    """The forbidden call only in ``response.created``'s output (the SDK's first snapshot)."""
+    out = events(Case("s13", (Text("Sure.", "msg_1"),)))
+    created = out[0]
+    created["response"] = {**created["response"], "output": [{**_FC, "status": "in_progress"}]}
+    return responses_sse(out)
+
+
 def _arguments_done_names() -> bytes:
     out = events(Case("s11", (_WEATHER,)))
     for event in out:
@@ -391,7 +412,7 @@ UNREADABLE = frozenset(
 HELPER_RAISES = frozenset({"chat-string-choice-index"})
 # Streams whose forbidden fragment comes after its call was judged and written: the fragment
 # alone is withheld, and a block's notice, already past, cannot name it.
-RELEASED = frozenset({"chat-name-after-finish_reason"})
+RELEASED = frozenset({"chat-name-after-finish_reason", "responses-function_call-only-in-created"})
 # Streams that keep a harmless call beside the forbidden one: it reaches the client (strip),
 # or, released before the forbidden fragment came, stays (RELEASED).
 SURVIVORS = frozenset(
@@ -400,6 +421,7 @@ SURVIVORS = frozenset(
         "chat-name-after-a-later-call-began",
         "responses-another-item-at-a-used-output_index",
         "responses-second-done-renames-a-judged-call",
+        "responses-in_progress-renames-a-done-call",
     }
 )
 
@@ -483,4 +505,6 @@ STREAMS: list[tuple[str, str, bytes]] = [
     ),
     ("responses-second-done-renames-a-judged-call", "responses", _second_done_renames()),
     ("responses-arguments-done-names-the-call", "responses", _arguments_done_names()),
+    ("responses-in_progress-renames-a-done-call", "responses", _in_progress_renames()),
+    ("responses-function_call-only-in-created", "responses", _only_in_created()),
 ]

@@ -69,6 +69,9 @@ _CR: Final = 0x0D
 # chunk that also carries a tool call split, so that the text is not held back with the call.
 _TEXT_FIELDS: Final = ("content", "reasoning_content", "reasoning", "refusal")
 _TERMINAL: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# Events whose ``response.output`` the openai SDK's helper folds into the items already done
+# (matched by ``call_id``): its final response when the terminal event's output is null.
+_LIFECYCLE: Final = frozenset({"response.created", "response.queued", "response.in_progress"})
 # Responses output items a client executes by name (a custom tool's free-text ``input`` is
 # judged as the arguments), and the events that carry their arguments.
 _CALL_ITEMS: Final = ("function_call", "custom_tool_call")
@@ -816,11 +819,61 @@ class StreamEnforcer:
                 reading.set_name(obj.get("name"))
             if reading.readings() != call.readings():
                 call = self._rejudge(call, reading)
+        if kind in _LIFECYCLE:
+            raw, obj = self._judge_lifecycle(raw, kind, obj)
         self._rqueue.append((raw, obj, kind, index, call))
         if kind in _TERMINAL:
             self._judge_output(obj.get("response"))
             self._resolve_items()
         self._rdrain()
+
+    def _judge_lifecycle(
+        self, raw: bytes, kind: str, obj: dict[str, Any]
+    ) -> tuple[bytes, dict[str, Any]]:
+        """A ``response.created`` / ``queued`` / ``in_progress`` event whose output holds call
+        items: the openai SDK's helper takes each as the new state of the done item with its
+        ``call_id``, so each is judged as a reading of that call (or on its own); a refused one
+        leaves the event's output in an acting mode."""
+        response = obj.get("response")
+        output = response.get("output") if isinstance(response, dict) else None
+        if not isinstance(output, list) or not isinstance(response, dict):
+            return raw, obj
+        by_call = {call.id: call for call in self._items.values() if call.id}
+        kept: list[Any] = []
+        for item in output:
+            if not isinstance(item, dict) or item.get("type") not in _CALL_ITEMS:
+                kept.append(item)
+                continue
+            call_id = nonempty_str(item.get("call_id"))
+            seen = by_call.get(call_id) if call_id is not None else None
+            if seen is not None:
+                reading = replace(seen, args=[], aliases=[*seen.aliases, seen.name], late=True)
+            else:
+                reading = _Call(index=-1, id=call_id, late=True)
+            reading.set_name(item.get("name"))
+            try:
+                arguments = _item_arguments(item)
+                reading.whole_args = "" if arguments is None else arguments_text(arguments)
+            except CaptureError:
+                reading.whole_args = ""
+            if seen is not None and reading.readings() == seen.readings():
+                kept.append(item)
+                continue
+            shown, decision = self._verdict(reading)
+            if decision.action == "pass":
+                kept.append(item)
+                continue
+            if seen is not None:
+                self._rejudge(seen, reading)
+            else:
+                reading.decision, reading.shown, reading.keep = decision, shown, False
+                self._judged.append(reading)
+            if self._mode == "observe":
+                kept.append(item)
+        if len(kept) == len(output):
+            return raw, obj
+        obj = {**obj, "response": {**response, "output": kept}}
+        return _responses_block(kind, obj), obj
 
     def _judge_output(self, response: object) -> None:
         """At the terminal event: judge every call item of ``response.output`` that is not a
