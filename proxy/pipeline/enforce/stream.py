@@ -429,6 +429,8 @@ class StreamEnforcer:
         if decision.action == "pass":
             return call
         if call.keep is None:
+            if not _acts(decision) and call.decision is not None and _acts(call.decision):
+                return call  # a refusal stands
             self._judged.remove(call)
             call.decision, call.shown = decision, shown
             self._judged.append(call)
