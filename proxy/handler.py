@@ -24,6 +24,7 @@ import os
 import time
 from typing import NoReturn
 
+import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -132,7 +133,22 @@ def _enforcer(request: web.Request, admitted: Admission, body: bytes) -> RelayEn
         return None
     role = header_role(request.headers, request.app[CONFIG].grading)
     plan = plan_for(admitted.api, task, policies, body, role)
-    return None if plan is None else RelayEnforcer(plan, admitted.api)
+    if plan is None:
+        return None
+    # Only a policy that acts reads it (forward.py: what is judged, and how)
+    return RelayEnforcer(plan, admitted.api, plan.mode != "observe" and _asks_stream(body))
+
+
+def _asks_stream(body: bytes) -> bool:
+    """Whether the request asks for a streamed answer (``"stream": true``); parsed only for a
+    request a policy that acts covers."""
+    if b'"stream"' not in body:
+        return False
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(payload, dict) and payload.get("stream") is True
 
 
 def _upstream_headers(

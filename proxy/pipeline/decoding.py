@@ -18,13 +18,25 @@ inflates each read in bounded pieces so one read never materialises a bomb whole
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-__all__ = ["CaptureBuffer", "StreamDecoder", "decodable"]
+__all__ = ["CaptureBuffer", "StreamDecoder", "content_coding", "decodable"]
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 # The most decoded bytes :meth:`StreamDecoder.pieces` hands over at once.
 PIECE_MAX_BYTES = 1024 * 1024
+
+
+def content_coding(values: Iterable[str]) -> str:
+    """The coding a client decodes a body by, from *every* ``Content-Encoding`` header, lower
+    case: ``identity`` (none), one coding, or a chain (``"gzip, br"``).
+
+    Clients (httpx, which the openai SDK uses) join repeated headers and comma-separated
+    values in order and skip ``identity`` and empty tokens; reading only the first header
+    would take ``identity`` followed by ``gzip`` for an uncompressed body, and judge bytes
+    the client then inflates into something else (docs/enforce.md, Compressed answers)."""
+    tokens = (token.strip().lower() for value in values for token in value.split(","))
+    return ", ".join(t for t in tokens if t and t != "identity") or "identity"
 
 
 def decodable(coding: str) -> bool:

@@ -31,7 +31,7 @@ from proxy.errors import (
     in_band_error,
 )
 from proxy.logs import escape_text
-from proxy.pipeline.decoding import CaptureBuffer, StreamDecoder, decodable
+from proxy.pipeline.decoding import CaptureBuffer, StreamDecoder, content_coding, decodable
 from proxy.pipeline.rawhead import RawHeadResponse, RawHeadStreamResponse
 from proxy.pipeline.streamusage import UsageChunkFilter
 from proxy.pipeline.transport.base import Reply, Transport
@@ -156,6 +156,12 @@ class EnforceHook(Protocol):
         """Whether a whole answer waits for :meth:`answer` (False: observed once sent)."""
         ...
 
+    @property
+    def streamed(self) -> bool:
+        """Whether the request asked for a stream (``"stream": true``): the openai SDK then
+        reads the answer as SSE whatever its ``Content-Type``, and a whole one as JSON."""
+        ...
+
     def observe(self, data: bytes, coding: str) -> None:
         """Judge an answer the client already has, to count what would have been done."""
         ...
@@ -245,22 +251,27 @@ async def relay(
         headers_out = response_headers(upstream.headers, request_id)
         out.stream = upstream.content_type == "text/event-stream"
         length = upstream.content_length
-        copy = CaptureBuffer(upstream.headers.get("Content-Encoding"), capture_limit)
+        coding = content_coding(upstream.headers.getall("Content-Encoding", ()))
+        copy = CaptureBuffer(coding, capture_limit)
         if capture:
             out.parts = copy.parts
-        judged = (
-            enforce is not None
-            and upstream.status == 200
-            and not out.stream
-            and "json" in upstream.content_type
+        # Any 2xx is an answer to the SDK (it raises only on the others), and it reads a
+        # streamed request's answer as SSE and a whole one as JSON whatever the Content-Type:
+        # a policy that acts judges it so (docs/enforce.md).
+        acting = enforce is not None and enforce.holds and 200 <= upstream.status < 300
+        # observe keeps to a 200: it never changes when the client gets a byte
+        covered = acting or (enforce is not None and upstream.status == 200)
+        judged = covered and (
+            (not out.stream and "json" in upstream.content_type)
+            or (acting and enforce is not None and not enforce.streamed)
         )
         try:
             if judged:  # read whole, whatever its size: it is judged before it is sent
                 return await _buffered(request, upstream, headers_out, out, copy, capture, enforce)
             if not out.stream and length is not None and length <= BUFFER_MAX_BYTES:
                 return await _buffered(request, upstream, headers_out, out, copy, capture)
-            held = enforce if out.stream and upstream.status == 200 else None
-            coding = (upstream.headers.get("Content-Encoding") or "identity").strip().lower()
+            sse = out.stream or (acting and enforce is not None and enforce.streamed)
+            held = enforce if sse and covered else None
             # A gzip or deflate stream an acting policy covers is judged as text and sent so
             # (docs/enforce.md); any other stream is relayed in the coding it came in.
             decoder = (
@@ -307,7 +318,7 @@ async def _buffered(
     observed, coding = data, ""  # what an observing hook judges once the client has it
     if enforce is not None:
         out.enforced = True
-        coding = (headers.get("Content-Encoding") or "identity").strip().lower()
+        coding = content_coding(headers.getall("Content-Encoding", ()))
         if enforce.holds:  # judged before it is sent
             data, action = await enforce.answer(data, coding)
             if action is not None:  # rewritten: sent uncompressed, and the client told why
@@ -352,7 +363,7 @@ async def _streamed(
     if decoder is not None:  # sent as it is judged: decoded
         headers.popall("Content-Encoding", None)
     if enforce is not None:
-        coding = (headers.get("Content-Encoding") or "identity").strip().lower()
+        coding = content_coding(headers.getall("Content-Encoding", ()))
         out.enforced = True
         if not enforce.open_stream(coding):  # fail-closed on a coding it cannot read: raises
             enforce = None

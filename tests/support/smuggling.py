@@ -302,9 +302,128 @@ def _unreadable_item_event() -> bytes:
     return b"\n\n".join(line + b"}" if b"response.output_item." in line else line for line in lines)
 
 
-# A stream whose call event no reader takes: the call is dropped unnamed (no notice line). (A
-# Responses call is named all the same: its terminal event's output holds it.)
-UNREADABLE = frozenset({"chat-unreadable-call-event"})
+def _late_chat_name(*between: dict[str, Any]) -> bytes:
+    """A nameless call (judged: nothing to refuse), then, once it was judged, its name.
+
+    ``between`` completes the call first: a later call's fragment, else the finish."""
+    first = _chunk({"tool_calls": [_call_entry(0, "")]})
+    late = _chunk({"tool_calls": [{"index": 0, "function": {"name": BAD}}]})
+    if not between:
+        return _sse(_ROLE, first, _chunk({}, "tool_calls"), late, b"data: [DONE]\n\n")
+    more = [_chunk({"tool_calls": [entry]}) for entry in between]
+    return _sse(_ROLE, first, *more, late, _chunk({}, "tool_calls"), b"data: [DONE]\n\n")
+
+
+def _renumbered(out: list[dict[str, Any]]) -> bytes:
+    for number, event in enumerate(out):
+        event["sequence_number"] = number
+    return responses_sse(out)
+
+
+def _item_at_a_used_output_index() -> bytes:
+    """get_weather at output_index 0, then the forbidden call's item events at 0 too; the
+    terminal output lists get_weather alone."""
+    weather = events(Case("s9", (_WEATHER,)))
+    delete = events(Case("s9", (_DELETE,)))
+    lifecycle = ("response.created", "response.in_progress", "response.completed")
+    return _renumbered(
+        [*weather[:-1], *[e for e in delete if e["type"] not in lifecycle], weather[-1]]
+    )
+
+
+def _second_done_renames() -> bytes:
+    """A second ``output_item.done`` for the judged get_weather names the forbidden call (same
+    item ids); the terminal output is null, so the SDK's helper takes the done items."""
+    out = events(Case("s10", (_WEATHER,)))
+    done = next(e for e in out if e["type"] == "response.output_item.done")
+    renamed = {**done, "item": {**done["item"], "name": BAD}}
+    terminal = {**out[-1], "response": {**out[-1]["response"], "output": None}}
+    return _renumbered([*out[:-1], renamed, terminal])
+
+
+def _in_progress_renames() -> bytes:
+    """After get_weather's done, a ``response.in_progress`` whose output has the same call
+    (same ``call_id``) named as the forbidden one; the terminal output is null, so the SDK's
+    helper builds its final response from the done items, renamed by that event."""
+    out = events(Case("s12", (_WEATHER,)))
+    done = next(e for e in out if e["type"] == "response.output_item.done")
+    lifecycle = next(e for e in out if e["type"] == "response.in_progress")
+    renamed = {**lifecycle, "response": {**lifecycle["response"], "output": []}}
+    renamed["response"]["output"] = [{**done["item"], "name": BAD}]
+    terminal = {**out[-1], "response": {**out[-1]["response"], "output": None}}
+    return _renumbered([*out[:-1], renamed, terminal])
+
+
+def _only_in_created() -> bytes:
+    """The forbidden call only in ``response.created``'s output (the SDK's first snapshot)."""
+    out = events(Case("s13", (Text("Sure.", "msg_1"),)))
+    created = out[0]
+    created["response"] = {**created["response"], "output": [{**_FC, "status": "in_progress"}]}
+    return responses_sse(out)
+
+
+def _arguments_done_names() -> bytes:
+    out = events(Case("s11", (_WEATHER,)))
+    for event in out:
+        if event["type"] == "response.function_call_arguments.done":
+            event["name"] = BAD
+    return responses_sse(out)
+
+
+def _odd_choice_index(index: Any) -> bytes:
+    """The forbidden call in a choice whose ``index`` no choice of the proxy's is keyed by."""
+    chunk = _chunk({"tool_calls": [_call_entry(0, BAD)]})
+    chunk["choices"][0]["index"] = index
+    return _chat_stream(_sse(chunk))
+
+
+# Open holes (docs/enforce.md, Known limits): streams that still carry the forbidden call past
+# the judge.
+OPEN_STREAMS: list[tuple[str, str, bytes, str]] = [
+    (
+        "chat-name-split-across-ids-at-one-index",
+        "chat",
+        _sse(
+            _ROLE,
+            _chunk({"tool_calls": [{**_call_entry(0, "del", "{"), "id": "a"}]}),
+            _chunk({"tool_calls": [{**_call_entry(0, "ete_payment", "}"), "id": "b"}]}),
+            _chunk({}, "tool_calls"),
+            b"data: [DONE]\n\n",
+        ),
+        "calls told apart by id at one index are judged one by one (Ollama's parallel calls "
+        "stay usable), while the openai SDK merges them into delete_payment",
+    ),
+]
+
+
+# Streams whose call the proxy cannot tie to a call (an event no reader takes, a choice index
+# that is no non-negative integer): dropped unnamed (no notice line). (A Responses call is
+# named all the same: its terminal event's output holds it.)
+UNREADABLE = frozenset(
+    {
+        "chat-unreadable-call-event",
+        "chat-string-choice-index",
+        "chat-bool-choice-index",
+        "chat-negative-choice-index",
+    }
+)
+# Streams the openai SDK's accumulating helper refuses whatever the proxy does (its raw
+# iteration still hands the call over).
+HELPER_RAISES = frozenset({"chat-string-choice-index"})
+# Streams whose forbidden fragment comes after its call was judged and written: the fragment
+# alone is withheld, and a block's notice, already past, cannot name it.
+RELEASED = frozenset({"chat-name-after-finish_reason", "responses-function_call-only-in-created"})
+# Streams that keep a harmless call beside the forbidden one: it reaches the client (strip),
+# or, released before the forbidden fragment came, stays (RELEASED).
+SURVIVORS = frozenset(
+    {
+        "chat-name-after-finish_reason",
+        "chat-name-after-a-later-call-began",
+        "responses-another-item-at-a-used-output_index",
+        "responses-second-done-renames-a-judged-call",
+        "responses-in_progress-renames-a-done-call",
+    }
+)
 
 STREAMS: list[tuple[str, str, bytes]] = [
     ("chat-custom-tool-call-deltas", "chat", _CUSTOM_STREAM),
@@ -334,6 +453,29 @@ STREAMS: list[tuple[str, str, bytes]] = [
     ("chat-negative-index", "chat", _odd_index(-1)),
     ("chat-fractional-index", "chat", _odd_index(0.5)),
     ("chat-missing-index", "chat", _chat_stream({"id": "c1", "function": {"name": BAD}})),
+    ("chat-string-choice-index", "chat", _odd_choice_index("0")),
+    ("chat-bool-choice-index", "chat", _odd_choice_index(True)),
+    ("chat-negative-choice-index", "chat", _odd_choice_index(-1)),
+    ("chat-name-after-finish_reason", "chat", _late_chat_name()),
+    (
+        "chat-name-after-a-later-call-began",
+        "chat",
+        _late_chat_name({**_call_entry(1, "get_weather"), "id": "c2"}),
+    ),
+    (
+        "chat-legacy-function_call-beside-another-call",
+        "chat",
+        _chat_stream(
+            _sse(
+                _chunk(
+                    {
+                        "tool_calls": [_call_entry(0, "get_weather")],
+                        "function_call": {"name": BAD, "arguments": "{}"},
+                    }
+                )
+            )
+        ),
+    ),
     ("responses-function_call-only-in-completed", "responses", _COMPLETED_ONLY),
     (
         "responses-function_call-only-in-completed-after-text",
@@ -356,4 +498,13 @@ STREAMS: list[tuple[str, str, bytes]] = [
     ),
     ("responses-NaN-in-a-call-event", "responses", _nonfinite_item_event()),
     ("responses-unreadable-call-event", "responses", _unreadable_item_event()),
+    (
+        "responses-another-item-at-a-used-output_index",
+        "responses",
+        _item_at_a_used_output_index(),
+    ),
+    ("responses-second-done-renames-a-judged-call", "responses", _second_done_renames()),
+    ("responses-arguments-done-names-the-call", "responses", _arguments_done_names()),
+    ("responses-in_progress-renames-a-done-call", "responses", _in_progress_renames()),
+    ("responses-function_call-only-in-created", "responses", _only_in_created()),
 ]

@@ -42,10 +42,11 @@ DECODED_MAX_BYTES: Final = 16 * 1024 * 1024
 class RelayEnforcer:
     """:class:`proxy.pipeline.forward.EnforceHook` for one request and its plan."""
 
-    __slots__ = ("api", "changed", "halted", "plan", "stream")
+    __slots__ = ("api", "changed", "halted", "plan", "stream", "streamed")
 
-    def __init__(self, plan: Plan, api: str) -> None:
+    def __init__(self, plan: Plan, api: str, streamed: bool = False) -> None:
         self.plan = plan
+        self.streamed = streamed  # the request asked for a stream
         self.api: Literal["chat", "responses"] = "responses" if api == "responses" else "chat"
         self.stream: StreamEnforcer | None = None
         self.changed = False  # the client got the answer rewritten (a call withheld)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from grader.json import dumps
@@ -47,6 +47,7 @@ from proxy.pipeline.enforce.decision import CallJudge, Decision, Enforced
 
 __all__ = [
     "NOTICE_PREFIX",
+    "ODD_CHOICE_REASON",
     "ODD_INDEX_REASON",
     "SIBLING_REASON",
     "UNREADABLE",
@@ -68,6 +69,9 @@ _CR: Final = 0x0D
 # chunk that also carries a tool call split, so that the text is not held back with the call.
 _TEXT_FIELDS: Final = ("content", "reasoning_content", "reasoning", "refusal")
 _TERMINAL: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# Events whose ``response.output`` the openai SDK's helper folds into the items already done
+# (matched by ``call_id``): its final response when the terminal event's output is null.
+_LIFECYCLE: Final = frozenset({"response.created", "response.queued", "response.in_progress"})
 # Responses output items a client executes by name (a custom tool's free-text ``input`` is
 # judged as the arguments), and the events that carry their arguments.
 _CALL_ITEMS: Final = ("function_call", "custom_tool_call")
@@ -88,6 +92,7 @@ _CALL_MARKERS: Final = (b"tool_calls", b"function_call", b"custom_tool_call")
 UNREADABLE: Final = "unreadable"
 ODD_INDEX_REASON: Final = "tool-call index is not a non-negative integer"
 UNREADABLE_EVENT_REASON: Final = "an event that carries a tool call could not be read"
+ODD_CHOICE_REASON: Final = "a tool call in a choice whose index is not a non-negative integer"
 
 
 def notice_line(name: str, decision: Decision) -> str:
@@ -171,6 +176,7 @@ class _Call:
     args: list[str] = field(default_factory=list)
     whole_args: str | None = None
     custom: _Call | None = None  # chat: the ``custom`` fragments' reading
+    legacy: _Call | None = None  # chat: a legacy ``function_call`` beside ``tool_calls``
     aliases: list[str] = field(default_factory=list)
     # chat: the repr of an ``index`` that is not a non-negative integer (docs/enforce.md)
     odd: str | None = None
@@ -178,6 +184,11 @@ class _Call:
     decision: Decision | None = None
     shown: str = ""  # the name the decision was made on (outcomes, notice lines)
     keep: bool | None = None  # None while unresolved
+    # Fragments that came for this call once it was judged and written, refused as the
+    # client reads the call with them, are withheld alone: ``withheld`` stands in for them
+    # (``late``, judged and recorded once; ``StreamEnforcer._rejudge``).
+    late: bool = False
+    withheld: _Call | None = None
 
     def add_name(self, fragment: object) -> None:
         """Chat: a name fragment is appended, as the openai SDK's accumulation appends it,
@@ -219,6 +230,9 @@ class _Call:
             readings = [(custom.name, custom.arguments)]
         else:
             readings = [own, (custom.name, custom.arguments)]
+        legacy = self.legacy
+        if legacy is not None and (legacy.name or legacy.arguments):
+            readings.append((legacy.name, legacy.arguments))
         readings += [(alias, self.arguments) for alias in self.aliases]
         return list(dict.fromkeys(readings))
 
@@ -274,7 +288,8 @@ class StreamEnforcer:
         # long call's fragments do not rescan the queue each (which would be quadratic).
         self._resolutions = 0
         # Responses
-        self._rqueue: list[tuple[bytes, dict[str, Any] | None, str, int | None]] = []
+        # (bytes, parsed, type, output_index, the call it belongs to when it was read)
+        self._rqueue: list[tuple[bytes, dict[str, Any] | None, str, int | None, _Call | None]] = []
         self._items: dict[int, _Call] = {}  # call items by input output_index
         # Call items only the terminal event's output holds (``index``: their place in it)
         self._late: list[_Call] = []
@@ -353,11 +368,11 @@ class StreamEnforcer:
         else:
             self._responses_event(raw, event, obj)
 
-    def _unreadable_event(self) -> None:
+    def _unreadable_event(self, reason: str = UNREADABLE_EVENT_REASON) -> None:
         """An event that names a tool call but that no JSON reader takes: in an acting mode it
         is dropped (a client with a laxer reader could act on a call nobody judged), and
         recorded as a call withheld as ``unreadable``; ``observe`` records what it would do."""
-        decision = self._unreadable(UNREADABLE_EVENT_REASON)
+        decision = self._unreadable(reason)
         call = _Call(index=-1, odd="event", complete=True, decision=decision, keep=False)
         self._judged.append(call)
 
@@ -370,7 +385,7 @@ class StreamEnforcer:
 
     def _free(self, raw: bytes) -> None:
         if self._api == "responses" and self._rqueue:
-            self._rqueue.append((raw, None, "", None))
+            self._rqueue.append((raw, None, "", None, None))
         else:
             self._out.append(raw)
 
@@ -387,16 +402,46 @@ class StreamEnforcer:
         anything but pass, else the first) is its decision. A chat call with an odd ``index``
         the judge passes is withheld all the same (``unreadable``; observe counts it): clients
         disagree on which call such a fragment belongs to."""
-        judged = [(name, self._judge(name, args)) for name, args in call.readings()]
-        shown, decision = next(
-            (pair for pair in judged if _acts(pair[1])),
-            next((pair for pair in judged if pair[1].action != "pass"), judged[0]),
-        )
+        shown, decision = self._verdict(call)
         if call.odd is not None and decision.action == "pass":
             decision = self._unreadable(ODD_INDEX_REASON)
         call.decision, call.shown = decision, shown
         self._judged.append(call)
         return decision
+
+    def _verdict(self, call: _Call) -> tuple[str, Decision]:
+        judged = [(name, self._judge(name, args)) for name, args in call.readings()]
+        return next(
+            (pair for pair in judged if _acts(pair[1])),
+            next((pair for pair in judged if pair[1].action != "pass"), judged[0]),
+        )
+
+    def _rejudge(self, call: _Call, reading: _Call) -> _Call:
+        """A fragment changed how a client reads a call already judged (a chat name or
+        arguments after its ``finish_reason`` or after a later call began; a Responses item
+        event after its ``output_item.done``): ``reading`` is the call read with it, judged
+        now. Still held (``block`` before the answer ends): the call is judged again, in
+        place. Already written: a refused fragment is withheld alone (the returned stand-in
+        keeps nothing); one that passes, or one of a call removed, follows the call."""
+        if call.keep is False:
+            return call
+        shown, decision = self._verdict(reading)
+        if decision.action == "pass":
+            return call
+        if call.keep is None:
+            if not _acts(decision) and call.decision is not None and _acts(call.decision):
+                return call  # a refusal stands
+            self._judged.remove(call)
+            call.decision, call.shown = decision, shown
+            self._judged.append(call)
+            return call
+        if call.withheld is None:
+            withheld = replace(reading, args=list(reading.args), late=True, withheld=None)
+            withheld.decision, withheld.shown = decision, shown
+            withheld.keep = self._mode == "observe"
+            self._judged.append(withheld)
+            call.withheld = withheld
+        return call.withheld
 
     def _block_together(self, calls: list[_Call]) -> None:
         """``block``: one refused call withholds every call of the answer; each then reads
@@ -419,6 +464,26 @@ class StreamEnforcer:
         if not isinstance(choices, list) or not choices:
             self._out.append(raw)  # usage chunk, error object, anything without choices
             return
+        odd = [
+            position
+            for position, entry in enumerate(choices)
+            if isinstance(entry, dict)
+            and not is_index(entry.get("index", position))
+            and _carries_fragment(entry.get("delta"))
+        ]
+        if odd:
+            # A choice index that is no non-negative integer ("0", true, -1) keys no choice the
+            # proxy can hold, while the SDK's raw iteration hands its calls over all the same
+            # (its helper reads true as 1 and -1 as the last): its call fragments are dropped
+            # in an acting mode, recorded as unreadable.
+            self._unreadable_event(ODD_CHOICE_REASON)
+            if self._mode != "observe":
+                choices = [
+                    {**entry, "delta": _without_calls(entry["delta"])} if position in odd else entry
+                    for position, entry in enumerate(choices)
+                ]
+                obj = {**obj, "choices": choices}
+                raw = _chat_block(obj)
         self._envelope = obj
         resolutions = self._resolutions
         refs: dict[tuple[int, int], _Call] = {}
@@ -482,6 +547,7 @@ class StreamEnforcer:
     ) -> None:
         """Attach each tool-call fragment of a delta to its call, completing earlier calls."""
         entries = delta.get("tool_calls")
+        legacy = delta.get("function_call")
         first: _Call | None = None
         if isinstance(entries, list):
             for slot, entry in enumerate(entries):
@@ -500,6 +566,7 @@ class StreamEnforcer:
                     index, odd = -1, repr(raw_index)
                 call_id = nonempty_str(entry.get("id"))
                 call = self._call_for(choice, index, call_id, odd)
+                before = call.readings() if call.complete else None
                 function = entry.get("function")
                 if isinstance(function, dict):
                     call.add_name(function.get("name"))
@@ -510,16 +577,27 @@ class StreamEnforcer:
                         call.custom = _Call(index=call.index)
                     call.custom.add_name(custom.get("name"))
                     call.custom.add_args(custom.get("input"))
+                if first is None and isinstance(legacy, dict):
+                    # llama.cpp mirrors tool_calls[0] here; a client of the legacy API reads
+                    # the mirror, so it is a reading of that call (the same, when it mirrors).
+                    if call.legacy is None:
+                        call.legacy = _Call(index=call.index)
+                    call.legacy.add_name(legacy.get("name"))
+                    call.legacy.add_args(legacy.get("arguments"))
+                if before is not None and call.readings() != before:
+                    call = self._rejudge(call, call)
                 refs[(position, slot)] = call
                 first = first or call
-        legacy = delta.get("function_call")
         if isinstance(legacy, dict):
             if first is not None:
-                refs[(position, -1)] = first  # llama.cpp mirrors tool_calls[0] here
+                refs[(position, -1)] = first
             else:
                 call = self._call_for(choice, 0, None, None)
+                before = call.readings() if call.complete else None
                 call.add_name(legacy.get("name"))
                 call.add_args(legacy.get("arguments"))
+                if before is not None and call.readings() != before:
+                    call = self._rejudge(call, call)
                 refs[(position, -1)] = call
 
     def _call_for(self, choice: _Choice, index: int, call_id: str | None, odd: str | None) -> _Call:
@@ -625,7 +703,6 @@ class StreamEnforcer:
         changed = False
         out = dict(delta)
         entries = delta.get("tool_calls")
-        any_kept = False
         if isinstance(entries, list) and entries:
             new_entries: list[Any] = []
             for slot, entry in enumerate(entries):
@@ -636,7 +713,6 @@ class StreamEnforcer:
                 if not call.keep:
                     changed = True
                     continue
-                any_kept = True
                 index = self._new_index(choice, call)
                 if (
                     isinstance(entry, dict)
@@ -651,11 +727,10 @@ class StreamEnforcer:
             else:
                 del out["tool_calls"]
         legacy_call = refs.get((position, -1))
-        if legacy_call is not None and isinstance(delta.get("function_call"), dict):
-            mirror = isinstance(entries, list) and bool(entries)
-            if not (any_kept if mirror else legacy_call.keep):
-                del out["function_call"]
-                changed = True
+        legacy = delta.get("function_call")
+        if legacy_call is not None and isinstance(legacy, dict) and not legacy_call.keep:
+            del out["function_call"]
+            changed = True
         return (out, True) if changed else (delta, False)
 
     def _new_index(self, choice: _Choice, call: _Call) -> int:
@@ -723,17 +798,84 @@ class StreamEnforcer:
                 call.add_args(obj.get("delta"))
             elif kind in _ARG_DONES and isinstance(obj.get(_ARG_DONES[kind]), str):
                 call.whole_args = obj[_ARG_DONES[kind]]
+                call.set_name(obj.get("name"))  # OpenAI names the call here too
             elif kind == "response.output_item.done" and isinstance(item, dict):
                 call.set_name(item.get("name"))
                 arguments = _item_arguments(item)
                 if isinstance(arguments, str):
                     call.whole_args = arguments
                 self._complete_item(call)
-        self._rqueue.append((raw, obj, kind, index))
+        elif call is not None and (item_call or args_event):
+            # An event for a call already judged (a second done, another item at the same
+            # output_index, arguments after the done): each event is read whole, so it is
+            # judged as it reads, beside the call's own name.
+            reading = replace(call, args=[], aliases=[*call.aliases, call.name], late=True)
+            if item_call and isinstance(item, dict):
+                reading.set_name(item.get("name"))
+                arguments = _item_arguments(item)
+                reading.whole_args = arguments if isinstance(arguments, str) else call.arguments
+            elif kind in _ARG_DELTAS and isinstance(obj.get("delta"), str):
+                reading.whole_args = call.arguments + obj["delta"]
+            elif kind in _ARG_DONES and isinstance(obj.get(_ARG_DONES[kind]), str):
+                reading.whole_args = obj[_ARG_DONES[kind]]
+                reading.set_name(obj.get("name"))
+            if reading.readings() != call.readings():
+                call = self._rejudge(call, reading)
+        if kind in _LIFECYCLE:
+            raw, obj = self._judge_lifecycle(raw, kind, obj)
+        self._rqueue.append((raw, obj, kind, index, call))
         if kind in _TERMINAL:
             self._judge_output(obj.get("response"))
             self._resolve_items()
         self._rdrain()
+
+    def _judge_lifecycle(
+        self, raw: bytes, kind: str, obj: dict[str, Any]
+    ) -> tuple[bytes, dict[str, Any]]:
+        """A ``response.created`` / ``queued`` / ``in_progress`` event whose output holds call
+        items: the openai SDK's helper takes each as the new state of the done item with its
+        ``call_id``, so each is judged as a reading of that call (or on its own); a refused one
+        leaves the event's output in an acting mode."""
+        response = obj.get("response")
+        output = response.get("output") if isinstance(response, dict) else None
+        if not isinstance(output, list) or not isinstance(response, dict):
+            return raw, obj
+        by_call = {call.id: call for call in self._items.values() if call.id}
+        kept: list[Any] = []
+        for item in output:
+            if not isinstance(item, dict) or item.get("type") not in _CALL_ITEMS:
+                kept.append(item)
+                continue
+            call_id = nonempty_str(item.get("call_id"))
+            seen = by_call.get(call_id) if call_id is not None else None
+            if seen is not None:
+                reading = replace(seen, args=[], aliases=[*seen.aliases, seen.name], late=True)
+            else:
+                reading = _Call(index=-1, id=call_id, late=True)
+            reading.set_name(item.get("name"))
+            try:
+                arguments = _item_arguments(item)
+                reading.whole_args = "" if arguments is None else arguments_text(arguments)
+            except CaptureError:
+                reading.whole_args = ""
+            if seen is not None and reading.readings() == seen.readings():
+                kept.append(item)
+                continue
+            shown, decision = self._verdict(reading)
+            if decision.action == "pass":
+                kept.append(item)
+                continue
+            if seen is not None:
+                self._rejudge(seen, reading)
+            else:
+                reading.decision, reading.shown, reading.keep = decision, shown, False
+                self._judged.append(reading)
+            if self._mode == "observe":
+                kept.append(item)
+        if len(kept) == len(output):
+            return raw, obj
+        obj = {**obj, "response": {**response, "output": kept}}
+        return _responses_block(kind, obj), obj
 
     def _judge_output(self, response: object) -> None:
         """At the terminal event: judge every call item of ``response.output`` that is not a
@@ -793,11 +935,12 @@ class StreamEnforcer:
         """Write queued events from the front up to the first one of an unresolved call."""
         queue = self._rqueue
         taken = 0
-        for raw, obj, kind, index in queue:
-            call = self._items.get(index) if index is not None else None
+        for raw, obj, kind, index, call in queue:
             if call is not None and call.keep is None:
                 break
             taken += 1
+            if call is not None and call.late:
+                continue  # a refused event of a call already written: withheld alone
             if obj is None:
                 self._out.append(raw)
                 continue
@@ -934,6 +1077,18 @@ def _removed_item(
 
 def _empty_delta(delta: object) -> bool:
     return not isinstance(delta, dict) or all(value is None for value in delta.values())
+
+
+_CALL_KEYS: Final = ("tool_calls", "function_call")
+
+
+def _carries_fragment(delta: object) -> bool:
+    """Whether a chat delta carries a tool-call fragment, of whatever shape."""
+    return isinstance(delta, dict) and any(delta.get(key) is not None for key in _CALL_KEYS)
+
+
+def _without_calls(delta: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in delta.items() if key not in _CALL_KEYS}
 
 
 def _chat_part(obj: dict[str, Any], *, calls: bool) -> dict[str, Any] | None:

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from proxy.pipeline.decoding import PIECE_MAX_BYTES, CaptureBuffer, StreamDecoder
+from proxy.pipeline.decoding import (
+    PIECE_MAX_BYTES,
+    CaptureBuffer,
+    StreamDecoder,
+    content_coding,
+)
 from tests.support.backend import JSON, SSE, Reply, ScriptedBackend, wire
 from tests.support.proxy import ProxyFactory, rows_of
 
@@ -193,3 +198,19 @@ def test_stream_decoder_raises_on_what_it_cannot_decode(coding: str, body: bytes
     decoder = StreamDecoder(coding)
     with pytest.raises(zlib.error):
         list(decoder.pieces(body))
+
+
+@pytest.mark.parametrize(
+    ("values", "coding"),
+    [
+        pytest.param([], "identity", id="none"),
+        pytest.param(["GZip "], "gzip", id="one"),
+        pytest.param(["identity", "gzip"], "gzip", id="identity-then-gzip"),
+        pytest.param(["", "gzip"], "gzip", id="empty-then-gzip"),
+        pytest.param(["identity, gzip"], "gzip", id="listed"),
+        pytest.param(["gzip", "br"], "gzip, br", id="a-chain"),
+        pytest.param(["identity", " "], "identity", id="identity-and-blank"),
+    ],
+)
+def test_content_coding_reads_every_header_as_a_client_does(values: list[str], coding: str) -> None:
+    assert content_coding(values) == coding

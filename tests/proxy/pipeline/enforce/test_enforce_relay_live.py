@@ -456,3 +456,70 @@ async def test_request_usage_and_a_policy_share_a_stream(
     names, text = await asyncio.to_thread(_sdk, str(client.make_url("/v1")), api)
     assert names == calls
     assert text.count("[gradeproxy] withheld tool call") == lines
+
+
+# Content-Encoding headers a client (httpx, under the openai SDK) decodes as gzip: repeated
+# headers and listed values join in order, identity and empty tokens are no coding.
+AS_GZIP: list[list[tuple[str, str]]] = [
+    [("Content-Encoding", "identity"), ("content-encoding", "gzip")],
+    [("Content-Encoding", ""), ("content-encoding", "gzip")],
+    [("Content-Encoding", "identity, gzip")],
+]
+
+
+@pytest.mark.parametrize("headers", AS_GZIP, ids=["identity-then-gzip", "empty-then-gzip", "list"])
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_an_answer_every_content_encoding_header_says_is_gzip_is_judged_as_gzip(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    tmp_path: Path,
+    api: str,
+    stream: bool,
+    headers: list[tuple[str, str]],
+) -> None:
+    """Reading only the first header took the body for uncompressed: judged as bytes that were
+    no JSON, it passed, and the SDK inflated it to the forbidden call."""
+    client = await proxied(make_proxy, backend, tmp_path, "strip")
+    sent = gzip.compress((STREAMS if stream else ANSWERS)[api])
+    kind = SSE if stream else "application/json"
+    backend.replies.append(_reply(sent, kind, **dict(headers)))
+    got = await asyncio.to_thread(_sdk, str(client.make_url("/v1")), api, stream)
+    assert got[0] == ["get_weather"]
+    counted = await metrics_text(client)
+    assert metric_value(counted, "gradeproxy_enforced_total", **RULE) == 1
+
+
+# Answers the openai SDK reads as answers: any 2xx, a streamed request's as SSE and a whole
+# one's as JSON, whatever the Content-Type says. (status, Content-Type or None: the API's own)
+LABELLED_ODDLY: list[tuple[int, str | None]] = [
+    (200, "text/plain"),
+    (200, "application/octet-stream"),
+    (201, None),
+    (203, "text/plain"),
+    (200, SSE),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"), LABELLED_ODDLY, ids=[f"{s}-{k}" for s, k in LABELLED_ODDLY]
+)
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_2xx_answer_of_any_content_type_is_judged_as_the_sdk_reads_it(
+    make_proxy: ProxyFactory,
+    backend: ScriptedBackend,
+    tmp_path: Path,
+    api: str,
+    stream: bool,
+    status: int,
+    kind: str | None,
+) -> None:
+    """Only a 200 labelled text/event-stream or JSON was judged; the rest passed as it came."""
+    client = await proxied(make_proxy, backend, tmp_path, "strip")
+    body = (STREAMS if stream else ANSWERS)[api]
+    reply = _reply(body, kind or (SSE if stream else "application/json"))
+    reply.status = status
+    backend.replies.append(reply)
+    got = await asyncio.to_thread(_sdk, str(client.make_url("/v1")), api, stream)
+    assert got[0] == ["get_weather"]

@@ -36,7 +36,16 @@ from tests.support.enforce_streams import (
 )
 from tests.support.responses_wire import Case, Text
 from tests.support.responses_wire import stream as responses_stream
-from tests.support.smuggling import BAD, STREAMS, UNREADABLE, judge, judge_block
+from tests.support.smuggling import (
+    BAD,
+    HELPER_RAISES,
+    RELEASED,
+    STREAMS,
+    SURVIVORS,
+    UNREADABLE,
+    judge,
+    judge_block,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -130,28 +139,44 @@ async def test_openai_sdk_reads_an_enforced_red_team_stream_without_the_call(
     backend: ScriptedBackend, client: AsyncOpenAI, name: str, api: str, stream: bytes, mode: str
 ) -> None:
     """A hostile stream, stripped or blocked, is one the SDK reads, raw and accumulated, and
-    the forbidden call is in neither (a block's notice names it, unless it was unreadable)."""
+    the forbidden call is in neither (a block's notice names it, unless it was unreadable or
+    came after its call was written); a harmless call beside it may stay (``SURVIVORS``)."""
     judged = judge if mode == "strip" else judge_block
     out, _ = run(api, mode, judged, stream)
     serve(backend, out, 2)
-    named = mode == "block" and name not in UNREADABLE
+    named = mode == "block" and name not in UNREADABLE | RELEASED
     if api == "chat":
         raw: Any = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
-        assert [chunk async for chunk in raw]
+        chunks = [chunk async for chunk in raw]
+        deltas = [c.delta for chunk in chunks for c in chunk.choices]
+        fragments = [t.function for d in deltas for t in d.tool_calls or [] if t.function]
+        assert BAD not in "".join(f.name or "" for f in fragments)
+        assert BAD not in "".join(d.function_call.name or "" for d in deltas if d.function_call)
+        if name in HELPER_RAISES:
+            return
         async with client.chat.completions.stream(model="m", messages=MESSAGES) as helper:
             async for _ in helper:
                 pass
             final = await helper.get_final_completion()
-        assert not final.choices[0].message.tool_calls
-        assert (BAD in (final.choices[0].message.content or "")) is named
+        message = final.choices[0].message
+        kept = [c.function.name for c in message.tool_calls or []]
+        stays = (name in SURVIVORS and mode == "strip") or name in RELEASED
+        assert BAD not in kept if stays else not kept
+        assert message.function_call is None or message.function_call.name != BAD
+        assert (BAD in (message.content or "")) is named
         return
     raw = await client.responses.create(model="m", input="Delete it", stream=True)
-    assert [event async for event in raw][-1].type == "response.completed"
+    events = [event async for event in raw]
+    assert events[-1].type == "response.completed"
+    items = [e.item for e in events if e.type.startswith("response.output_item.")]
+    assert BAD not in [getattr(item, "name", None) for item in items]
+    assert BAD not in [getattr(e, "name", None) for e in events]
     async with client.responses.stream(model="m", input="Delete it") as helper:
         async for _ in helper:
             pass
         response = await helper.get_final_response()
-    assert not [i for i in response.output if i.type in ("function_call", "custom_tool_call")]
+    called = [i.name for i in response.output if i.type in ("function_call", "custom_tool_call")]
+    assert BAD not in called if name in SURVIVORS and mode == "strip" else not called
     assert (BAD in response.output_text) is named
 
 
