@@ -346,8 +346,9 @@ class StreamEnforcer:
             self._free(raw)
             return
         event, data, _, _ = events[-1]
-        if data.strip() == b"[DONE]":
-            # The SDK stops reading here: whatever is still held is resolved before it.
+        if data.lstrip().startswith(b"[DONE]"):
+            # The SDK stops reading at any data starting with [DONE] (``[DONE]x`` too): whatever
+            # is still held is resolved before it.
             self._end()
             self._out.append(raw)
             return

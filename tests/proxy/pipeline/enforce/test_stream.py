@@ -287,6 +287,20 @@ def test_chat_upstream_cut_resolves_held_calls_at_close(
         assert b"delete_payment" not in during
 
 
+@pytest.mark.parametrize("marker", [b"[DONE]", b"[DONE]x", b"[DONE] ", b"[DONE]{}"])
+@pytest.mark.parametrize("mode", ["strip", "observe"])
+def test_chat_calls_held_at_a_done_marker_go_before_it(marker: bytes, mode: str) -> None:
+    """The openai SDK stops at any data starting with ``[DONE]``: a call still held there must
+    be written before the marker, or the client never reads it."""
+    body = CHAT["cut_before_finish"] + b"data: " + marker + b"\n\n"
+    enforcer = StreamEnforcer("chat", forbid("nothing"), mode)  # type: ignore[arg-type]
+    during = enforcer.feed(body)
+    done_at = during.index(b"data: " + marker)
+    assert b"get_weather" in during[:done_at]
+    assert b"delete_payment" in during[:done_at]
+    assert enforcer.close() == b""
+
+
 @pytest.mark.parametrize("stream", sorted(CHAT))
 def test_chat_observe_is_byte_identical_and_records(stream: str) -> None:
     body = CHAT[stream]
