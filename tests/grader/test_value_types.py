@@ -41,6 +41,14 @@ RECORDS = [
     ("grader.checks.call_match", "_Key", "want", "None"),
     ("grader.checks.call_match", "Rules", "strings", '"exact"'),
     ("grader.tasks", "CheckDefinition", "name", '"x"'),
+    ("grader.tasks", "Task", "id", '"x"'),
+    ("grader.tasks", "TaskSet", "digest", '"x"'),
+    ("grader.advisory", "Advice", "names", "frozenset()"),
+    ("grader.enforce", "Target", "check", '"x"'),
+    ("grader.enforce", "EnforceSpec", "fail_closed", "True"),
+    ("grader.checks.judge", "JudgeConfig", "retries", "1"),
+    ("grader.checks.judge", "JudgeAnswer", "attempts", "1"),
+    ("grader.toolcall.canon", "Duration", "seconds", "1"),
 ]
 
 
