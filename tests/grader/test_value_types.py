@@ -49,6 +49,9 @@ RECORDS = [
     ("grader.checks.judge", "JudgeConfig", "retries", "1"),
     ("grader.checks.judge", "JudgeAnswer", "attempts", "1"),
     ("grader.toolcall.canon", "Duration", "seconds", "1"),
+    ("grader.checks.tool_call", "ToolCallCheck", "count", '"x"'),
+    ("grader.checks.json_schema", "JsonSchemaCheck", "digest", '"x"'),
+    ("grader.checks._base", "BaseCheck", "name", '"x"'),
 ]
 
 
