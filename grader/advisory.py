@@ -20,13 +20,14 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from grader.checks import check_digest
 from grader.errors import GraderError
 from grader.json import JSONError, loads_exact
+from grader.values import value_type
 
 ADVISORY_KEYS = ("advisory", "calibration")
 CALIBRATION_KIND = "judge_calibration"
@@ -90,7 +91,7 @@ def _cited(definition: Mapping[str, Any], label: str, base: Path | None) -> dict
     return record
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Advice:
     """What :func:`split_advisory` found: the task to build, advisory names, digest overrides."""
 

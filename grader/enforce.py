@@ -30,10 +30,10 @@ check definitions only), so what it reads of a check is the :class:`Definition` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, get_args
 
 from grader.errors import GraderError
+from grader.values import value_type
 
 __all__ = [
     "BUDGET_MS_DEFAULT",
@@ -79,7 +79,7 @@ class Definition(Protocol):
     def needs_judge(self) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Target:
     """One enforced check, resolved: ``check`` is the name reported (in the header, the row
     and the metric), ``source`` the task check it runs (empty for the episode record), and
@@ -91,7 +91,7 @@ class Target:
     behaviours: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class EnforceSpec:
     """A validated ``enforce`` entry; ``targets`` are its checks, resolved against the task's
     (or the route policy's) check definitions."""

@@ -159,36 +159,47 @@ class Live:
         row["key_id"] = self.key_id
 
 
-def _write_verdict(row: dict[str, Any], outcome: Outcome) -> None:
-    """The verdict part of a row, written into it: ``result`` and what is derived from it,
-    the tool-call column's own fields (tasks without checks), the columns."""
-    row["result"] = outcome.result
-    row["passed"] = outcome.passed
-    row["staleSchemaUsed"] = outcome.stale_schema_used
-    verdict = outcome.verdict
-    if verdict is not None and not outcome.has_checks:
-        row["score"] = verdict.score
-        row["reason"] = verdict.reason
-        row["reason_code"] = verdict.reason_code
-        row["path"] = verdict.path
-        row["call"] = verdict.call
-    row["checks"] = [column.to_dict() for column in outcome.checks]
-    row["warnings"] = list(outcome.warnings)
-
-
 def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any]:
-    """The row of one graded answer: every surface's row, the live one minus its fields."""
-    row: dict[str, Any] = {
+    """The row of one graded answer: every surface's row, the live one minus its fields.
+
+    ``result`` and what is derived from it, the tool-call column's own fields (tasks without
+    checks), the columns. Written as one dict display per shape, in the row's field order: a
+    row filled key by key grew its table twice on the way (every row of every surface)."""
+    verdict = outcome.verdict
+    if verdict is None or outcome.has_checks:
+        return {
+            "kind": ROW_KIND,
+            "row_schema_version": ROW_SCHEMA_VERSION,
+            "row_id": offline_row_id(),  # a live row's is derived instead (Live.write_into)
+            "task_id": task.id,
+            "mutationKind": task.mutation_kind,
+            "result": outcome.result,
+            "passed": outcome.passed,
+            "staleSchemaUsed": outcome.stale_schema_used,
+            "checks": [column.to_dict() for column in outcome.checks],
+            "warnings": list(outcome.warnings),
+            "tasks_digest": tasks_digest,
+            "grader_rules_version": GRADER_RULES_VERSION,
+        }
+    return {
         "kind": ROW_KIND,
         "row_schema_version": ROW_SCHEMA_VERSION,
-        "row_id": offline_row_id(),  # a live row's is derived instead (Live.write_into)
+        "row_id": offline_row_id(),
         "task_id": task.id,
         "mutationKind": task.mutation_kind,
+        "result": outcome.result,
+        "passed": outcome.passed,
+        "staleSchemaUsed": outcome.stale_schema_used,
+        "score": verdict.score,
+        "reason": verdict.reason,
+        "reason_code": verdict.reason_code,
+        "path": verdict.path,
+        "call": verdict.call,
+        "checks": [column.to_dict() for column in outcome.checks],
+        "warnings": list(outcome.warnings),
+        "tasks_digest": tasks_digest,
+        "grader_rules_version": GRADER_RULES_VERSION,
     }
-    _write_verdict(row, outcome)
-    row["tasks_digest"] = tasks_digest
-    row["grader_rules_version"] = GRADER_RULES_VERSION
-    return row
 
 
 def carried_conflicts(source: Mapping[str, Any]) -> list[str]:

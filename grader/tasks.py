@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,7 +110,7 @@ class CheckDefinition:
     where: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Task:
     """One gradable task: its check definitions, the expected call and the stale one.
 
@@ -172,7 +172,7 @@ class Task:
         return item
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class TaskSet:
     """A validated, immutable set of tasks and its digest."""
 

@@ -16,7 +16,6 @@ import hashlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
 from grader.checks.judge import Judge, JudgeClient
@@ -195,7 +194,7 @@ def check_digest(definition: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class BaseCheck(ABC):
     """Common fields and the synchronous-check ``arun``; subclasses implement ``run``."""
 

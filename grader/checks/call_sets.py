@@ -116,19 +116,32 @@ def max_matching(
             found = memo[(row, col)] = fit(row, col)
         return found
 
-    def augment(row: int, seen: set[int]) -> bool:
-        for col in range(cols):
-            if col not in seen and fits(row, col):
-                seen.add(col)
-                if col not in owner or augment(owner[col], seen):
-                    owner[col], partner[row] = row, col
-                    return True
-        return False
-
     for row in range(rows):
-        if partner[row] is None and not augment(row, set()) and perfect:
+        unreached = partner[row] is None and not _augment(row, set(), cols, fits, owner, partner)
+        if unreached and perfect:
             break
     return partner
+
+
+def _augment(
+    row: int,
+    seen: set[int],
+    cols: int,
+    fits: Callable[[int, int], bool],
+    owner: dict[int, int],
+    partner: list[int | None],
+) -> bool:
+    """Kuhn's augmenting path from ``row``. A module function, not a closure over the
+    matching's state: a closure that calls itself holds its own cell, a reference cycle that
+    kept every answer it reached (its calls, their arguments) alive until the next collection
+    of the cycle collector, instead of freeing them as the answer's grading returned."""
+    for col in range(cols):
+        if col not in seen and fits(row, col):
+            seen.add(col)
+            if col not in owner or _augment(owner[col], seen, cols, fits, owner, partner):
+                owner[col], partner[row] = row, col
+                return True
+    return False
 
 
 def schema_numeric_mismatch(arguments: Any, schema: Any, path: Path = ()) -> Mismatch | None:

@@ -31,13 +31,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from grader.checks._base import BaseCheck, CheckContext, CheckResult, Sample, Spec, sample_calls
 from grader.json import JSONError, loads_exact
 from grader.toolcall.canon import TooDeepError, canonical_json
 from grader.toolcall.extract import top_level_object_spans
+from grader.values import value_type
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -142,7 +142,7 @@ def answer_json(text: str, extract: bool) -> tuple[bool, Any]:
     return False, None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class JsonSchemaCheck(BaseCheck):
     schema: Any  # the literal schema, or None for "from_request"
     validator: Validator | None

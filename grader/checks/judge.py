@@ -23,10 +23,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 from grader.errors import GraderError
+from grader.values import value_type
 
 T = TypeVar("T")
 JudgeFailure = Literal["judge_parse_error", "judge_timeout", "judge_error"]
@@ -117,7 +117,7 @@ class JudgeParseError(GraderError, ValueError):
     """The judge replied with something other than the output contract allows."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class JudgeConfig:
     """Where and how to call the judge. The secret is named, never held: ``api_key_env``."""
 
@@ -147,7 +147,7 @@ class JudgeConfig:
             raise ValueError(f"judge config: {exc}") from None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class JudgeAnswer:
     """What asking the judge produced: a parsed value, or why there is none."""
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from grader.checks._base import BaseCheck, CheckResult, Spec
@@ -33,6 +32,7 @@ from grader.checks.judge import (
 )
 from grader.checks.sample import CheckContext, Sample
 from grader.checks.templates import Template, TemplateError, parse_template, unresolved
+from grader.values import value_type
 
 # The reason of a judge column on a surface without a judge: how to configure one.
 NO_JUDGE = (
@@ -120,7 +120,7 @@ def _sampling(spec: Spec) -> None:
         raise spec.error("sampling_params", "temperature must be 0: judges run deterministic")
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class JudgeCheck(BaseCheck):
     """``label_model`` (OpenAI's shape, or our binary criterion form) and ``score_model``."""
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from grader.checks._base import BaseCheck, Check, CheckResult, Spec
 from grader.checks.sample import CheckContext, Sample
 from grader.checks.templates import Template
 from grader.errors import GraderError
+from grader.values import value_type
 
 if TYPE_CHECKING:
     from grader.checks.judge import Judge
@@ -105,7 +105,7 @@ def evaluate_formula(node: ast.expr, values: Mapping[str, float]) -> float:
 Builder = Callable[[Mapping[str, Any], str], Check]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class MultiCheck(BaseCheck):
     graders: tuple[tuple[str, Check], ...]
     formula: ast.expr

@@ -36,7 +36,7 @@ This check is the one-response case of an episode: authority and links are judge
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from grader.checks._base import BaseCheck, CheckReasonCode, CheckResult, Spec
@@ -53,6 +53,7 @@ from grader.toolcall.rules import (
     parse_call_link,
     same,
 )
+from grader.values import value_type
 
 __all__ = ["BEHAVIOURS", "Action", "Constraint", "Link", "PolicyCheck"]
 
@@ -61,7 +62,7 @@ BEHAVIOURS = ("authority_ok", "no_forbidden_call", "links_ok")
 Verdict = tuple[bool | None, str, CheckReasonCode]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class PolicyCheck(BaseCheck):
     allowed: Mapping[str, Action] | None
     forbidden: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] | None

@@ -25,7 +25,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rapidfuzz import fuzz
@@ -34,6 +33,7 @@ from grader.checks._base import BaseCheck, CheckResult, Spec
 from grader.checks.sample import CheckContext, Sample
 from grader.checks.string_check import require_connected
 from grader.checks.templates import Template, TemplateError, parse_template, unresolved
+from grader.values import value_type
 
 _TOKEN = re.compile(r"\w+")
 BLEU_MAX_N = 4
@@ -119,7 +119,7 @@ def _too_large(metric: str, candidate: str, reference: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class SimilarityCheck(BaseCheck):
     metric: str
     threshold: float

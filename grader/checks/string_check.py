@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from grader.checks._base import BaseCheck, CheckResult, Spec
 from grader.checks.sample import CheckContext, Sample
 from grader.checks.templates import Template, TemplateError, parse_template, unresolved
+from grader.values import value_type
 
 Operation = Literal["eq", "ne", "like", "ilike"]
 OPERATIONS: tuple[Operation, ...] = ("eq", "ne", "like", "ilike")
@@ -102,7 +102,7 @@ def compare(operation: Operation, left: str, right: str) -> bool:
     return right.casefold() in left.casefold()
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class StringCheck(BaseCheck):
     operation: Operation
     input: Template

@@ -33,7 +33,7 @@ Paths are written as the grader reports them: ``arguments.filters.status``,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
@@ -57,6 +57,7 @@ from grader.checks.json_schema import FROM_REQUEST, request_schema
 from grader.checks.sample import CheckContext, Sample
 from grader.toolcall.extract import Call, call_from_value, extract
 from grader.toolcall.match import match_call, no_call_verdict
+from grader.values import value_type
 from grader.verdict import REASON_CODES, ReasonCode, Verdict
 
 # The details of a verdict without a path or stale call; read-only, since results that hold it
@@ -72,7 +73,7 @@ VERDICT_CODES: Mapping[str, ReasonCode] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class ToolCallCheck(BaseCheck):
     expected: Call | None
     stale: Call | None

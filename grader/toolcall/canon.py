@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import orjson
@@ -39,7 +38,7 @@ class CBool(enum.Enum):
     TRUE = True
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Duration:
     """An ISO-8601 duration reduced to its length, so ``PT0H45M == PT45M``."""
 

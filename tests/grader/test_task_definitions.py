@@ -5,6 +5,7 @@ Cases are the shipped tasks (config/tasks, config/tasks-judge) and small inline 
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from typing import Any
 
@@ -38,7 +39,7 @@ def answer(tool: str, arguments: dict[str, Any]) -> str:
 def values(task: Task) -> list[object]:
     """Every value a task holds, nested containers opened."""
     found: list[object] = []
-    stack: list[object] = [getattr(task, name) for name in Task.__slots__]
+    stack: list[object] = [getattr(task, f.name) for f in dataclasses.fields(Task)]
     while stack:
         value = stack.pop()
         found.append(value)

@@ -13,6 +13,7 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -40,6 +41,17 @@ RECORDS = [
     ("grader.checks.call_match", "_Key", "want", "None"),
     ("grader.checks.call_match", "Rules", "strings", '"exact"'),
     ("grader.tasks", "CheckDefinition", "name", '"x"'),
+    ("grader.tasks", "Task", "id", '"x"'),
+    ("grader.tasks", "TaskSet", "digest", '"x"'),
+    ("grader.advisory", "Advice", "names", "frozenset()"),
+    ("grader.enforce", "Target", "check", '"x"'),
+    ("grader.enforce", "EnforceSpec", "fail_closed", "True"),
+    ("grader.checks.judge", "JudgeConfig", "retries", "1"),
+    ("grader.checks.judge", "JudgeAnswer", "attempts", "1"),
+    ("grader.toolcall.canon", "Duration", "seconds", "1"),
+    ("grader.checks.tool_call", "ToolCallCheck", "count", '"x"'),
+    ("grader.checks.json_schema", "JsonSchemaCheck", "digest", '"x"'),
+    ("grader.checks._base", "BaseCheck", "name", '"x"'),
 ]
 
 
@@ -96,10 +108,33 @@ class Pair:
     right: tuple[int, ...] = ()
 
 
+@value_type
+class Noted:
+    value: float
+    note: str = dataclasses.field(default="", compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenNoted:  # what a value type must behave as
+    value: float
+    note: str = dataclasses.field(default="", compare=False, repr=False)
+
+
+@value_type
+class Single:
+    only: object
+
+
+NAN = float("nan")
+
+
 @pytest.mark.parametrize(
     ("a", "b", "equal"),
     [
         pytest.param(Pair(1, (2,)), Pair(1, (2,)), True, id="same_fields_equal_and_hash_alike"),
+        pytest.param(Noted(1.0, "a"), Noted(1.0, "b"), True, id="a_field_not_compared_is_ignored"),
+        pytest.param(Single(NAN), Single(NAN), True, id="the_same_nan_equal_as_in_a_tuple"),
+        pytest.param(Single(1), Single(1.0), True, id="one_field_compares_by_value"),
         pytest.param(Pair(1), Pair(2), False, id="a_different_field_differs"),
         pytest.param(Pair(1, (2,)), Pair(1, (3,)), False, id="a_different_default_differs"),
     ],
@@ -108,6 +143,22 @@ def test_a_value_type_compares_and_hashes_by_its_fields(a: Pair, b: Pair, equal:
     assert (a == b) is equal
     assert (hash(a) == hash(b)) is equal
     assert len({a, b}) == (1 if equal else 2)
+
+
+@pytest.mark.parametrize(
+    ("value", "frozen"),
+    [
+        pytest.param(Noted(1.5, "hidden"), FrozenNoted(1.5, "hidden"), id="a_field_not_shown"),
+        pytest.param(Noted(NAN), FrozenNoted(NAN), id="a_nan"),
+    ],
+)
+def test_a_value_type_reads_and_hashes_as_the_frozen_dataclass(
+    value: Noted, frozen: FrozenNoted
+) -> None:
+    assert repr(value).replace("Noted", "FrozenNoted", 1) == repr(frozen)
+    assert hash(value) == hash(frozen)
+    assert (value == cast(object, frozen)) is False  # another class is never equal
+    assert (value == value) is (frozen == frozen)
 
 
 def test_a_value_type_has_no_instance_dict() -> None:
