@@ -7,6 +7,9 @@
 #                          instead of `apt-get install` starts no service, creates no system
 #                          user and pulls none of the package's web-UI dependencies; the two Go
 #                          binaries are static and run from anywhere.
+#   tinyproxy            Debian's `tinyproxy-bin`, unpacked the same way into .cache/tinyproxy/
+#                          and linked into the venv's bin/: the real forward proxy that
+#                          tests/proxy/pipeline/test_transport.py reaches the upstream through.
 #   chromium             Debian's `chromium` package (apt-get install --no-install-recommends),
 #                          the browser tests/e2e/test_live_page.py drives through Playwright with
 #                          executable_path=/usr/bin/chromium (`playwright install` is never run).
@@ -26,6 +29,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly REPO_ROOT
 readonly PROM_DIR="${REPO_ROOT}/.cache/prometheus"
 readonly PROM_BIN="${PROM_DIR}/usr/bin"
+readonly TINYPROXY_DIR="${REPO_ROOT}/.cache/tinyproxy"
 
 # Exact versions: the tests' expectations (schemas, rule sets) were checked against these.
 readonly PIP_TOOLS=(
@@ -51,13 +55,12 @@ pick_python() {
     fi
 }
 
-install_prometheus() {
-    if [[ -x "${PROM_BIN}/promtool" && -x "${PROM_BIN}/prometheus" ]]; then
-        log "prometheus already unpacked in ${PROM_DIR}"
-        return 0
-    fi
+# Download one Debian package and unpack it into DIR (apt-get download + dpkg -x): no
+# maintainer scripts run, so nothing is started as a service and no system user is made.
+unpack_deb() {
+    local package="$1" dir="$2"
     if [[ "${SKIP_APT:-0}" == 1 ]]; then
-        log "SKIP_APT=1 and ${PROM_BIN}/promtool is missing"
+        log "SKIP_APT=1 and ${package} is not unpacked in ${dir}"
         return 1
     fi
     log "apt-get update"
@@ -70,24 +73,40 @@ install_prometheus() {
     if id _apt >/dev/null 2>&1; then
         chown _apt "${tmp}"
     fi
-    log "apt-get download prometheus"
-    (cd "${tmp}" && apt-get download -qq prometheus)
+    log "apt-get download ${package}"
+    (cd "${tmp}" && apt-get download -qq "${package}")
     local deb
-    deb="$(find "${tmp}" -maxdepth 1 -name 'prometheus_*.deb' -print -quit)"
+    deb="$(find "${tmp}" -maxdepth 1 -name "${package}_*.deb" -print -quit)"
     if [[ -z "${deb}" ]]; then
-        log "apt-get download produced no prometheus_*.deb"
+        log "apt-get download produced no ${package}_*.deb"
         rm -rf "${tmp}"
         return 1
     fi
     # Unpack into a fresh folder and move it into place, so an interrupted run never leaves a
-    # half-unpacked tree that the check above would take for a finished one.
-    rm -rf "${PROM_DIR}.partial"
-    mkdir -p "${PROM_DIR}.partial"
-    dpkg -x "${deb}" "${PROM_DIR}.partial"
-    rm -rf "${PROM_DIR}"
-    mv "${PROM_DIR}.partial" "${PROM_DIR}"
+    # half-unpacked tree that the callers' checks would take for a finished one.
+    rm -rf "${dir}.partial"
+    mkdir -p "${dir}.partial"
+    dpkg -x "${deb}" "${dir}.partial"
+    rm -rf "${dir}"
+    mv "${dir}.partial" "${dir}"
     rm -rf "${tmp}"
-    log "unpacked $(basename "${deb}") into ${PROM_DIR}"
+    log "unpacked $(basename "${deb}") into ${dir}"
+}
+
+install_prometheus() {
+    if [[ -x "${PROM_BIN}/promtool" && -x "${PROM_BIN}/prometheus" ]]; then
+        log "prometheus already unpacked in ${PROM_DIR}"
+        return 0
+    fi
+    unpack_deb prometheus "${PROM_DIR}"
+}
+
+install_tinyproxy() {
+    if [[ -x "${TINYPROXY_DIR}/usr/bin/tinyproxy" ]]; then
+        log "tinyproxy already unpacked in ${TINYPROXY_DIR}"
+        return 0
+    fi
+    unpack_deb tinyproxy-bin "${TINYPROXY_DIR}"
 }
 
 install_chromium() {
@@ -109,6 +128,7 @@ link_into_venv() {
     for tool in promtool prometheus; do
         ln -sfn "${PROM_BIN}/${tool}" "${bindir}/${tool}"
     done
+    ln -sfn "${TINYPROXY_DIR}/usr/bin/tinyproxy" "${bindir}/tinyproxy"
 }
 
 main() {
@@ -117,6 +137,7 @@ main() {
     bindir="$(cd "$(dirname "${python}")" && pwd)"
 
     install_prometheus
+    install_tinyproxy
     link_into_venv "${bindir}"
     install_chromium
 
@@ -132,6 +153,7 @@ main() {
     export PATH="${bindir}:${PROM_BIN}:${PATH}"
     echo "tool versions:"
     echo "  promtool:            $(promtool --version 2>&1 | head -n 1)"
+    echo "  tinyproxy:           $(tinyproxy -v 2>&1 | head -n 1)"
     echo "  prometheus:          $(prometheus --version 2>&1 | head -n 1)"
     echo "  kubernetes-validate: $("${python}" -m pip show kubernetes-validate 2>/dev/null | sed -n 's/^Version: //p')"
     echo "  check-jsonschema:    $(check-jsonschema --version 2>&1 | head -n 1)"
