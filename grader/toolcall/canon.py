@@ -24,6 +24,7 @@ import orjson
 
 from grader.errors import GraderError
 from grader.json import MAX_DEPTH, quote
+from grader.lazy_pattern import LazyPattern
 from grader.values import value_type
 
 
@@ -192,7 +193,7 @@ def canonical_json_parsed(value: Any, depth: int = 0) -> bytes:
 
 # In orjson's text: a whole string (skipped, escapes included), or a double with an integral
 # value written with ".0" ("-0.0" apart: its sign is dropped too), as its integer.
-_STRING_OR_INTEGRAL = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[1-9][0-9]*|-?(0))\.0(?=[,\]}]|$)')
+_STRING_OR_INTEGRAL = LazyPattern(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[1-9][0-9]*|-?(0))\.0(?=[,\]}]|$)')
 
 
 def _integral_doubles(data: bytes) -> bytes:
@@ -202,7 +203,7 @@ def _integral_doubles(data: bytes) -> bytes:
     apart (:func:`_write_parsed`) wrote and searched every level down to each double."""
     parts: list[bytes] = []
     done = 0
-    for match in _STRING_OR_INTEGRAL.finditer(data):
+    for match in _STRING_OR_INTEGRAL().finditer(data):
         number = match[1]
         if number is None:
             continue
