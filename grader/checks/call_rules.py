@@ -94,15 +94,19 @@ def bfcl_standardize(text: str) -> str:
     return _BFCL_DROP().sub("", text).lower().replace("'", '"')
 
 
-def _fold_strings(value: Canon, mode: StringMode) -> Canon:
+def fold_strings(value: Canon, mode: StringMode) -> Canon:
+    """A canonical value (:func:`grader.toolcall.canon.canon`'s) under a string mode: the same
+    value :func:`canon_in` gives for the plain value it came from. An expected call's arguments
+    are folded from the call's own canonical value (made when the call was read), so a task's
+    arguments are not canonicalised twice: objects are sorted and strings normalised already."""
     if mode == "exact":
         return value
     if isinstance(value, str):
         return value.casefold() if mode == "casefold" else bfcl_standardize(value)
     if isinstance(value, CObject):
-        return CObject(tuple((k, _fold_strings(v, mode)) for k, v in value.items))
+        return CObject(tuple([(k, fold_strings(v, mode)) for k, v in value.items]))
     if isinstance(value, CArray):
-        return CArray(tuple(_fold_strings(v, mode) for v in value.items))
+        return CArray(tuple([fold_strings(v, mode) for v in value.items]))
     return value
 
 
@@ -131,7 +135,7 @@ def canon_in(value: Any, mode: StringMode, depth: int = 0) -> Canon:
     if value is None:
         return None
     if mode == "exact" or (kind is not list and kind is not dict):
-        return _fold_strings(canon(value, depth), mode)
+        return fold_strings(canon(value, depth), mode)
     if depth >= MAX_DEPTH:
         raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
     depth += 1
