@@ -18,7 +18,6 @@ nothing would be left to decide the row.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 from grader.checks import check_digest
 from grader.errors import GraderError
 from grader.json import JSONError, loads_exact
+from grader.lazy_pattern import LazyPattern
 from grader.values import value_type
 
 ADVISORY_KEYS = ("advisory", "calibration")
@@ -37,7 +37,7 @@ class AdvisoryError(GraderError, ValueError):
     """An ``advisory``/``calibration`` field is unusable; the message says which and why."""
 
 
-_FILE_SOURCE = re.compile(r"(.+):[0-9]+")
+_FILE_SOURCE = LazyPattern(r"(.+):[0-9]+")
 
 
 def _base_dir(source: str) -> Path | None:
@@ -46,7 +46,7 @@ def _base_dir(source: str) -> Path | None:
     Only a task loaded from a file may cite a record: a task sent inline (the scoring API, MCP)
     must never make the server open a path of the caller's choosing.
     """
-    match = _FILE_SOURCE.fullmatch(source)
+    match = _FILE_SOURCE().fullmatch(source)
     if match is None or not Path(match.group(1)).is_file():
         return None
     return Path(match.group(1)).parent

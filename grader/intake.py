@@ -21,7 +21,6 @@ never writes a file, and imports nothing of the CLI.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from typing import Any, Literal, TextIO, get_args
 
 from grader.errors import GraderError
 from grader.json import NOT_READ, JSONError, loads_exact, read_plain_bytes
+from grader.lazy_pattern import LazyPattern
 from grader.values import value_type
 
 InputReason = Literal[
@@ -201,9 +201,9 @@ def _not_utf8(raw: bytes, exc: UnicodeDecodeError) -> str:
 # ---- the JSON-line error describer -------------------------------------------------------------
 
 _WHITESPACE = " \t\n\r"
-_STRING_RUN = re.compile(r'[^"\\\x00-\x1f]*')
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_NUMBER_PREFIX = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?)?")
+_STRING_RUN = LazyPattern(r'[^"\\\x00-\x1f]*')
+_NUMBER = LazyPattern(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_NUMBER_PREFIX = LazyPattern(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?)?")
 _LITERALS = ("true", "false", "null")
 _ESCAPES = frozenset('"\\/bfnrtu')
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -361,8 +361,8 @@ def _scalar(text: str, pos: int, expect: int) -> int:
     if char == '"':
         return _string(text, pos)
     if char == "-" or char.isdigit():
-        number = _NUMBER.match(text, pos)
-        prefix = _NUMBER_PREFIX.match(text, pos)
+        number = _NUMBER().match(text, pos)
+        prefix = _NUMBER_PREFIX().match(text, pos)
         ended = prefix is not None and prefix.end() == len(text)
         if ended and (number is None or number.end() < len(text)):
             raise _EndedError("a number")
@@ -391,7 +391,7 @@ def _string(text: str, pos: int) -> int:
     end = len(text)
     at = pos + 1
     while True:
-        run = _STRING_RUN.match(text, at)
+        run = _STRING_RUN().match(text, at)
         at = run.end() if run is not None else at
         if at >= end:
             raise _EndedError("string")

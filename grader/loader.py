@@ -158,7 +158,7 @@ def _enforce(
         raise TaskLoadError(str(exc)) from None
 
 
-def _parse(obj: Any, source: str) -> tuple[Task, tuple[Check, ...]]:
+def _parse(obj: Any, source: str, parsed: bool = False) -> tuple[Task, tuple[Check, ...]]:
     if not isinstance(obj, dict):
         raise TaskLoadError(f"a task must be a JSON object, got {type(obj).__name__}")
     check_task_keys(obj)
@@ -213,7 +213,7 @@ def _parse(obj: Any, source: str) -> tuple[Task, tuple[Check, ...]]:
         checks=definitions,
         episode=episode,
         advisory=advisory,
-        checks_digest=checks_digest(obj, definitions),
+        checks_digest=checks_digest(obj, definitions, parsed=parsed),
         enforce=enforce,
     )
     return task, built
@@ -221,8 +221,14 @@ def _parse(obj: Any, source: str) -> tuple[Task, tuple[Check, ...]]:
 
 def parse_task(obj: Any, source: str = "<memory>") -> Task:
     """Validate one task definition; raise :class:`TaskLoadError` naming ``source``."""
+    return _parse_task(obj, source)
+
+
+def _parse_task(obj: Any, source: str, parsed: bool = False) -> Task:
+    """:func:`parse_task`; ``parsed``: ``obj`` was read from JSON text by :mod:`grader.json`
+    (its digests are written without reading orjson's text back, the same text)."""
     try:
-        task, built = _parse(obj, source)
+        task, built = _parse(obj, source, parsed)
     except TaskLoadError as exc:
         raise TaskLoadError(f"{source}: {exc}") from None
     if built:
@@ -254,7 +260,7 @@ def iter_file_tasks(path: Path) -> Iterator[Task]:
             obj = loads_exact(line)
         except JSONError as exc:
             raise TaskLoadError(f"{where}: not valid JSON: {exc}") from None
-        yield parse_task(obj, where)
+        yield _parse_task(obj, where, parsed=True)
 
 
 def load_tasks(path: str | Path) -> TaskSet:

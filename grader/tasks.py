@@ -193,13 +193,18 @@ class TaskSet:
         return self.tasks.get(task_id)
 
 
-def checks_digest(raw: Mapping[str, Any], definitions: Iterable[CheckDefinition]) -> str:
+def checks_digest(
+    raw: Mapping[str, Any], definitions: Iterable[CheckDefinition], *, parsed: bool = False
+) -> str:
     """sha256 of what a task's built checks depend on: the rules version, each definition's
     digest (and place), the expected call and the stale one. Two tasks with the same digest
-    build the same checks, whatever their ids, metadata or files."""
+    build the same checks, whatever their ids, metadata or files. ``parsed``: ``raw`` was read
+    from JSON text (see :func:`tasks_digest`); the digest is the same."""
     metadata = raw.get("metadata")
     stale = metadata.get("stale") if isinstance(metadata, Mapping) else None
-    parts = [GRADER_RULES_VERSION, canonical_json([raw.get("expected"), stale])]
+    calls = [raw.get("expected"), stale]
+    text = canonical_json_parsed(calls).decode() if parsed else canonical_json(calls)
+    parts = [GRADER_RULES_VERSION, text]
     parts += [f"{d.where}={d.digest}" for d in definitions]
     return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 

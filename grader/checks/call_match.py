@@ -24,6 +24,7 @@ from grader.checks.call_rules import (
     Path,
     StringMode,
     canon_in,
+    fold_strings,
     number_fails,
     path_text,
 )
@@ -108,7 +109,16 @@ class ExpectedCall:
         "rules",
     )
 
-    def __init__(self, name: str, arguments: dict[str, Any], rules: Rules) -> None:
+    def __init__(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        rules: Rules,
+        canonical: Canon | None = None,
+    ) -> None:
+        """``canonical``: the arguments' canonical value (:func:`grader.toolcall.canon.canon`'s,
+        the expected :class:`~grader.toolcall.extract.Call`'s own), folded to the check's string
+        mode instead of canonicalising ``arguments`` again; None: canonicalised here."""
         self.name = name
         self.arguments = arguments
         self.rules = rules
@@ -126,7 +136,11 @@ class ExpectedCall:
             ruled.add(())
         self._ruled = frozenset(ruled)
         self._every = any(EVERY in path for path in rules.numbers)
-        self._canon = canon_in(arguments, rules.strings)
+        self._canon = (
+            canon_in(arguments, rules.strings)
+            if canonical is None
+            else fold_strings(canonical, rules.strings)
+        )
         keys = self._compile_keys()
         self._keys = keys
         if keys is None:

@@ -93,7 +93,8 @@ def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | Non
 def compile_call(spec: Spec, key: str, call: Call, rules: Rules) -> ExpectedCall:
     """The expected call compiled with its rules; a value canon cannot read names ``key``."""
     try:
-        return ExpectedCall(call.name, call.arguments, rules)
+        # The Call's canonical value is {"arguments": ..., "name": ...}, its keys sorted.
+        return ExpectedCall(call.name, call.arguments, rules, call.canonical.items[0][1])
     except (ValueError, TypeError) as exc:
         raise spec.error(key, f"holds a value the grader cannot compare: {exc}") from None
 

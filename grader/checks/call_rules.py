@@ -21,11 +21,11 @@ fraction or exponent (``5``; ``5.0`` and ``5e0`` fail with ``numeric_type_mismat
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from grader.errors import GraderError
 from grader.json import MAX_DEPTH
+from grader.lazy_pattern import LazyPattern
 from grader.toolcall.canon import (
     Canon,
     CArray,
@@ -44,13 +44,13 @@ Path = tuple[str | int, ...]
 ARTICLE = {"integer": "an", "number": "a", "float": "a"}
 EVERY = -1  # the index step of ``[*]``: every element of an array (numbers only)
 
-_SEGMENT = re.compile(r"([^.\[\]]+)((?:\[(?:[0-9]+|\*)\])*)")
-_INDEX = re.compile(r"\[([0-9]+|\*)\]")
+_SEGMENT = LazyPattern(r"([^.\[\]]+)((?:\[(?:[0-9]+|\*)\])*)")
+_INDEX = LazyPattern(r"\[([0-9]+|\*)\]")
 # BFCL's ``re.sub(r"[ ,./\-_*^]", "", s).lower().replace("'", '"')``. An ASCII string (nearly
 # every argument) takes one bytes.translate that deletes the seven characters, lower-cases and
 # maps ``'`` to ``"`` in a single C pass (str.translate with a dict, or the regex, is several
 # times slower); any other string takes BFCL's own three steps.
-_BFCL_DROP = re.compile(r"[ ,./\-_*^]")
+_BFCL_DROP = LazyPattern(r"[ ,./\-_*^]")
 _BFCL_DELETE = b" ,./-_*^"
 _BFCL_BYTES = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ'", b'abcdefghijklmnopqrstuvwxyz"')
 
@@ -68,11 +68,11 @@ def parse_path(text: Any) -> Path:
         return (key,)  # one top-level key, nearly every path: the segment pattern's own answer
     path: list[str | int] = []
     for part in text[len("arguments.") :].split("."):
-        match = _SEGMENT.fullmatch(part)
+        match = _SEGMENT().fullmatch(part)
         if match is None:
             raise PathError(f"path {text!r} must look like 'arguments.<key>[<index>][.<key>...]'")
         path.append(match.group(1))
-        path.extend(EVERY if i == "*" else int(i) for i in _INDEX.findall(match.group(2)))
+        path.extend(EVERY if i == "*" else int(i) for i in _INDEX().findall(match.group(2)))
     return tuple(path)
 
 
@@ -91,18 +91,22 @@ def bfcl_standardize(text: str) -> str:
     """BFCL's ``standardize_string`` (bfcl-eval 2026.3.23), character for character."""
     if text.isascii():
         return text.encode().translate(_BFCL_BYTES, _BFCL_DELETE).decode()
-    return _BFCL_DROP.sub("", text).lower().replace("'", '"')
+    return _BFCL_DROP().sub("", text).lower().replace("'", '"')
 
 
-def _fold_strings(value: Canon, mode: StringMode) -> Canon:
+def fold_strings(value: Canon, mode: StringMode) -> Canon:
+    """A canonical value (:func:`grader.toolcall.canon.canon`'s) under a string mode: the same
+    value :func:`canon_in` gives for the plain value it came from. An expected call's arguments
+    are folded from the call's own canonical value (made when the call was read), so a task's
+    arguments are not canonicalised twice: objects are sorted and strings normalised already."""
     if mode == "exact":
         return value
     if isinstance(value, str):
         return value.casefold() if mode == "casefold" else bfcl_standardize(value)
     if isinstance(value, CObject):
-        return CObject(tuple((k, _fold_strings(v, mode)) for k, v in value.items))
+        return CObject(tuple([(k, fold_strings(v, mode)) for k, v in value.items]))
     if isinstance(value, CArray):
-        return CArray(tuple(_fold_strings(v, mode) for v in value.items))
+        return CArray(tuple([fold_strings(v, mode) for v in value.items]))
     return value
 
 
@@ -131,7 +135,7 @@ def canon_in(value: Any, mode: StringMode, depth: int = 0) -> Canon:
     if value is None:
         return None
     if mode == "exact" or (kind is not list and kind is not dict):
-        return _fold_strings(canon(value, depth), mode)
+        return fold_strings(canon(value, depth), mode)
     if depth >= MAX_DEPTH:
         raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
     depth += 1

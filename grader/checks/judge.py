@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol, TypeVar
 
 from grader.errors import GraderError
+from grader.lazy_pattern import LazyPattern
 from grader.values import value_type
 
 T = TypeVar("T")
@@ -58,10 +59,10 @@ Task: {task}
 Response: {response}
 Verdict:"""
 
-_DATE = re.compile(r"(?<![0-9])20[0-9]{2}-?[01][0-9]-?[0-3][0-9](?![0-9])")
-_SNAPSHOT = re.compile(r"(?:^|[-_@:])[0-9]{4}(?:$|[-_:])")
-_REVISION = re.compile(r"-[0-9]{3}$|-v[0-9]+(?::[0-9]+)?$|@(?:sha256:)?[0-9a-f]{7,64}$")
-_VENDOR_PREFIX = re.compile(r"^(?:[a-z]+\.)+")
+_DATE = LazyPattern(r"(?<![0-9])20[0-9]{2}-?[01][0-9]-?[0-3][0-9](?![0-9])")
+_SNAPSHOT = LazyPattern(r"(?:^|[-_@:])[0-9]{4}(?:$|[-_:])")
+_REVISION = LazyPattern(r"-[0-9]{3}$|-v[0-9]+(?::[0-9]+)?$|@(?:sha256:)?[0-9a-f]{7,64}$")
+_VENDOR_PREFIX = LazyPattern(r"^(?:[a-z]+\.)+")
 _FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gpt", ("gpt-", "gpt4", "gpt3", "chatgpt", "o1", "o3", "o4")),
     ("claude", ("claude",)),
@@ -84,7 +85,7 @@ def pinned_problem(model: str) -> str | None:
     if "latest" in re.split(r"[-_:@./ ]", model.lower()):
         return f"{model!r} is a 'latest' alias: it moves to new weights and voids the calibration"
     last = model.rsplit("/", 1)[-1]
-    if _DATE.search(last) or _SNAPSHOT.search(last) or _REVISION.search(last):
+    if _DATE().search(last) or _SNAPSHOT().search(last) or _REVISION().search(last):
         return None
     return (
         f"{model!r} is not pinned: name a dated snapshot (e.g. gpt-4o-2024-08-06), a version "
@@ -96,7 +97,7 @@ def model_family(model: str | None) -> str | None:
     """The family a model id belongs to, by normalised prefix; None when unknown."""
     if not model:
         return None
-    last = _VENDOR_PREFIX.sub("", model.lower().rsplit("/", 1)[-1])
+    last = _VENDOR_PREFIX().sub("", model.lower().rsplit("/", 1)[-1])
     for family, prefixes in _FAMILIES:
         if last.startswith(prefixes):
             return family

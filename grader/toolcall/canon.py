@@ -24,6 +24,7 @@ import orjson
 
 from grader.errors import GraderError
 from grader.json import MAX_DEPTH, quote
+from grader.lazy_pattern import LazyPattern
 from grader.values import value_type
 
 
@@ -173,11 +174,43 @@ def canonical_json_parsed(value: Any, depth: int = 0) -> bytes:
     text (dicts with string keys, lists, strings, integers, doubles, booleans, None: nothing
     else, so the read-back comparison is skipped), at ``depth`` (its place in an enclosing
     value: a task in the task set's list)."""
-    data = _orjson_text(value, depth)
-    if data is not None:
-        return data
+    try:
+        data = orjson.dumps(value, option=_SORTED)
+    except TypeError:  # orjson.JSONEncodeError included
+        data = None
+    if data is not None and not (
+        data.count(b"[") + data.count(b"{") + depth > MAX_DEPTH
+        or _NOT_CANONICAL[1].search(data)
+        or _has_exponent(data)
+    ):
+        if _NOT_CANONICAL[0].search(data) is None:
+            return data
+        return _integral_doubles(data)
     parts: list[bytes] = []
     _write_parsed(value, parts, depth)
+    return b"".join(parts)
+
+
+# In orjson's text: a whole string (skipped, escapes included), or a double with an integral
+# value written with ".0" ("-0.0" apart: its sign is dropped too), as its integer.
+_STRING_OR_INTEGRAL = LazyPattern(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[1-9][0-9]*|-?(0))\.0(?=[,\]}]|$)')
+
+
+def _integral_doubles(data: bytes) -> bytes:
+    """orjson's text with each integral double (``5.0``, ``-0.0``) written as canonical_json
+    writes it (``5``, ``0``), strings untouched: the text of a value whose only doubles orjson
+    may spell otherwise are integral ones. One scan of the text, where writing each member
+    apart (:func:`_write_parsed`) wrote and searched every level down to each double."""
+    parts: list[bytes] = []
+    done = 0
+    for match in _STRING_OR_INTEGRAL().finditer(data):
+        number = match[1]
+        if number is None:
+            continue
+        parts.append(data[done : match.start()])
+        parts.append(b"0" if match[2] is not None else number)
+        done = match.end()
+    parts.append(data[done:])
     return b"".join(parts)
 
 

@@ -8,6 +8,7 @@ fresh interpreter, since the test process has long imported everything.
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -111,3 +112,59 @@ def test_the_grade_command_imports_only_what_its_tasks_use(
         timeout=60,
     )
     assert done.stdout.splitlines()[-1] == f"loaded:{loaded}"
+
+
+# Patterns only some inputs reach, compiled on first use (grader/lazy_pattern.py): a start-up
+# and a tool-call task's loading leave them uncompiled.
+LAZY_PATTERNS = (
+    ("grader.checks.judge", "_DATE"),
+    ("grader.checks.judge", "_SNAPSHOT"),
+    ("grader.checks.judge", "_REVISION"),
+    ("grader.checks.judge", "_VENDOR_PREFIX"),
+    ("grader.checks.call_rules", "_SEGMENT"),
+    ("grader.checks.call_rules", "_INDEX"),
+    ("grader.checks.call_rules", "_BFCL_DROP"),
+    ("grader.intake", "_STRING_RUN"),
+    ("grader.intake", "_NUMBER"),
+    ("grader.intake", "_NUMBER_PREFIX"),
+    ("grader.advisory", "_FILE_SOURCE"),
+    ("grader.toolcall.canon", "_STRING_OR_INTEGRAL"),
+)
+
+LAZY_PROBE = """
+import importlib
+import gradeproxy.cli.grade
+import grader
+grader.parse_task({{"id": "t", "expected": {{"name": "f", "arguments": {{"a": "B c"}}}},
+    "checks": [{{"type": "tool_call", "name": "c", "strings": {{"default": "bfcl"}},
+    "optional": ["arguments.a"]}}]}})
+print(importlib.import_module({module!r}).{name}.compiled)
+"""
+
+
+@pytest.mark.parametrize(("module", "name"), LAZY_PATTERNS, ids=[n for _, n in LAZY_PATTERNS])
+def test_a_pattern_no_tool_call_task_needs_is_not_compiled(module: str, name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE.format(module=module, name=name)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "text", "found"),
+    [
+        pytest.param("grader.checks.judge", "_DATE", "gpt-4o-2024-08-06", True, id="judge_date"),
+        pytest.param("grader.checks.call_rules", "_INDEX", "[3]", True, id="path_index"),
+        pytest.param("grader.intake", "_NUMBER", "x", False, id="intake_number"),
+    ],
+)
+def test_a_lazy_pattern_matches_as_its_compiled_pattern(
+    module: str, name: str, text: str, found: bool
+) -> None:
+    pattern = getattr(importlib.import_module(module), name)
+    assert (pattern().search(text) is not None) is found
+    assert pattern.compiled

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader.checks.call_answer import AnswerCall
-from grader.checks.call_rules import STRING_MODES, StringMode, _fold_strings, canon_in
+from grader.checks.call_rules import STRING_MODES, StringMode, canon_in, fold_strings
 from grader.checks.tool_call import _same
 from grader.toolcall.canon import CArray, CBool, Duration, canon
 
@@ -39,7 +39,7 @@ VALUES = st.recursive(
 
 @given(VALUES, st.sampled_from(STRING_MODES))
 def test_canon_in_is_canon_then_folding(value: Any, mode: StringMode) -> None:
-    assert canon_in(value, mode) == _fold_strings(canon(value), mode)
+    assert canon_in(value, mode) == fold_strings(canon(value), mode)
 
 
 @pytest.mark.parametrize(

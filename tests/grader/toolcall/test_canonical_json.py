@@ -54,6 +54,28 @@ def test_parsed_values_are_written_as_canonical_json_writes_them(value: Any, dep
     assert canonical_json_parsed(value, depth) == canonical_json(value).encode()
 
 
+# Integral doubles beside strings that look like them (".0,", "5.0]", escaped quotes): the
+# text is rewritten in one scan that must skip every string whole.
+LOOKALIKE_TEXT = st.lists(
+    st.sampled_from(["5.0,", "-0.0]", "1.0}", '"', "\\", '\\"', "x", ".0"]), max_size=4
+).map("".join)
+INTEGRAL = st.sampled_from([5.0, -0.0, 0.0, 10.0, -7.0, 2.5, 123456789012345.0]) | st.integers(
+    -9, 9
+)
+LOOKALIKES = st.recursive(
+    INTEGRAL | LOOKALIKE_TEXT,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(LOOKALIKE_TEXT, children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(LOOKALIKES, st.integers(min_value=0, max_value=2))
+def test_integral_doubles_are_rewritten_outside_strings_only(value: Any, depth: int) -> None:
+    assert canonical_json_parsed(value, depth) == canonical_json(value).encode()
+
+
 @given(st.lists(DOUBLES, min_size=1, max_size=8))
 def test_every_double_is_spelled_as_repr_or_as_its_integer(values: list[float]) -> None:
     text = canonical_json_parsed(values)
