@@ -14,6 +14,7 @@ proxy's CPU per request.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import statistics
 import time
@@ -147,8 +148,10 @@ class Proxies:
         return used
 
     def stop(self) -> None:
+        """Terminate every proxy (each stops its grading process); safe to call twice."""
         for process in self.processes.values():
-            process.terminate()
+            if process.is_alive():
+                process.terminate()
             process.join()
 
 
@@ -172,12 +175,18 @@ def start_proxies(
             "logging": {"level": "error"},
         }
         ours, theirs = ctx.Pipe()
-        process = ctx.Process(target=run_proxy, args=(theirs, sections), daemon=True)
+        # Not daemonic: a daemonic process may not start children, and the proxy starts its
+        # grading process (else every proxy waits 30 s and then grades nothing: grader_down).
+        process = ctx.Process(target=run_proxy, args=(theirs, sections))
         process.start()
         processes[name] = process
         bases[name] = f"http://127.0.0.1:{ours.recv()}"
     start = {name: cpu_seconds(process.pid) for name, process in processes.items()}
-    return Proxies(bases, processes, start)
+    proxies = Proxies(bases, processes, start)
+    # Stopped at exit too when a bench fails midway: multiprocessing joins non-daemonic
+    # children at exit (its own atexit hook, registered earlier, so run after this one).
+    atexit.register(proxies.stop)
+    return proxies
 
 
 async def measure(

@@ -119,7 +119,7 @@ def sections(upstream: str, mode: str | None, work: str) -> dict[str, Any]:
     config: dict[str, Any] = {
         "upstream": {"url": upstream},
         "listen": {"host": "127.0.0.1", "port": 0},
-        "results": {"path": f"{work}/grades-{mode}.jsonl", "capture_answer": False},
+        "results": {"path": f"{work}/grades-{mode}.jsonl", "answer": "drop"},
         "logging": {"level": "error"},
     }
     if mode is not None:
@@ -226,7 +226,8 @@ def main() -> int:
         for name, mode in (("off", None), ("block", "block"), ("observe", "observe")):
             ours, theirs = ctx.Pipe()
             config = sections(upstream, mode, work)
-            proxy = ctx.Process(target=run_proxy, args=(theirs, config), daemon=True)
+            # Not daemonic: the proxy starts its grading process (docs in bench/_loopback.py).
+            proxy = ctx.Process(target=run_proxy, args=(theirs, config))
             proxy.start()
             processes.append(proxy)
             ports[name] = ours.recv()
@@ -235,6 +236,7 @@ def main() -> int:
         finally:
             for process in processes:
                 process.terminate()
+                process.join()
     report(samples, args.concurrency)
     return 0
 
