@@ -24,7 +24,6 @@ import os
 import time
 from typing import NoReturn
 
-import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -48,7 +47,7 @@ from proxy.pipeline.record.access import record_request
 from proxy.pipeline.record.captures import CaptureJob
 from proxy.pipeline.record.enforced import count_enforced, enforcement_record
 from proxy.pipeline.route import ShadowTarget, Target
-from proxy.pipeline.streamusage import ask_for_usage
+from proxy.pipeline.streamusage import ask_for_usage, streamed_request
 from proxy.pipeline.tokens import reported_tokens
 from proxy.pipeline.transport import TRANSPORTS
 from proxy.shadow.runner import ShadowLeg, shadow_headers
@@ -135,20 +134,9 @@ def _enforcer(request: web.Request, admitted: Admission, body: bytes) -> RelayEn
     plan = plan_for(admitted.api, task, policies, body, role)
     if plan is None:
         return None
-    # Only a policy that acts reads it (forward.py: what is judged, and how)
-    return RelayEnforcer(plan, admitted.api, plan.mode != "observe" and _asks_stream(body))
-
-
-def _asks_stream(body: bytes) -> bool:
-    """Whether the request asks for a streamed answer (``"stream": true``); parsed only for a
-    request a policy that acts covers."""
-    if b'"stream"' not in body:
-        return False
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(payload, dict) and payload.get("stream") is True
+    # Only a policy that acts reads the stream flag (forward.py: what is judged, and how)
+    streamed = plan.mode != "observe" and streamed_request(body) is not None
+    return RelayEnforcer(plan, admitted.api, streamed)
 
 
 def _upstream_headers(

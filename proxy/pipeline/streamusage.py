@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["UsageChunkFilter", "ask_for_usage"]
+__all__ = ["UsageChunkFilter", "ask_for_usage", "streamed_request"]
 
 _INCLUDE: Final = {"include_usage": True}
 # The member the option adds to every chunk, with the comma that joins it to its neighbour.
@@ -31,10 +31,9 @@ _NULL_USAGE: Final = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:
 _SEPARATORS: Final = (b"\n\n", b"\r\n\r\n")
 
 
-def ask_for_usage(body: bytes) -> bytes | None:
-    """The request body with ``stream_options.include_usage: true`` added, or None when there
-    is nothing to add: not a JSON object, not streamed, or the client asked for usage itself
-    (then its stream is its own, untouched)."""
+def streamed_request(body: bytes) -> dict[str, Any] | None:
+    """The request body parsed, when it is a JSON object that asks for a stream
+    (``"stream": true``); None otherwise, without parsing a body that never names it."""
     if b'"stream"' not in body:
         return None
     try:
@@ -42,6 +41,16 @@ def ask_for_usage(body: bytes) -> bytes | None:
     except orjson.JSONDecodeError:
         return None
     if not isinstance(payload, dict) or payload.get("stream") is not True:
+        return None
+    return payload
+
+
+def ask_for_usage(body: bytes) -> bytes | None:
+    """The request body with ``stream_options.include_usage: true`` added, or None when there
+    is nothing to add: not a JSON object, not streamed, or the client asked for usage itself
+    (then its stream is its own, untouched)."""
+    payload = streamed_request(body)
+    if payload is None:
         return None
     options = payload.get("stream_options")
     if options is not None and not isinstance(options, dict):
