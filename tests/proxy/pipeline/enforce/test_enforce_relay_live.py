@@ -63,6 +63,12 @@ CODINGS: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
 }
 
 
+def _answer(api: str, stream: bool) -> tuple[bytes, str]:
+    """The forbidden-call answer the backend sends for the API, streamed or whole, and its
+    content type."""
+    return (STREAMS[api], SSE) if stream else (ANSWERS[api], "application/json")
+
+
 def _reply(body: bytes, content_type: str = SSE, **headers: str) -> Reply:
     return Reply(
         body=body, content_type=content_type, split_at=range(7, len(body), 97), headers=headers
@@ -200,8 +206,7 @@ async def test_an_undecodable_answer_fails_open_as_it_came(
     coding: str,
 ) -> None:
     client = await proxied(make_proxy, backend, tmp_path, "block")
-    sent = (STREAMS if stream else ANSWERS)[api]
-    kind = SSE if stream else "application/json"
+    sent, kind = _answer(api, stream)
     backend.replies.append(_reply(sent, kind, **{"Content-Encoding": coding}))
     response, body = await _post(client, api)
     assert (response.status, response.headers["Content-Encoding"], body) == (200, coding, sent)
@@ -226,8 +231,7 @@ async def test_an_undecodable_answer_under_fail_closed_is_an_error_not_the_answe
     """Nothing was sent when the coding is known: an HTTP error in OpenAI's shape, which the
     SDK raises and is told not to retry; counted as an enforce failure, not an upstream one."""
     client = await proxied(make_proxy, backend, tmp_path, "block", fail_closed=True)
-    sent = (STREAMS if stream else ANSWERS)[api]
-    kind = SSE if stream else "application/json"
+    sent, kind = _answer(api, stream)
     backend.replies.append(_reply(sent, kind, **{"Content-Encoding": coding}))
     with pytest.raises(openai.APIStatusError) as raised:
         await asyncio.to_thread(_sdk, str(client.make_url("/v1")), api, stream)
@@ -481,8 +485,8 @@ async def test_an_answer_every_content_encoding_header_says_is_gzip_is_judged_as
     """Reading only the first header took the body for uncompressed: judged as bytes that were
     no JSON, it passed, and the SDK inflated it to the forbidden call."""
     client = await proxied(make_proxy, backend, tmp_path, "strip")
-    sent = gzip.compress((STREAMS if stream else ANSWERS)[api])
-    kind = SSE if stream else "application/json"
+    plain, kind = _answer(api, stream)
+    sent = gzip.compress(plain)
     backend.replies.append(_reply(sent, kind, **dict(headers)))
     got = await asyncio.to_thread(_sdk, str(client.make_url("/v1")), api, stream)
     assert got[0] == ["get_weather"]
@@ -517,8 +521,8 @@ async def test_a_2xx_answer_of_any_content_type_is_judged_as_the_sdk_reads_it(
 ) -> None:
     """Only a 200 labelled text/event-stream or JSON was judged; the rest passed as it came."""
     client = await proxied(make_proxy, backend, tmp_path, "strip")
-    body = (STREAMS if stream else ANSWERS)[api]
-    reply = _reply(body, kind or (SSE if stream else "application/json"))
+    body, labelled = _answer(api, stream)
+    reply = _reply(body, kind or labelled)
     reply.status = status
     backend.replies.append(reply)
     got = await asyncio.to_thread(_sdk, str(client.make_url("/v1")), api, stream)
