@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.bfcl import MODEL, load_bfcl
+from tests.support.bfcl_checker import MODEL, load_bfcl
 
 
 def _entries(data: Path, categories: set[str]) -> dict[str, tuple[str, Any, Any]]:

@@ -18,7 +18,8 @@ from grader.checks import Sample
 from grader.checks.call_sets import answer_calls
 from grader.checks.tool_call import ToolCallCheck
 from grader.engine import checks_of
-from tests.support.bfcl import BfclMissingError, Conformance, disagreements
+from tests.support.bfcl import Conformance, disagreements
+from tests.support.bfcl_checker import BfclMissingError
 from tests.support.paths import REPO
 from tests.support.tools import unavailable
 

@@ -21,7 +21,7 @@ from gradeproxy.cli import main
 from grader.engine import grade
 from grader.importers.bfcl import AST_CATEGORIES, CALL_CATEGORIES, NO_CALL_CATEGORIES, REFUSED
 from grader.loader import load_tasks
-from tests.support.bfcl import MODEL, BfclMissingError, load_bfcl
+from tests.support.bfcl_checker import MODEL, BfclMissingError, load_bfcl
 from tests.support.tools import unavailable
 
 IMPORTED = (*AST_CATEGORIES, *NO_CALL_CATEGORIES, *CALL_CATEGORIES)

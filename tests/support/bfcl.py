@@ -1,10 +1,6 @@
 """BFCL conformance harness: BFCL's own AST checker and our ``tool_call`` check, same answers.
 
-bfcl-eval is pinned to exactly :data:`BFCL_VERSION`: its data, possible answers and checker
-change between releases, and the module we stub is private. It is installed with ``--no-deps``
-(plus ``filelock``): the checker needs nothing else, but ``bfcl_eval.constants.model_config``
-imports some sixty model SDKs to give the checker one flag (``underscore_to_dot``). That module
-is replaced in ``sys.modules`` here (:func:`load_bfcl`), never edited on disk.
+BFCL's checker itself is loaded, pinned, by :mod:`tests.support.bfcl_checker`.
 
 Items: BFCL_v4 simple_python, multiple, parallel, parallel_multiple (1,000 items) and
 irrelevance (240), read from the installed package. Each item's answers are the ten mutation
@@ -16,12 +12,8 @@ as the tool-call JSON a client receives. BFCL grades them after its OpenAI FC de
 from __future__ import annotations
 
 import copy
-import importlib
-import importlib.metadata
 import json
-import sys
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,10 +22,9 @@ from grader.checks import CheckContext, Sample
 from grader.engine import checks_of
 from grader.importers.bfcl import NO_CALL_ANSWER, convert, tool_name
 from grader.loader import parse_task
+from tests.support.bfcl_checker import MODEL, load_bfcl
 
-BFCL_VERSION = "2026.3.23"
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
-MODEL = "gradeproxy-stub"
 WRONG = "zzqx"  # survives BFCL's standardisation, so a changed string stays changed
 
 
@@ -61,48 +52,6 @@ class Case:
             for n, a in self.calls
         ]
         return json.dumps({"tool_calls": tool_calls})
-
-
-class BfclMissingError(RuntimeError):
-    """bfcl-eval is not installed at the pinned version."""
-
-
-def load_bfcl() -> tuple[Callable[..., dict[str, Any]], Any, Callable[[Any], bool], Path]:
-    """BFCL's ``ast_checker``, ``Language``, ``is_empty_output`` and data folder, stub in place."""
-    try:
-        version = importlib.metadata.version("bfcl-eval")
-    except importlib.metadata.PackageNotFoundError:
-        raise BfclMissingError("bfcl-eval is not installed (scripts/install-bfcl.sh)") from None
-    if version != BFCL_VERSION:
-        raise BfclMissingError(
-            f"bfcl-eval {version} is installed; the harness is pinned to {BFCL_VERSION}"
-        )
-    name = "bfcl_eval.constants.model_config"
-    if name not in sys.modules:
-        stub = types.ModuleType(name)
-        config = types.SimpleNamespace(underscore_to_dot=True, is_fc_model=True)
-
-        class _Every(dict[str, Any]):
-            def __missing__(self, key: str) -> Any:
-                return config
-
-        stub.MODEL_CONFIG_MAPPING = _Every()  # type: ignore[attr-defined]
-        sys.modules[name] = stub
-    checker = importlib.import_module("bfcl_eval.eval_checker.ast_eval.ast_checker")
-    enums = importlib.import_module("bfcl_eval.constants.enums")
-    package = importlib.import_module("bfcl_eval")
-    data = Path(str(package.__file__)).parent / "data"
-    return checker.ast_checker, enums.Language, _is_empty_output, data
-
-
-def _is_empty_output(decoded: Any) -> bool:
-    """``bfcl_eval.utils.is_empty_output`` (utils imports half of BFCL, so it is restated)."""
-    if not isinstance(decoded, list):
-        return True
-    for item in decoded:
-        if not isinstance(item, dict) or len(item) != 1:
-            return True
-    return len(decoded) == 0 or (len(decoded) == 1 and len(decoded[0]) == 0)
 
 
 def load_items(data: Path) -> list[Item]:
