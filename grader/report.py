@@ -46,6 +46,12 @@ class Tally:
         self.passed += result == "pass"
         self.stale += result == "stale"
 
+    def merge(self, other: Tally) -> None:
+        self.n += other.n
+        self.passed += other.passed
+        self.stale += other.stale
+        self.errors += other.errors
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "n": self.n,
@@ -71,6 +77,11 @@ class CheckTally:
             return
         self.n += 1
         self.passed += passed
+
+    def merge(self, other: CheckTally) -> None:
+        self.n += other.n
+        self.passed += other.passed
+        self.errors += other.errors
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -121,6 +132,25 @@ class Report:
             check.add(column.passed)
         if outcome.verdict is not None:
             self.reasons[outcome.verdict.reason_code] += 1
+
+    def merge(self, other: Report) -> None:
+        """Add the counts of ``other``, a report of other rows of the same run (a slice graded
+        in another process: ``gradeproxy grade --jobs``); every view of a report is sorted, so
+        the sum reads as one report of all the rows."""
+        self.total.merge(other.total)
+        for mine, theirs in (
+            (self.per_kind, other.per_kind),
+            (self.per_category, other.per_category),
+        ):
+            for key, tally in theirs.items():
+                mine.setdefault(key, Tally()).merge(tally)
+        for checks, their_checks in (
+            (self.per_check, other.per_check),
+            (self.advisory, other.advisory),
+        ):
+            for key, check in their_checks.items():
+                checks.setdefault(key, CheckTally()).merge(check)
+        self.reasons.update(other.reasons)
 
     @classmethod
     def of(cls, tasks_digest: str, graded: Iterable[tuple[Task, Outcome]]) -> Report:

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,29 @@ def register(sub: Any) -> None:
         default=None,
         help=f"progress bar on stderr (default: on a terminal, from {PROGRESS_MIN_ROWS} rows)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=_jobs_count,
+        default=1,
+        metavar="N",
+        help="grade in N processes (0: one per CPU; default 1); the rows, report and exit code "
+        "are those of one process. Without a judge, into JSONL or no --out, where fork exists",
+    )
     parser.set_defaults(handler=run)
+
+
+def _jobs_count(text: str) -> int:
+    """``--jobs``: a count of processes, 0 for one per CPU this process may use."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError("must be 0 (one per CPU) or more")
+    if count == 0:
+        usable = getattr(os, "sched_getaffinity", None)
+        return len(usable(0)) if usable is not None else os.cpu_count() or 1
+    return count
 
 
 def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Refused]:
@@ -207,6 +230,72 @@ def _grade_all(
     return iter(asyncio.run(judged()))
 
 
+def _forks(jobs: int, wanted: str | None, answers: list[Answer], judge: Judge | None) -> bool:
+    """Whether to grade in ``jobs`` processes: not for Parquet (its writer needs every row in
+    one process), not when an answer goes to the judge (graded on one event loop), and only
+    where the platform forks."""
+    if jobs <= 1 or wanted == "row":
+        return False
+    if judge is not None and any(needs_judge(task) for _, task, _, _ in answers):
+        return False
+    from gradeproxy.cli._jobs import can_fork  # only a run asked to fork loads the forking code
+
+    return can_fork()
+
+
+def _graded_in_slices(
+    entries: list[Answer | Refused],
+    jobs: int,
+    digest: str,
+    wanted: str | None,
+    report: Report,
+    failures: Counter[str],
+    intake: Intake,
+    progress: Progress,
+    out: Path | None,
+) -> Iterator[bytes]:
+    """The output chunks of ``entries`` graded ``jobs`` slices at a time (gradeproxy/cli/
+    _jobs.py): each slice's lines as :func:`_rows` writes them, and each slice's counts added
+    into ``report``, ``failures`` and ``intake`` in slice order, as one process counts them."""
+    from gradeproxy.cli._jobs import sliced
+
+    read = len(intake.problems)  # the problems met while reading, before any slice is graded
+    done = 0
+
+    def grade_slice(part: Sequence[Answer | Refused], shown: Progress) -> Iterator[bytes]:
+        answers = [entry for entry in part if len(entry) == 4]
+        rows = _rows(part, _graded_lazily(answers, shown, intake), digest, wanted, report, failures)
+        if wanted is None:  # the report alone: rows are graded and counted, never kept
+            deque(rows, maxlen=0)
+            return
+        yield from batched_lines(rows)
+
+    def here(part: Sequence[Answer | Refused]) -> Iterator[bytes]:
+        nonlocal done
+        yield from grade_slice(part, progress)
+        done = sum(len(entry) == 4 for entry in part)
+
+    def counts() -> tuple[Report, Counter[str], list[Problem]]:
+        return report, failures, intake.problems[read:]
+
+    def absorb(counted: tuple[Report, Counter[str], list[Problem]]) -> None:
+        their_report, their_failures, their_problems = counted
+        report.merge(their_report)
+        failures.update(their_failures)
+        intake.problems.extend(their_problems)
+
+    def finished(part: Sequence[Answer | Refused]) -> None:
+        nonlocal done
+        done += sum(len(entry) == 4 for entry in part)
+        progress.update(done)
+
+    def there(part: Sequence[Answer | Refused]) -> Iterator[bytes]:
+        return grade_slice(part, Progress(0, False))  # a child shows no progress of its own
+
+    scratch = out if wanted == "line" else None
+    return sliced(entries, jobs, here, there, counts, absorb, scratch, finished)
+
+
 def _graded_lazily(
     answers: list[Answer], progress: Progress, intake: Intake
 ) -> Iterator[Outcome | Problem]:
@@ -254,24 +343,36 @@ def _run(args: argparse.Namespace) -> int:
         show = args.progress
         if show is None:
             show = sys.stderr.isatty() and len(answers) >= PROGRESS_MIN_ROWS
-        outcomes = _grade_all(answers, judge, Progress(len(answers), show), intake)
+        progress = Progress(len(answers), show)
+        out = args.out
+        # A JSONL output's rows are written as they are built, a batch at a time (no row or
+        # line lives to the end); Parquet needs the rows themselves; without --out the report.
+        wanted = None if out is None else "row" if is_parquet(out) else "line"
+        forked = _forks(args.jobs, wanted, answers, judge)
+        if not forked:
+            outcomes = _grade_all(answers, judge, progress, intake)
     except (TaskLoadError, InputError, UnusableInputError) as exc:
         print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
         return 2
     report = Report(tasks.digest)
     failures: Counter[str] = Counter()
-    out = args.out
-    # A JSONL output's rows are written as they are built, a batch at a time (no row or line
-    # lives to the end); Parquet needs the rows themselves; without --out only the report.
-    wanted = None if out is None else "row" if is_parquet(out) else "line"
-    rows = _rows(entries, outcomes, tasks.digest, wanted, report, failures)
     try:
-        if out is not None and wanted == "line":
+        if forked:
+            lines = _graded_in_slices(
+                entries, args.jobs, tasks.digest, wanted, report, failures, intake, progress, out
+            )
+            if out is not None:
+                write_atomically(out, lines)
+            else:
+                deque(lines, maxlen=0)
+        elif out is not None and wanted == "line":
+            rows = _rows(entries, outcomes, tasks.digest, wanted, report, failures)
             write_atomically(out, batched_lines(rows))
         elif out is not None:
+            rows = _rows(entries, outcomes, tasks.digest, wanted, report, failures)
             write_rows(out, list(rows), wide=args.wide)
         else:
-            deque(rows, maxlen=0)
+            deque(_rows(entries, outcomes, tasks.digest, wanted, report, failures), maxlen=0)
         if args.report is not None:
             data = {**report.to_dict(), "input": intake.to_dict()}
             write_atomically(args.report, [dumps(data) + b"\n"])
@@ -288,7 +389,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _rows(
-    entries: list[Answer | Refused],
+    entries: Sequence[Answer | Refused],
     outcomes: Iterator[Outcome | Problem],
     digest: str,
     wanted: str | None,

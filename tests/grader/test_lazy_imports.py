@@ -58,6 +58,7 @@ def test_libraries_are_imported_only_when_needed(setup: str, loaded: str) -> Non
 # What ``gradeproxy grade`` on a task set of tool-call checks has no use for: the other
 # commands, the other check kinds, the episodes and the analyses.
 UNNEEDED = (
+    "gradeproxy.cli._jobs",  # forking (and its pickle) only for --jobs 2 or more
     "gradeproxy.cli.calibrate",
     "gradeproxy.cli.mcp",
     "gradeproxy.cli.regrade",
@@ -66,6 +67,7 @@ UNNEEDED = (
     "grader.checks.policy",
     "grader.checks.similarity",
     "grader.episodes.values",
+    "pickle",
     "rapidfuzz",
     "tempfile",  # outputs are written beside their path without it (gradeproxy/cli/_io.py)
 )
