@@ -16,7 +16,8 @@ Three pairs, each printed with its ratio (BFCL's time over ours: above 1x, ours 
   file, answers file, rows written) vs ``bench/bfcl_checker_process.py`` (BFCL's checker as a
   process over the same answers file, a result line per answer written); then the same command
   with ``--task-cache``, cold (an empty cache folder each run: the task set is loaded and
-  stored) and warm (the entry a first, untimed run stored is read back).
+  stored) and warm (the entry a first, untimed run stored is read back), and with ``--jobs 2``
+  (its CPU time is the children's too; its wall time is the point).
 
 In process: CPU time of this process, the two sides taking turns ``--repeat`` times, best of
 each. Our packages are byte-compiled first, as pip compiled bfcl-eval's at install: an edited
@@ -46,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grader
 from grader.importers.bfcl import convert
 from grader.json import dumps
-from tests.support.bfcl import MODEL, Case, Conformance
+from tests.support.bfcl import Case, Conformance
+from tests.support.bfcl_checker import MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -260,6 +262,12 @@ def main() -> None:
         ]
         cold_cmd = [*cached, "--task-cache", str(cold)]
         warm_cmd = [*cached, "--task-cache", str(warm)]
+        jobs_cmd = [
+            *ours_cmd[:-4],
+            *("--out", str(folder / "rows-jobs.jsonl")),
+            *("--report", str(folder / "report-jobs.json")),
+            *("--jobs", "2"),
+        ]
         _child(warm_cmd)  # the warm cache's entry, written once, untimed
 
         def empty_cold_cache(index: int) -> None:
@@ -267,14 +275,16 @@ def main() -> None:
                 shutil.rmtree(cold, ignore_errors=True)
 
         timed = _best_children(
-            [theirs_cmd, ours_cmd, cold_cmd, warm_cmd], args.repeat, empty_cold_cache
+            [theirs_cmd, ours_cmd, cold_cmd, warm_cmd, jobs_cmd], args.repeat, empty_cold_cache
         )
-        (t_cpu, t_wall), (o_cpu, o_wall), (c_cpu, _), (w_cpu, w_wall) = timed
+        (t_cpu, t_wall), (o_cpu, o_wall), (c_cpu, _), (w_cpu, w_wall), (j_cpu, j_wall) = timed
         _line("gradeproxy grade vs BFCL process", len(cases), t_cpu, o_cpu)
         _line("gradeproxy grade vs BFCL process", len(cases), t_wall, o_wall, "wall")
         _line("  --task-cache, cold (stored)", len(cases), t_cpu, c_cpu)
         _line("  --task-cache, warm (read)", len(cases), t_cpu, w_cpu)
         _line("  --task-cache, warm (read)", len(cases), t_wall, w_wall, "wall")
+        _line("  --jobs 2", len(cases), t_cpu, j_cpu)
+        _line("  --jobs 2", len(cases), t_wall, j_wall, "wall")
         (bare, _), (helped, _) = _best_children(start_cmds, args.repeat)
         print(
             f"start-up CPU: bare interpreter {bare * 1000:.0f} ms, gradeproxy grade --help "
@@ -284,15 +294,19 @@ def main() -> None:
         theirs_ok = [json.loads(line)["valid"] for line in (folder / "bfcl.jsonl").open()]
         agree = sum((v == "pass") == t for v, t in zip(verdicts, theirs_ok, strict=True))
         print(f"verdicts of the two processes agree on {agree} of {len(cases)} answers")
-        cached_rows = [json.loads(line) for line in (folder / "rows-cached.jsonl").open()]
         plain_rows = [json.loads(line) for line in (folder / "rows.jsonl").open()]
-        same = sum(
-            {**a, "row_id": None} == {**b, "row_id": None}
-            for a, b in zip(plain_rows, cached_rows, strict=True)
-        )
-        print(
-            f"rows with and without --task-cache identical (row ids aside): {same} of {len(cases)}"
-        )
+        for option, name in (
+            ("--task-cache", "rows-cached.jsonl"),
+            ("--jobs 2", "rows-jobs.jsonl"),
+        ):
+            other = [json.loads(line) for line in (folder / name).open()]
+            same = sum(
+                {**a, "row_id": None} == {**b, "row_id": None}
+                for a, b in zip(plain_rows, other, strict=True)
+            )
+            print(
+                f"rows with and without {option} identical (row ids aside): {same} of {len(cases)}"
+            )
 
 
 if __name__ == "__main__":
