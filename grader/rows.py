@@ -224,10 +224,10 @@ def offline_row(
     answer = source.get("answer")
     row["sample_id"] = source.get("sample_id")
     if isinstance(answer, str):
-        row |= {"answer": answer, "truncated": False}
-    for key, value in source.items():
-        if key not in ("task_id", "answer", "sample_id") and key not in RESERVED_FIELDS:
-            row[key] = value
+        row["answer"] = answer
+        row["truncated"] = False
+    if not _SAMPLE_OWN.issuperset(source):  # fields to carry (most rows have none)
+        _carry(row, source)
     return row
 
 
@@ -277,7 +277,16 @@ def input_error_row(
     answer = source.get("answer")
     if isinstance(answer, str):
         row |= {"answer": answer, "truncated": False}
-    for key, value in source.items():
-        if key not in ("task_id", "answer", "sample_id") and key not in RESERVED_FIELDS:
-            row[key] = value
+    _carry(row, source)
     return row
+
+
+# The answers-row fields a row writes itself (its task id, sample id and answer): not carried.
+_SAMPLE_OWN = frozenset({"task_id", "answer", "sample_id"})
+
+
+def _carry(row: dict[str, Any], source: Mapping[str, Any]) -> None:
+    """Every other field of the answers row, unchanged (a reserved one was refused before)."""
+    for key, value in source.items():
+        if key not in _SAMPLE_OWN and key not in RESERVED_FIELDS:
+            row[key] = value
