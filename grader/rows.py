@@ -159,6 +159,10 @@ class Live:
         row["key_id"] = self.key_id
 
 
+# ``passed`` of each result (None: no verdict was reached), as Outcome.passed derives it.
+_PASSED: dict[str, bool | None] = {"pass": True, "fail": False, "stale": False, "error": None}
+
+
 def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any]:
     """The row of one graded answer: every surface's row, the live one minus its fields.
 
@@ -166,6 +170,9 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
     checks), the columns. Written as one dict display per shape, in the row's field order: a
     row filled key by key grew its table twice on the way (every row of every surface)."""
     verdict = outcome.verdict
+    result = outcome.result
+    passed = _PASSED[result]  # Outcome.passed and .stale_schema_used, without two calls
+    stale = result == "stale"
     if verdict is None or outcome.has_checks:
         return {
             "kind": ROW_KIND,
@@ -173,9 +180,9 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
             "row_id": offline_row_id(),  # a live row's is derived instead (Live.write_into)
             "task_id": task.id,
             "mutationKind": task.mutation_kind,
-            "result": outcome.result,
-            "passed": outcome.passed,
-            "staleSchemaUsed": outcome.stale_schema_used,
+            "result": result,
+            "passed": passed,
+            "staleSchemaUsed": stale,
             "checks": [column.to_dict() for column in outcome.checks],
             "warnings": list(outcome.warnings),
             "tasks_digest": tasks_digest,
@@ -187,9 +194,9 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
         "row_id": offline_row_id(),
         "task_id": task.id,
         "mutationKind": task.mutation_kind,
-        "result": outcome.result,
-        "passed": outcome.passed,
-        "staleSchemaUsed": outcome.stale_schema_used,
+        "result": result,
+        "passed": passed,
+        "staleSchemaUsed": stale,
         "score": verdict.score,
         "reason": verdict.reason,
         "reason_code": verdict.reason_code,
