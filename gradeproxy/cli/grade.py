@@ -218,6 +218,10 @@ def _grade_all(
 def _graded_lazily(
     path: Path, answers: list[Answer], progress: Progress, intake: Intake
 ) -> Iterator[Outcome | Problem]:
+    if not progress.enabled:  # no bar to move: no count kept, no call a row
+        for answer in answers:
+            yield _grade_one(path, *answer, intake)
+        return
     for done, answer in enumerate(answers, start=1):
         outcome = _grade_one(path, *answer, intake)
         progress.update(done)  # before the yield: the last one is never resumed
