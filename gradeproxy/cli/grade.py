@@ -103,6 +103,7 @@ def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Re
     A row of a known task with ``task_id`` and ``answer`` alone (the common row) has nothing
     :func:`_refusal` could refuse, so it is taken as it is, without asking."""
     rows: list[Answer | Refused] = []
+    by_id = tasks.tasks  # TaskSet.get's own mapping: one look-up a row, no call around it
     for lineno, row in intake.lines(path, unreadable=True):
         if not isinstance(row, dict):
             if not isinstance(row, Problem):
@@ -110,7 +111,7 @@ def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Re
             rows.append((row, None, None))
             continue
         task_id = row.get("task_id")
-        task = tasks.get(task_id) if isinstance(task_id, str) else None
+        task = by_id.get(task_id) if isinstance(task_id, str) else None
         if task is not None and len(row) == 2 and "answer" in row:
             rows.append((lineno, task, row["answer"], row))
             continue
