@@ -403,7 +403,9 @@ def offline_context(task: Task, row: Mapping[str, Any] | None = None) -> CheckCo
     decided by one set question instead of reading each field.
     """
     if row is None or _ROW_CONTEXT.isdisjoint(row):
-        tools, model = task.tools, None
+        # Task.tools filters a fresh list from the raw task: asked only of a task with some.
+        tools = task.tools if "tools" in task.raw else None
+        model = None
     else:
         request = row.get("request")
         request = request if isinstance(request, Mapping) else {}
