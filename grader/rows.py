@@ -184,7 +184,7 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
             "passed": passed,
             "staleSchemaUsed": stale,
             "checks": [column.to_dict() for column in outcome.checks],
-            "warnings": list(outcome.warnings),
+            "warnings": [*outcome.warnings],
             "tasks_digest": tasks_digest,
             "grader_rules_version": GRADER_RULES_VERSION,
         }
@@ -203,7 +203,7 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
         "path": verdict.path,
         "call": verdict.call,
         "checks": [column.to_dict() for column in outcome.checks],
-        "warnings": list(outcome.warnings),
+        "warnings": [*outcome.warnings],
         "tasks_digest": tasks_digest,
         "grader_rules_version": GRADER_RULES_VERSION,
     }
