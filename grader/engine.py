@@ -385,6 +385,10 @@ async def grade_async(
 _OFFLINE_BARE = CheckContext(missing_tools=OFFLINE_NO_TOOLS)
 
 
+# The answers-row fields an offline context reads: a row with none of them is its task's alone.
+_ROW_CONTEXT = frozenset({"tools", "request", "model"})
+
+
 def _tool_list(value: object) -> list[dict[str, Any]] | None:
     return [t for t in value if isinstance(t, dict)] if isinstance(value, list) else None
 
@@ -394,21 +398,28 @@ def offline_context(task: Task, row: Mapping[str, Any] | None = None) -> CheckCo
 
     The request's tools are, in order: the answers row's ``tools``, its ``request.tools``, the
     task's own ``tools``; with none of them a ``from_request`` column is an ``error`` naming
-    what is missing. ``model`` comes from the row's ``model`` (or ``request.model``).
+    what is missing. ``model`` comes from the row's ``model`` (or ``request.model``). A row
+    with none of those fields (most rows: ``task_id`` and ``answer``) is the task's alone,
+    decided by one set question instead of reading each field.
     """
-    row = row or {}
-    request = row.get("request")
-    request = request if isinstance(request, Mapping) else {}
-    tools = _tool_list(row.get("tools"))
-    if tools is None:
-        tools = _tool_list(request.get("tools"))
-    if tools is None:
-        tools = task.tools
-    model = row.get("model", request.get("model"))
-    if tools is None and not isinstance(model, str):
+    if row is None or _ROW_CONTEXT.isdisjoint(row):
+        # Task.tools filters a fresh list from the raw task: asked only of a task with some.
+        tools = task.tools if "tools" in task.raw else None
+        model = None
+    else:
+        request = row.get("request")
+        request = request if isinstance(request, Mapping) else {}
+        tools = _tool_list(row.get("tools"))
+        if tools is None:
+            tools = _tool_list(request.get("tools"))
+        if tools is None:
+            tools = task.tools
+        given = row.get("model", request.get("model"))
+        model = given if isinstance(given, str) else None
+    if tools is None and model is None:
         return _OFFLINE_BARE
     return CheckContext(
         request_tools=tools,
-        model=model if isinstance(model, str) else None,
+        model=model,
         missing_tools=None if tools else OFFLINE_NO_TOOLS,
     )

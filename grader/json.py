@@ -51,6 +51,12 @@ def _has_run(text: str) -> bool:
     return _ZEROS in data.translate(_DIGITS_TO_ZERO)
 
 
+def bytes_have_long_digit_run(data: bytes) -> bool:
+    """Whether UTF-8 ``data`` holds 19 or more consecutive digits, searched in one pass (for a
+    caller that bounds the size itself: a block of lines read from a file)."""
+    return _ZEROS in data.translate(_DIGITS_TO_ZERO)
+
+
 def has_long_digit_run(text: str) -> bool:
     """Whether ``text`` holds 19 or more consecutive digits (searched window by window)."""
     if len(text) <= SEARCH_WINDOW:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from grader.engine import Outcome, Result
@@ -38,19 +39,13 @@ class Tally:
     stale: int = 0
     errors: int = 0
 
-    def add(self, result: Result) -> None:
+    def add(self, result: Result, times: int = 1) -> None:
         if result == "error":
-            self.errors += 1
+            self.errors += times
             return
-        self.n += 1
-        self.passed += result == "pass"
-        self.stale += result == "stale"
-
-    def merge(self, other: Tally) -> None:
-        self.n += other.n
-        self.passed += other.passed
-        self.stale += other.stale
-        self.errors += other.errors
+        self.n += times
+        self.passed += times if result == "pass" else 0
+        self.stale += times if result == "stale" else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,17 +66,12 @@ class CheckTally:
     passed: int = 0
     errors: int = 0
 
-    def add(self, passed: bool | None) -> None:
+    def add(self, passed: bool | None, times: int = 1) -> None:
         if passed is None:
-            self.errors += 1
+            self.errors += times
             return
-        self.n += 1
-        self.passed += passed
-
-    def merge(self, other: CheckTally) -> None:
-        self.n += other.n
-        self.passed += other.passed
-        self.errors += other.errors
+        self.n += times
+        self.passed += times if passed else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,65 +82,122 @@ class CheckTally:
         }
 
 
+# What one answer adds to a report, all of it: its task's mutation kind and category, the
+# result, the tool-call verdict's reason code, and each column's (name, advisory, passed).
+_Column = tuple[str, bool, bool | None]
+_Row = tuple[str | None, str | None, Result, str | None, tuple[_Column, ...]]
+_COLUMN = attrgetter("name", "advisory", "passed")
+
+
+@dataclass(slots=True)
+class _Slices:
+    """The report's tallies, slice by slice (what :class:`Report` reads them from)."""
+
+    total: Tally = field(default_factory=Tally)
+    per_kind: dict[str, Tally] = field(default_factory=dict)
+    per_check: dict[str, CheckTally] = field(default_factory=dict)
+    reasons: Counter[str] = field(default_factory=Counter)
+    per_category: dict[str, Tally] = field(default_factory=dict)
+    advisory: dict[str, CheckTally] = field(default_factory=dict)
+
+    def add(self, row: _Row, times: int) -> None:
+        kind, category, result, reason, columns = row
+        self.total.add(result, times)
+        tally = self.per_kind.get(kind or NO_KIND)
+        if tally is None:
+            tally = self.per_kind[kind or NO_KIND] = Tally()
+        tally.add(result, times)
+        if category is not None:
+            tally = self.per_category.get(category)
+            if tally is None:
+                tally = self.per_category[category] = Tally()
+            tally.add(result, times)
+        for name, advisory, passed in columns:
+            tallies = self.advisory if advisory else self.per_check
+            check = tallies.get(name)
+            if check is None:
+                check = tallies[name] = CheckTally()
+            check.add(passed, times)
+        if reason is not None:
+            self.reasons[reason] += times
+
+
 @dataclass(slots=True)
 class Report:
     """Aggregate of a graded run; feed it ``(task, outcome)`` pairs.
 
     ``perCheck`` is keyed by column name across tasks (a task without checks contributes its
     ``tool_call`` column). ``reasons`` counts the tool-call verdicts' reason codes.
+
+    An answer is counted once, under everything it adds (:data:`_Row`); the slices are
+    tallied from those counts when read, one pass per distinct row instead of one per answer
+    (a run of ten thousand answers has a few hundred distinct ones).
     """
 
     tasks_digest: str
-    total: Tally = field(default_factory=Tally)
-    per_kind: dict[str, Tally] = field(default_factory=dict)
-    per_check: dict[str, CheckTally] = field(default_factory=dict)
-    reasons: Counter[str] = field(default_factory=Counter)
-    per_category: dict[str, Tally] = field(default_factory=dict)
-    # Advisory columns (grader/advisory.py): counted for review, never given a pass rate.
-    advisory: dict[str, CheckTally] = field(default_factory=dict)
+    _rows: dict[_Row, int] = field(default_factory=dict, init=False, repr=False)
+    _slices: _Slices | None = field(default=None, init=False, repr=False, compare=False)
 
     def add(self, task: Task, outcome: Outcome) -> None:
-        # A tally is made for a slice's first row only (setdefault would build one per row).
-        result = outcome.result
-        self.total.add(result)
-        kind = task.mutation_kind or NO_KIND
-        tally = self.per_kind.get(kind)
-        if tally is None:
-            tally = self.per_kind[kind] = Tally()
-        tally.add(result)
+        match outcome.checks:
+            case (column,):  # most tasks: one column, its part of the row written out
+                columns: tuple[_Column, ...] = ((column.name, column.advisory, column.passed),)
+            case several:
+                columns = tuple(map(_COLUMN, several))
         category = task.metadata.get("category")
-        if isinstance(category, str):
-            tally = self.per_category.get(category)
-            if tally is None:
-                tally = self.per_category[category] = Tally()
-            tally.add(result)
-        for column in outcome.checks:
-            tallies = self.advisory if column.advisory else self.per_check
-            check = tallies.get(column.name)
-            if check is None:
-                check = tallies[column.name] = CheckTally()
-            check.add(column.passed)
-        if outcome.verdict is not None:
-            self.reasons[outcome.verdict.reason_code] += 1
+        verdict = outcome.verdict
+        row = (
+            task.mutation_kind,
+            category if isinstance(category, str) else None,
+            outcome.result,
+            None if verdict is None else verdict.reason_code,
+            columns,
+        )
+        self._rows[row] = self._rows.get(row, 0) + 1
+        self._slices = None
+
+    def _tallied(self) -> _Slices:
+        """The slices of every answer added so far (tallied again after an add)."""
+        slices = self._slices
+        if slices is None:
+            slices = self._slices = _Slices()
+            for row, times in self._rows.items():
+                slices.add(row, times)
+        return slices
+
+    @property
+    def total(self) -> Tally:
+        return self._tallied().total
+
+    @property
+    def per_kind(self) -> dict[str, Tally]:
+        """By mutation kind (:data:`NO_KIND` for tasks without one)."""
+        return self._tallied().per_kind
+
+    @property
+    def per_check(self) -> dict[str, CheckTally]:
+        return self._tallied().per_check
+
+    @property
+    def reasons(self) -> Counter[str]:
+        return self._tallied().reasons
+
+    @property
+    def per_category(self) -> dict[str, Tally]:
+        return self._tallied().per_category
+
+    @property
+    def advisory(self) -> dict[str, CheckTally]:
+        """Advisory columns (grader/advisory.py): counted for review, never given a pass rate."""
+        return self._tallied().advisory
 
     def merge(self, other: Report) -> None:
-        """Add the counts of ``other``, a report of other rows of the same run (a slice graded
-        in another process: ``gradeproxy grade --jobs``); every view of a report is sorted, so
-        the sum reads as one report of all the rows."""
-        self.total.merge(other.total)
-        for mine, theirs in (
-            (self.per_kind, other.per_kind),
-            (self.per_category, other.per_category),
-        ):
-            for key, tally in theirs.items():
-                mine.setdefault(key, Tally()).merge(tally)
-        for checks, their_checks in (
-            (self.per_check, other.per_check),
-            (self.advisory, other.advisory),
-        ):
-            for key, check in their_checks.items():
-                checks.setdefault(key, CheckTally()).merge(check)
-        self.reasons.update(other.reasons)
+        """Add the answers ``other`` counted: a report of other rows of the same run (a slice
+        graded in another process, ``gradeproxy grade --jobs``). Every view of a report is
+        sorted, so the sum reads as one report of all the rows."""
+        for row, times in other._rows.items():
+            self._rows[row] = self._rows.get(row, 0) + times
+        self._slices = None
 
     @classmethod
     def of(cls, tasks_digest: str, graded: Iterable[tuple[Task, Outcome]]) -> Report:

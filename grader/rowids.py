@@ -30,14 +30,19 @@ def live_row_id(kind: str, request_id: str, variant: str, choice: int, time: str
     return str(uuid.uuid5(ROW_ID_NAMESPACE, name))
 
 
+# uuid4's variant digit (its two top bits ``10``) for each hex digit, by that digit's two low bits.
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
 def offline_row_id() -> str:
     """An offline row's id: a random UUID (offline rows have no request to derive one from).
 
     ``str(uuid.uuid4())``, written from the 16 random bytes directly: the version nibble set to
     4 and the variant's two top bits to ``10`` (a nibble of 8, 9, a or b), as uuid4 sets them.
-    Building a ``uuid.UUID`` to print it was a third of writing an offline row."""
+    Building a ``uuid.UUID`` to print it was a third of writing an offline row; the variant
+    digit is looked up, not parsed as an integer (every offline row takes an id)."""
     digits = os.urandom(16).hex()
-    variant = "89ab"[int(digits[16], 16) & 3]
+    variant = _VARIANT[digits[16]]
     return f"{digits[:8]}-{digits[8:12]}-4{digits[13:16]}-{variant}{digits[17:20]}-{digits[20:]}"
 
 

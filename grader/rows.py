@@ -159,6 +159,10 @@ class Live:
         row["key_id"] = self.key_id
 
 
+# ``passed`` of each result (None: no verdict was reached), as Outcome.passed derives it.
+_PASSED: dict[str, bool | None] = {"pass": True, "fail": False, "stale": False, "error": None}
+
+
 def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any]:
     """The row of one graded answer: every surface's row, the live one minus its fields.
 
@@ -166,6 +170,9 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
     checks), the columns. Written as one dict display per shape, in the row's field order: a
     row filled key by key grew its table twice on the way (every row of every surface)."""
     verdict = outcome.verdict
+    result = outcome.result
+    passed = _PASSED[result]  # Outcome.passed and .stale_schema_used, without two calls
+    stale = result == "stale"
     if verdict is None or outcome.has_checks:
         return {
             "kind": ROW_KIND,
@@ -173,11 +180,11 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
             "row_id": offline_row_id(),  # a live row's is derived instead (Live.write_into)
             "task_id": task.id,
             "mutationKind": task.mutation_kind,
-            "result": outcome.result,
-            "passed": outcome.passed,
-            "staleSchemaUsed": outcome.stale_schema_used,
+            "result": result,
+            "passed": passed,
+            "staleSchemaUsed": stale,
             "checks": [column.to_dict() for column in outcome.checks],
-            "warnings": list(outcome.warnings),
+            "warnings": [*outcome.warnings],
             "tasks_digest": tasks_digest,
             "grader_rules_version": GRADER_RULES_VERSION,
         }
@@ -187,16 +194,16 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
         "row_id": offline_row_id(),
         "task_id": task.id,
         "mutationKind": task.mutation_kind,
-        "result": outcome.result,
-        "passed": outcome.passed,
-        "staleSchemaUsed": outcome.stale_schema_used,
+        "result": result,
+        "passed": passed,
+        "staleSchemaUsed": stale,
         "score": verdict.score,
         "reason": verdict.reason,
         "reason_code": verdict.reason_code,
         "path": verdict.path,
         "call": verdict.call,
         "checks": [column.to_dict() for column in outcome.checks],
-        "warnings": list(outcome.warnings),
+        "warnings": [*outcome.warnings],
         "tasks_digest": tasks_digest,
         "grader_rules_version": GRADER_RULES_VERSION,
     }
@@ -224,10 +231,10 @@ def offline_row(
     answer = source.get("answer")
     row["sample_id"] = source.get("sample_id")
     if isinstance(answer, str):
-        row |= {"answer": answer, "truncated": False}
-    for key, value in source.items():
-        if key not in ("task_id", "answer", "sample_id") and key not in RESERVED_FIELDS:
-            row[key] = value
+        row["answer"] = answer
+        row["truncated"] = False
+    if not _SAMPLE_OWN.issuperset(source):  # fields to carry (most rows have none)
+        _carry(row, source)
     return row
 
 
@@ -277,7 +284,16 @@ def input_error_row(
     answer = source.get("answer")
     if isinstance(answer, str):
         row |= {"answer": answer, "truncated": False}
-    for key, value in source.items():
-        if key not in ("task_id", "answer", "sample_id") and key not in RESERVED_FIELDS:
-            row[key] = value
+    _carry(row, source)
     return row
+
+
+# The answers-row fields a row writes itself (its task id, sample id and answer): not carried.
+_SAMPLE_OWN = frozenset({"task_id", "answer", "sample_id"})
+
+
+def _carry(row: dict[str, Any], source: Mapping[str, Any]) -> None:
+    """Every other field of the answers row, unchanged (a reserved one was refused before)."""
+    for key, value in source.items():
+        if key not in _SAMPLE_OWN and key not in RESERVED_FIELDS:
+            row[key] = value

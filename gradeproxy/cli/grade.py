@@ -51,7 +51,7 @@ from grader.rows import carried_conflicts, input_error_row, offline_row
 from grader.tasks import Task, TaskLoadError, TaskSet
 
 PROGRESS_MIN_ROWS = 1000
-Answer = tuple[str, Task, object, dict[str, Any]]  # where, task, answer, the answers row
+Answer = tuple[int, Task, object, dict[str, Any]]  # line, task, answer, the answers row
 # An answers row that cannot be graded: the problem, and the row as far as it was readable.
 Refused = tuple[Problem, Task | None, dict[str, Any] | None]
 
@@ -121,22 +121,26 @@ def _jobs_count(text: str) -> int:
 
 
 def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Refused]:
-    """Every answers row in order: ready to grade, or refused with its problem (an error row)."""
+    """Every answers row in order: ready to grade, or refused with its problem (an error row).
+
+    A row of a known task with ``task_id`` and ``answer`` alone (the common row) has nothing
+    :func:`_refusal` could refuse, so it is taken as it is, without asking."""
     rows: list[Answer | Refused] = []
-    file = f"{path}:"
+    by_id = tasks.tasks  # TaskSet.get's own mapping: one look-up a row, no call around it
     for lineno, row in intake.lines(path, unreadable=True):
-        if isinstance(row, Problem):
+        if not isinstance(row, dict):
+            if not isinstance(row, Problem):
+                row = intake.problem(path, lineno, "not_an_object", _OBJECT)
             rows.append((row, None, None))
             continue
-        if not isinstance(row, dict):
-            problem = intake.problem(path, lineno, "not_an_object", _OBJECT)
-            rows.append((problem, None, None))
-            continue
         task_id = row.get("task_id")
-        task = tasks.get(task_id) if isinstance(task_id, str) else None
+        task = by_id.get(task_id) if isinstance(task_id, str) else None
+        if task is not None and len(row) == 2 and "answer" in row:
+            rows.append((lineno, task, row["answer"], row))
+            continue
         refusal = _refusal(row, task)
         if refusal is None and task is not None:
-            rows.append((file + str(lineno), task, row["answer"], row))
+            rows.append((lineno, task, row["answer"], row))
             continue
         code, message, drop = refusal or ("unknown_task", f"unknown task id {task_id!r}", "")
         source = {key: value for key, value in row.items() if key != drop}
@@ -175,28 +179,33 @@ def _refusal(row: dict[str, Any], task: Task | None) -> tuple[InputReason, str, 
 
 
 def _grade_one(
-    where: str, task: Task, answer: object, row: dict[str, Any], intake: Intake
+    path: Path, line: int, task: Task, answer: object, row: dict[str, Any], intake: Intake
 ) -> Outcome | Problem:
     try:
         return grade(task, answer, offline_context(task, row))
     except Exception as exc:  # a grader bug: an error row that names it, never a traceback
-        return _cannot(where, task, exc, intake)
+        return _cannot(path, line, task, exc, intake)
 
 
 async def _grade_judged(
-    where: str, task: Task, answer: object, row: dict[str, Any], judge: Judge, intake: Intake
+    path: Path,
+    line: int,
+    task: Task,
+    answer: object,
+    row: dict[str, Any],
+    judge: Judge,
+    intake: Intake,
 ) -> Outcome | Problem:
     try:
         return await grade_async(task, answer, offline_context(task, row), judge=judge)
     except Exception as exc:
-        return _cannot(where, task, exc, intake)
+        return _cannot(path, line, task, exc, intake)
 
 
-def _cannot(where: str, task: Task, exc: Exception, intake: Intake) -> Problem:
-    file, _, line = where.rpartition(":")
+def _cannot(path: Path, line: int, task: Task, exc: Exception, intake: Intake) -> Problem:
     return intake.problem(
-        file,
-        int(line),
+        path,
+        line,
         "cannot_grade",
         f"cannot grade this answer against task {task.id!r} ({task.source}): "
         f"{type(exc).__name__}: {exc}",
@@ -204,7 +213,7 @@ def _cannot(where: str, task: Task, exc: Exception, intake: Intake) -> Problem:
 
 
 def _grade_all(
-    answers: list[Answer], judge: Judge | None, progress: Progress, intake: Intake
+    path: Path, answers: list[Answer], judge: Judge | None, progress: Progress, intake: Intake
 ) -> Iterator[Outcome | Problem]:
     """Grade in input order; judge checks (only with ``--judge``) on one event loop.
 
@@ -213,15 +222,15 @@ def _grade_all(
     every row line at once (ten thousand rows of a kilobyte each were a third of the
     command's system time, spent faulting in fresh memory)."""
     if judge is None or not any(needs_judge(task) for _, task, _, _ in answers):
-        return _graded_lazily(answers, progress, intake)
+        return _graded_lazily(path, answers, progress, intake)
 
     async def judged() -> list[Outcome | Problem]:
         graded: list[Outcome | Problem] = []
-        for done, (where, task, answer, row) in enumerate(answers, start=1):
+        for done, (line, task, answer, row) in enumerate(answers, start=1):
             if needs_judge(task):
-                graded.append(await _grade_judged(where, task, answer, row, judge, intake))
+                graded.append(await _grade_judged(path, line, task, answer, row, judge, intake))
             else:
-                graded.append(_grade_one(where, task, answer, row, intake))
+                graded.append(_grade_one(path, line, task, answer, row, intake))
             progress.update(done)
         return graded
 
@@ -244,17 +253,16 @@ def _forks(jobs: int, wanted: str | None, answers: list[Answer], judge: Judge | 
 
 
 def _graded_in_slices(
+    args: argparse.Namespace,
     entries: list[Answer | Refused],
-    jobs: int,
     digest: str,
     wanted: str | None,
     report: Report,
     failures: Counter[str],
     intake: Intake,
     progress: Progress,
-    out: Path | None,
 ) -> Iterator[bytes]:
-    """The output chunks of ``entries`` graded ``jobs`` slices at a time (gradeproxy/cli/
+    """The output chunks of ``entries`` graded ``args.jobs`` slices at a time (gradeproxy/cli/
     _jobs.py): each slice's lines as :func:`_rows` writes them, and each slice's counts added
     into ``report``, ``failures`` and ``intake`` in slice order, as one process counts them."""
     from gradeproxy.cli._jobs import sliced
@@ -264,7 +272,8 @@ def _graded_in_slices(
 
     def grade_slice(part: Sequence[Answer | Refused], shown: Progress) -> Iterator[bytes]:
         answers = [entry for entry in part if len(entry) == 4]
-        rows = _rows(part, _graded_lazily(answers, shown, intake), digest, wanted, report, failures)
+        outcomes = _graded_lazily(args.answers, answers, shown, intake)
+        rows = _rows(part, outcomes, digest, wanted, report, failures)
         if wanted is None:  # the report alone: rows are graded and counted, never kept
             deque(rows, maxlen=0)
             return
@@ -292,15 +301,19 @@ def _graded_in_slices(
     def there(part: Sequence[Answer | Refused]) -> Iterator[bytes]:
         return grade_slice(part, Progress(0, False))  # a child shows no progress of its own
 
-    scratch = out if wanted == "line" else None
-    return sliced(entries, jobs, here, there, counts, absorb, scratch, finished)
+    scratch = args.out if wanted == "line" else None
+    return sliced(entries, args.jobs, here, there, counts, absorb, scratch, finished)
 
 
 def _graded_lazily(
-    answers: list[Answer], progress: Progress, intake: Intake
+    path: Path, answers: list[Answer], progress: Progress, intake: Intake
 ) -> Iterator[Outcome | Problem]:
+    if not progress.enabled:  # no bar to move: no count kept, no call a row
+        for answer in answers:
+            yield _grade_one(path, *answer, intake)
+        return
     for done, answer in enumerate(answers, start=1):
-        outcome = _grade_one(*answer, intake)
+        outcome = _grade_one(path, *answer, intake)
         progress.update(done)  # before the yield: the last one is never resumed
         yield outcome
 
@@ -350,7 +363,7 @@ def _run(args: argparse.Namespace) -> int:
         wanted = None if out is None else "row" if is_parquet(out) else "line"
         forked = _forks(args.jobs, wanted, answers, judge)
         if not forked:
-            outcomes = _grade_all(answers, judge, progress, intake)
+            outcomes = _grade_all(args.answers, answers, judge, progress, intake)
     except (TaskLoadError, InputError, UnusableInputError) as exc:
         print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
         return 2
@@ -359,7 +372,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if forked:
             lines = _graded_in_slices(
-                entries, args.jobs, tasks.digest, wanted, report, failures, intake, progress, out
+                args, entries, tasks.digest, wanted, report, failures, intake, progress
             )
             if out is not None:
                 write_atomically(out, lines)

@@ -270,6 +270,27 @@ def test_report_keeps_error_rows_out_of_every_denominator() -> None:
     assert report["perCheck"]["apology_and_next_step"]["errors"] == 1
 
 
+def test_a_report_read_between_answers_counts_the_ones_added_after() -> None:
+    """A report is tallied when read: each read sees every answer added before it."""
+    (judge_task, *_) = JUDGE_TASKS
+    weather = TASKS.tasks["weather.field_renamed.01"]
+    graded: list[tuple[Task, Outcome]] = [
+        (weather, grade(weather, wire(plain(weather.expected)))),
+        (POLICY, grade(POLICY, wire(DELETE, REFUND))),
+        (weather, grade(weather, "no call")),
+        (judge_task, grade(judge_task, "Sorry!")),
+        (POLICY, grade(POLICY, wire(REFUND))),
+    ]
+    report = Report("sha256:x")
+    seen = []
+    for task, outcome in graded:
+        report.add(task, outcome)
+        seen.append((report.total.n, report.to_dict()))
+    fresh = [Report.of("sha256:x", graded[:n]) for n in range(1, len(graded) + 1)]
+    assert seen == [(each.total.n, each.to_dict()) for each in fresh]
+    assert [n for n, _ in seen] == [1, 2, 3, 3, 4]
+
+
 def test_report_has_per_check_pass_rates_over_policy_columns() -> None:
     run = grade_run(TASKS, [(POLICY.id, wire(REFUND)), (POLICY.id, wire(DELETE, REFUND))])
     per_check = run.report.to_dict()["perCheck"]

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import grader.intake as intake_module
 from grader.intake import Intake, UnusableInputError, describe_json_error
 from grader.json import JSONError, loads_exact
 
@@ -226,3 +227,28 @@ def test_lines_read_from_bytes_are_the_values_of_their_text(lines: list[bytes]) 
     if not expected:  # a file with lines and none of them JSON is refused whole
         return
     assert repr(got) == repr(expected)  # repr: an integer read as a double would differ
+
+
+@pytest.mark.parametrize(
+    "block", [1, 64, 1 << 20], ids=["a_line_a_block", "two_blocks", "one_block"]
+)
+def test_lines_read_a_block_at_a_time_keep_their_numbers_and_exact_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Lines are read (and searched for digit runs) a block at a time: a run in one block must
+    not make another's lines inexact, and line numbers run on across blocks."""
+    monkeypatch.setattr(intake_module, "LINES_BLOCK", block)
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(
+        b'{"a": 1}\n\n{"id": 12345678901234567890123}\n"\\udcff"\n1e400\n\xff\n[2]\n{"b": 2.5}'
+    )
+    intake = Intake("t")
+    assert [(n, repr(v)) for n, v in intake.lines(path)] == [
+        (1, repr({"a": 1})),
+        (3, repr({"id": 12345678901234567890123})),
+        (4, repr("\udcff")),
+        (5, repr(10**400)),
+        (7, repr([2])),
+        (8, repr({"b": 2.5})),
+    ]
+    assert [(p.line, p.reason_code) for p in intake.problems] == [(6, "line_unreadable")]

@@ -3,12 +3,13 @@ fields), the stored answer cut at its cap, and the row built once whatever the o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from grader import parse_task
-from grader.engine import grade
+from grader.engine import Result, grade
 from grader.rows import LIVE_FIELDS, OFFLINE_FIELDS, TOOL_CALL_FIELDS, Live, answer_row, live_row
 from tests.support.rows import without_row_id
 
@@ -88,3 +89,17 @@ def test_a_live_row_is_the_offline_row_then_the_sample_then_the_live_fields(
     assert row["timings"] == {"duration_s": 0.001}
     assert row["passed"] is (row["result"] == "pass")
     assert row["staleSchemaUsed"] is (row["result"] == "stale")
+
+
+@pytest.mark.parametrize("task", [TASK, WITH_CHECKS], ids=["tool_call_task", "task_with_checks"])
+@pytest.mark.parametrize("result", ["pass", "fail", "stale", "error"])
+def test_a_rows_passed_and_stale_flag_are_its_outcomes(task: Any, result: Result) -> None:
+    """The row derives both from ``result`` itself: they must read as the outcome's do."""
+    outcome = replace(grade(task, ANSWER), result=result)
+    row = answer_row(task, outcome, "sha256:x")
+    assert (row["result"], row["passed"], row["staleSchemaUsed"]) == (
+        result,
+        outcome.passed,
+        outcome.stale_schema_used,
+    )
+    assert type(row["passed"]) is type(outcome.passed)
