@@ -141,6 +141,19 @@ def plain_strings(text: str, searched: bool = False) -> bool:
     return "\\u" not in text and (searched or not has_long_digit_run(text))
 
 
+def loads_with_plain(text: str) -> tuple[Any, bool]:
+    """:func:`loads_exact` of ``text``, and whether its strings are plain (:func:`plain_strings`)
+    from the same digit search: the reader of every graded answer, which needs both (its calls'
+    ``arguments`` are JSON texts inside its strings)."""
+    if _has_run(text) if len(text) <= SEARCH_WINDOW else has_long_digit_run(text):
+        return loads_exact(text), False
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:  # as loads_plain: decided as ever
+        value = loads_exact(text)
+    return value, "\\u" not in text
+
+
 NOT_READ = object()  # read_plain_bytes: the bytes need the text path
 
 

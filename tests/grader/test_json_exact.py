@@ -26,6 +26,7 @@ from grader.json import (
     loads_exact,
     loads_exact_bytes,
     loads_plain,
+    loads_with_plain,
     plain_strings,
     printable,
 )
@@ -152,6 +153,20 @@ BODIES = st.one_of(
 @given(BODIES)
 def test_reading_bytes_is_reading_their_replaced_text(data: bytes) -> None:
     assert _read(loads_exact_bytes, data) == _read(loads_exact, data.decode("utf-8", "replace"))
+
+
+@given(BODIES)
+def test_reading_an_answer_is_loads_exact_and_plain_strings(data: bytes) -> None:
+    """One digit search serves both answers: the value, and whether its strings are plain."""
+    text = data.decode("utf-8", "replace")
+    expected = _read(loads_exact, text)
+    try:
+        value, plain = loads_with_plain(text)
+    except JSONError as exc:
+        assert expected == ("error", type(exc).__name__)
+        return
+    assert ("value", value) == expected
+    assert plain is plain_strings(text)
 
 
 @given(VALUES)
