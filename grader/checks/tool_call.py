@@ -73,6 +73,11 @@ VERDICT_CODES: Mapping[str, ReasonCode] = {
 }
 
 
+# What names a result that never varies within a check: an outcome, or an outcome and a number
+# (the expected call unmatched, the answer's call count).
+ResultKey = str | tuple[str, int]
+
+
 @value_type
 class ToolCallCheck(BaseCheck):
     expected: Call | None
@@ -84,7 +89,7 @@ class ToolCallCheck(BaseCheck):
     numbers_from_request: bool = False
     expect_call: bool = False
     # Results of outcomes that never vary (see _constant); not part of the check's identity.
-    results: dict[str, CheckResult] = field(
+    results: dict[ResultKey, CheckResult] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
 
@@ -271,11 +276,15 @@ class ToolCallCheck(BaseCheck):
         )
 
     def _run_parallel(self, answers: list[AnswerCall], tools: list[Any] | None) -> CheckResult:
-        want = len(self.parallel)
-        if len(answers) < want:
-            return self.result(
+        """The parallel form: every expected call matched to its own answer call. A failure's
+        result depends only on the expected call unmatched or the answer's call count, so
+        each is built once per check (:meth:`_constant`), as a pass is."""
+        want, got = len(self.parallel), len(answers)
+        if got < want:
+            return self._constant(
+                ("count", got),
                 False,
-                f"expected {want} parallel calls, got {len(answers)}",
+                f"expected {want} parallel calls, got {got}",
                 "parallel_count_mismatch",
             )
         expected = self.parallel
@@ -295,25 +304,26 @@ class ToolCallCheck(BaseCheck):
         if None in partner:
             index = partner.index(None)
             exp = self.parallel[index]
-            return self.result(
+            return self._constant(
+                ("unmatched", index),
                 False,
                 f"expected call #{index} ({exp.name}) matches no call in the answer",
                 "parallel_unmatched",
             )
-        if len(answers) > want:
+        if got > want:
             used = {p for p in partner if p is not None}
-            extra = [i for i in range(len(answers)) if i not in used]
+            extra = [i for i in range(got) if i not in used]
             dup = any(_same(answers[i], answers[j]) for i in extra for j in used)
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             what = "a repeated call" if dup else "an extra call"
-            return self.result(
-                False, f"expected {want} parallel calls, got {len(answers)}: {what}", code
+            return self._constant(
+                (code, got), False, f"expected {want} parallel calls, got {got}: {what}", code
             )
         return self._constant("match", True, f"all {want} parallel calls matched", "match")
 
     def _constant(
         self,
-        key: str,
+        key: ResultKey,
         passed: bool,
         reason: str,
         code: CheckReasonCode,
@@ -321,7 +331,8 @@ class ToolCallCheck(BaseCheck):
     ) -> CheckResult:
         """A result that is the same for every answer with this outcome (a pass, a missing
         call), built once per check: a CheckResult is immutable, and building one is a good
-        part of grading an answer. ``key`` names the outcome within this check."""
+        part of grading an answer. ``key`` names the outcome within this check (with the number
+        the reason is written with, where it has one)."""
         found = self.results.get(key)
         if found is None:
             found = self.results[key] = self.result(passed, reason, code, details=details)
