@@ -97,13 +97,13 @@ def max_matching(
     With ``perfect``, stop at the first row no augmenting path reaches (Kuhn: such a row stays
     unmatched in every maximum matching grown from this one), leaving later rows None.
     """
-    memo: dict[tuple[int, int], bool] = {}
-    owner: dict[int, int] = {}
+    memo: dict[int, bool] = {}  # fit(row, col) under row * cols + col
+    owner: list[int | None] = [None] * cols
     partner: list[int | None] = [None] * rows
     for row in range(rows):
         for col in range(cols):
-            if col not in owner:
-                found = memo[(row, col)] = fit(row, col)
+            if owner[col] is None:
+                found = memo[row * cols + col] = fit(row, col)
                 if found:
                     owner[col], partner[row] = row, col
                     break
@@ -111,9 +111,10 @@ def max_matching(
         return partner
 
     def fits(row: int, col: int) -> bool:
-        found = memo.get((row, col))
+        key = row * cols + col
+        found = memo.get(key)
         if found is None:
-            found = memo[(row, col)] = fit(row, col)
+            found = memo[key] = fit(row, col)
         return found
 
     for row in range(rows):
@@ -128,7 +129,7 @@ def _augment(
     seen: set[int],
     cols: int,
     fits: Callable[[int, int], bool],
-    owner: dict[int, int],
+    owner: list[int | None],
     partner: list[int | None],
 ) -> bool:
     """Kuhn's augmenting path from ``row``. A module function, not a closure over the
@@ -138,7 +139,8 @@ def _augment(
     for col in range(cols):
         if col not in seen and fits(row, col):
             seen.add(col)
-            if col not in owner or _augment(owner[col], seen, cols, fits, owner, partner):
+            held = owner[col]
+            if held is None or _augment(held, seen, cols, fits, owner, partner):
                 owner[col], partner[row] = row, col
                 return True
     return False
