@@ -8,8 +8,8 @@ pairs expected calls with answer calls; :func:`schema_numeric_mismatch` is the s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from grader.checks.call_answer import AnswerCall
 from grader.checks.call_match import Mismatch
@@ -18,6 +18,8 @@ from grader.checks.sample import Sample
 from grader.json import MAX_DEPTH, JSONError, loads_exact, loads_plain, value_depth
 from grader.toolcall.extract import Extraction, extract
 
+R = TypeVar("R")
+C = TypeVar("C")
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
 
 
@@ -85,25 +87,28 @@ def answer_calls(sample: Sample, found: Extraction | None = None) -> list[Answer
 
 
 def max_matching(
-    rows: int, cols: int, fit: Callable[[int, int], bool], perfect: bool = False
+    rows: Sequence[R], cols: Sequence[C], fit: Callable[[R, C], bool], perfect: bool = False
 ) -> list[int | None]:
-    """Maximum one-to-one matching; the partner column of each row, or None.
+    """Maximum one-to-one matching of ``rows`` with ``cols`` (pairs ``fit`` accepts); the
+    partner column (its index in ``cols``) of each row, or None.
 
     A first-fit pass over free columns comes first (what BFCL's checker does, and all a correct
     answer in any order usually needs), then Kuhn's augmenting paths for the rows it left
     unmatched: BFCL's first-fit alone fails a correct answer whose first call fits two
-    expected calls; a maximum matching never does. ``fit`` is asked at most once per pair.
+    expected calls; a maximum matching never does. ``fit`` is asked at most once per pair,
+    with the row and column themselves (a matcher's own method, no closure over indices).
 
     With ``perfect``, stop at the first row no augmenting path reaches (Kuhn: such a row stays
     unmatched in every maximum matching grown from this one), leaving later rows None.
     """
-    memo: dict[int, bool] = {}  # fit(row, col) under row * cols + col
-    owner: list[int | None] = [None] * cols
-    partner: list[int | None] = [None] * rows
-    for row in range(rows):
-        for col in range(cols):
+    width = len(cols)
+    memo: dict[int, bool] = {}  # fit of row and col under row * width + col
+    owner: list[int | None] = [None] * width
+    partner: list[int | None] = [None] * len(rows)
+    for row, wanted in enumerate(rows):
+        for col in range(width):
             if owner[col] is None:
-                found = memo[row * cols + col] = fit(row, col)
+                found = memo[row * width + col] = fit(wanted, cols[col])
                 if found:
                     owner[col], partner[row] = row, col
                     break
@@ -111,14 +116,14 @@ def max_matching(
         return partner
 
     def fits(row: int, col: int) -> bool:
-        key = row * cols + col
+        key = row * width + col
         found = memo.get(key)
         if found is None:
-            found = memo[key] = fit(row, col)
+            found = memo[key] = fit(rows[row], cols[col])
         return found
 
-    for row in range(rows):
-        unreached = partner[row] is None and not _augment(row, set(), cols, fits, owner, partner)
+    for row in range(len(rows)):
+        unreached = partner[row] is None and not _augment(row, set(), width, fits, owner, partner)
         if unreached and perfect:
             break
     return partner

@@ -32,7 +32,7 @@ Paths are written as the grader reports them: ``arguments.filters.status``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field
 from types import MappingProxyType
 from typing import Any
@@ -287,20 +287,16 @@ class ToolCallCheck(BaseCheck):
                 f"expected {want} parallel calls, got {got}",
                 "parallel_count_mismatch",
             )
-        expected = self.parallel
-        if tools is None:  # no schema strictness: every answer call may be matched
+        # Without schema strictness every answer call may be matched: the matcher's own method.
+        fit: Callable[[ExpectedCall, AnswerCall], bool] = ExpectedCall.matches
+        if tools is not None:
+            strict = {a for a in answers if _typed(a, tools) is not None}  # breaks the schema
 
-            def fit(row: int, col: int) -> bool:
-                exp, got = expected[row], answers[col]
-                return exp.name == got.name and exp.matches(got)
+            def typed_fit(exp: ExpectedCall, call: AnswerCall) -> bool:
+                return call not in strict and exp.matches(call)
 
-        else:
-            typed = [_typed(a, tools) is None for a in answers]
-
-            def fit(row: int, col: int) -> bool:
-                return typed[col] and expected[row].matches(answers[col])
-
-        partner = max_matching(want, len(answers), fit, perfect=True)
+            fit = typed_fit
+        partner = max_matching(self.parallel, answers, fit, perfect=True)
         if None in partner:
             index = partner.index(None)
             exp = self.parallel[index]
