@@ -77,7 +77,10 @@ def answer_calls(sample: Sample, found: Extraction | None = None) -> list[Answer
     ``grader.checks._base.sample_calls``."""
     if sample.output_tools:
         plain = sample.plain
-        return [_parsed(tool.get("function"), plain) for tool in sample.output_tools]
+        calls = []
+        for tool in sample.output_tools:
+            calls.append(_parsed(tool.get("function"), plain))
+        return calls
     call = (found if found is not None else extract(sample.answer)).call
     if call is None:
         return []

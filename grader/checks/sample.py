@@ -50,12 +50,12 @@ class Sample:
             except JSONError:
                 value = None
         if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
-            # Each element in wire shape: a bare {"name", "arguments"} is wrapped (_as_tool).
-            tools = [
-                t if isinstance(t.get("function"), dict) else _as_tool(t)
-                for t in value["tool_calls"]
-                if isinstance(t, dict)
-            ]
+            tools = []  # each element in wire shape: a bare {"name", "arguments"} is wrapped
+            for element in value["tool_calls"]:
+                if isinstance(element, dict):
+                    tools.append(
+                        element if isinstance(element.get("function"), dict) else _as_tool(element)
+                    )
             content = value.get("content")
             text = content if isinstance(content, str) else ""
             return cls(text, None, tools, answer_text, plain)
