@@ -209,7 +209,7 @@ class ToolCallCheck(BaseCheck):
         found = None if sample.output_tools else extract(sample.answer)
         calls = answer_calls(sample, found)
         if self.count == "exactly_one" and len(calls) > 1:
-            dup = any(_same(calls[0], c) for c in calls[1:])
+            dup = _repeats(calls[0], calls[1:])
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             extra = self.result(False, f"expected exactly one call, got {len(calls)}", code)
             last = _last_usable(calls)
@@ -306,10 +306,13 @@ class ToolCallCheck(BaseCheck):
                 f"expected call #{index} ({exp.name}) matches no call in the answer",
                 "parallel_unmatched",
             )
-        if got > want:
-            used = {p for p in partner if p is not None}
-            extra = [i for i in range(got) if i not in used]
-            dup = any(_same(answers[i], answers[j]) for i in extra for j in used)
+        if got > want:  # every expected call matched: the answer calls left over are extra
+            matched = [answers[col] for col in partner if col is not None]
+            dup = False
+            for col, call in enumerate(answers):
+                if col not in partner and _repeats(call, matched):
+                    dup = True
+                    break
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             what = "a repeated call" if dup else "an extra call"
             return self._constant(
@@ -376,6 +379,11 @@ def _same(a: AnswerCall, b: AnswerCall) -> bool:
     if _identical(a.arguments, b.arguments):  # a repeated call is usually written identically
         return True
     return a.canonical("exact") == b.canonical("exact")
+
+
+def _repeats(call: AnswerCall, others: list[AnswerCall]) -> bool:
+    """Whether ``call`` is the same call as one of ``others`` (:func:`_same`)."""
+    return any(_same(call, other) for other in others)
 
 
 def _identical(a: Any, b: Any) -> bool:
