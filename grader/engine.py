@@ -232,17 +232,7 @@ def _outcome(task: Task, results: Sequence[CheckResult], verdict: Verdict | None
     if len(results) == 1 and not task.advisory:  # one plain column: the common task
         only = results[0]
         if not only.parts and not only.advisory:
-            stale = (
-                verdict is not None and verdict.stale_schema_used
-            ) or only.reason_code == "stale_schema"
-            rule = task.pass_rule
-            name = only.name
-            if rule in ("all", "any") or rule == name or name.startswith(rule + "."):
-                passed = only.passed
-            else:  # a rule naming no column of this task: as overall() over no columns
-                passed = None
-            one: tuple[str, ...] = () if only.warning is None else (only.warning,)
-            return Outcome(task.id, _result(passed, stale), (only,), verdict, True, one)
+            return _one_column(task, only, verdict)
     flat = tuple(part for r in results for part in (r.parts or (r,)))
     if task.advisory:  # shown in the row, left out of the rule (grader/advisory.py)
         flat = tuple(
@@ -256,6 +246,39 @@ def _outcome(task: Task, results: Sequence[CheckResult], verdict: Verdict | None
     )
     result = _result(overall(decisive, task.pass_rule), stale)
     return Outcome(task.id, result, flat, verdict, True, warnings)
+
+
+def _one_column(task: Task, only: CheckResult, verdict: Verdict | None) -> Outcome:
+    """:func:`_outcome` of a task without advisory checks whose one column has no parts."""
+    stale = (
+        verdict is not None and verdict.stale_schema_used
+    ) or only.reason_code == "stale_schema"
+    rule = task.raw.get("pass_rule", "all")  # Task.pass_rule's reading, without its call
+    if not isinstance(rule, str):
+        rule = "all"
+    name = only.name
+    if rule in ("all", "any") or rule == name or name.startswith(rule + "."):
+        passed = only.passed
+    else:  # a rule naming no column of this task: as overall() over no columns
+        passed = None
+    one: tuple[str, ...] = () if only.warning is None else (only.warning,)
+    return Outcome(task.id, _result(passed, stale), (only,), verdict, True, one)
+
+
+def _one_tool_call(task: Task, check: ToolCallCheck, sample: Sample, ctx: CheckContext) -> Outcome:
+    """A task whose only check is a tool-call check (every BFCL task): :func:`_run_checks`
+    and :func:`_outcome` for its one column, without their passes over many (a tool-call
+    check's column has no parts and, the task having no advisory checks, is decisive)."""
+    try:
+        result, verdict = check.graded(sample, ctx)
+    except Exception as exc:  # as run_check: a bug is a check_error column
+        result, verdict = _crashed(check, exc), None
+    else:
+        if result.reason_code == "no_request_tools":
+            result = _with_context(result, ctx)
+    if verdict is None and task.expected_call is not None:  # the check's form gives none
+        verdict = _task_verdict(task, sample)
+    return _one_column(task, result, verdict)
 
 
 # The context of an answer graded without one: a value, so one instance serves every answer.
@@ -285,13 +308,19 @@ def grade(
     value ``answer`` was written from by ``grader.json.dumps``, when the caller has it (the
     proxy): the tool-call path then reads it instead of the text again; the outcome is the same.
     """
-    if not task.has_checks:
+    # Task.has_checks, read without the property: on CPython 3.11 reading a property is a
+    # call through the descriptor into a new interpreter frame, a cost every answer paid
+    # twice here (this and the pass rule, read by _one_column the same way).
+    if "checks" not in task.raw:
         return _fast(task, answer, parsed)
     checks = checks_of(task)
     if not isinstance(answer, str):
         verdict = None if task.expected_call is None else match_call(task.expected, None, answer)
         return _outcome(task, [r for c in checks for r in _not_a_string(c, answer)], verdict)
     sample = Sample.from_answer(answer)
+    only = checks[0] if len(checks) == 1 else None
+    if type(only) is ToolCallCheck and not task.advisory:
+        return _one_tool_call(task, only, sample, context or _NO_CONTEXT)
     results, verdict = _run_checks(task, checks, sample, item, context or _NO_CONTEXT)
     if verdict is None:
         verdict = _task_verdict(task, sample)

@@ -38,6 +38,8 @@ _RUN = 19  # digits in a row from which the standard library parses the text
 # digits count, as with ``[0-9]``: a multi-byte UTF-8 character never holds an ASCII byte.
 _DIGITS_TO_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _ZEROS = b"0" * _RUN
+# A run is found with ``bytes.find``, never ``in``: ``bytes in bytes`` first tries to read its
+# operand as one byte's integer value, raising and clearing a TypeError on every search.
 # A scan holds the GIL for the whole call: over a 5 MB text one pass would keep the proxy's
 # event loop from running for milliseconds. Large texts are searched a window at a time.
 SEARCH_WINDOW = 256 * 1024
@@ -48,7 +50,7 @@ def _has_run(text: str) -> bool:
         data = text.encode()
     except UnicodeEncodeError:  # a lone surrogate (the stdlib path keeps it): encode it as is
         data = text.encode("utf-8", "surrogatepass")
-    return _ZEROS in data.translate(_DIGITS_TO_ZERO)
+    return data.translate(_DIGITS_TO_ZERO).find(_ZEROS) >= 0
 
 
 def bytes_have_long_digit_run(data: bytes) -> bool:
@@ -145,6 +147,19 @@ def plain_strings(text: str, searched: bool = False) -> bool:
     return "\\u" not in text and (searched or not has_long_digit_run(text))
 
 
+def loads_with_plain(text: str) -> tuple[Any, bool]:
+    """:func:`loads_exact` of ``text``, and whether its strings are plain (:func:`plain_strings`)
+    from the same digit search: the reader of every graded answer, which needs both (its calls'
+    ``arguments`` are JSON texts inside its strings)."""
+    if _has_run(text) if len(text) <= SEARCH_WINDOW else has_long_digit_run(text):
+        return loads_exact(text), False
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:  # as loads_plain: decided as ever
+        value = loads_exact(text)
+    return value, "\\u" not in text
+
+
 NOT_READ = object()  # read_plain_bytes: the bytes need the text path
 
 
@@ -153,7 +168,7 @@ def read_plain_bytes(data: bytes) -> Any:
     is the same value: valid UTF-8 with no long digit run that orjson reads. Anything else
     (invalid UTF-8, a lone surrogate, an overflow, not JSON, blank) is :data:`NOT_READ`, for
     the caller's text path to decide exactly as it would have (a JSONL line read per row)."""
-    if len(data) <= SEARCH_WINDOW and _ZEROS not in data.translate(_DIGITS_TO_ZERO):
+    if len(data) <= SEARCH_WINDOW and data.translate(_DIGITS_TO_ZERO).find(_ZEROS) < 0:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -166,7 +181,7 @@ def loads_exact_bytes(data: bytes) -> Any:
     bytes themselves when that gives the same value: valid UTF-8 with no long digit run is
     what orjson reads exactly, with no decode and no re-encode to search it (a response body
     captured for every graded request). Anything else takes the text path, unchanged."""
-    if len(data) <= SEARCH_WINDOW and _ZEROS not in data.translate(_DIGITS_TO_ZERO):
+    if len(data) <= SEARCH_WINDOW and data.translate(_DIGITS_TO_ZERO).find(_ZEROS) < 0:
         # What orjson refuses here (invalid UTF-8, a lone surrogate, an overflow, not JSON) is
         # decided by the text path below, exactly as before this shortcut. (A try, not
         # contextlib.suppress: its two Python-level calls cost a third of the parse.)

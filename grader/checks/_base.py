@@ -235,6 +235,7 @@ class BaseCheck(ABC):
         details: Mapping[str, Any] | None = None,
         warning: str | None = None,
     ) -> CheckResult:
+        # Positional: keywords to a class make a dict per call (a result per failing answer).
         return CheckResult(
             self.name,
             self.type,
@@ -244,8 +245,8 @@ class BaseCheck(ABC):
             reason_code,
             error,
             self.digest,
-            warning=warning,
-            details=details,
+            warning,
+            details,
         )
 
 

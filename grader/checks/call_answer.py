@@ -43,17 +43,19 @@ class AnswerCall:
         """Each top-level argument's canonical value under ``mode`` (cached);
         :data:`UNCOMPARABLE` for one that cannot be compared."""
         cache = self._leaves
-        if cache is None:
+        if cache is not None:
+            found = cache.get(mode)
+            if found is not None:
+                return found
+        else:
             cache = self._leaves = {}
-        found = cache.get(mode)
-        if found is None:
-            assert self.arguments is not None
-            found = cache[mode] = {}
-            for key, value in self.arguments.items():
-                try:
-                    found[key] = canon_in(value, mode)
-                except (TooDeepError, TypeError):
-                    found[key] = UNCOMPARABLE
+        assert self.arguments is not None
+        found = cache[mode] = {}
+        for key, value in self.arguments.items():
+            try:
+                found[key] = canon_in(value, mode)
+            except (TooDeepError, TypeError):
+                found[key] = UNCOMPARABLE
         return found
 
     def cached_leaves(self, mode: StringMode | None) -> dict[str, Any] | None:

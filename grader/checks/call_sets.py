@@ -8,8 +8,8 @@ pairs expected calls with answer calls; :func:`schema_numeric_mismatch` is the s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 from grader.checks.call_answer import AnswerCall
 from grader.checks.call_match import Mismatch
@@ -18,6 +18,8 @@ from grader.checks.sample import Sample
 from grader.json import MAX_DEPTH, JSONError, loads_exact, loads_plain, value_depth
 from grader.toolcall.extract import Extraction, extract
 
+R = TypeVar("R")
+C = TypeVar("C")
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
 
 
@@ -75,7 +77,10 @@ def answer_calls(sample: Sample, found: Extraction | None = None) -> list[Answer
     ``grader.checks._base.sample_calls``."""
     if sample.output_tools:
         plain = sample.plain
-        return [_parsed(tool.get("function"), plain) for tool in sample.output_tools]
+        calls = []
+        for tool in sample.output_tools:
+            calls.append(_parsed(tool.get("function"), plain))
+        return calls
     call = (found if found is not None else extract(sample.answer)).call
     if call is None:
         return []
@@ -85,63 +90,79 @@ def answer_calls(sample: Sample, found: Extraction | None = None) -> list[Answer
 
 
 def max_matching(
-    rows: int, cols: int, fit: Callable[[int, int], bool], perfect: bool = False
+    rows: Sequence[R], cols: Sequence[C], fit: Callable[[R, C], bool], perfect: bool = False
 ) -> list[int | None]:
-    """Maximum one-to-one matching; the partner column of each row, or None.
+    """Maximum one-to-one matching of ``rows`` with ``cols`` (pairs ``fit`` accepts); the
+    partner column (its index in ``cols``) of each row, or None.
 
     A first-fit pass over free columns comes first (what BFCL's checker does, and all a correct
     answer in any order usually needs), then Kuhn's augmenting paths for the rows it left
     unmatched: BFCL's first-fit alone fails a correct answer whose first call fits two
-    expected calls; a maximum matching never does. ``fit`` is asked at most once per pair.
+    expected calls; a maximum matching never does. ``fit`` is asked at most once per pair,
+    with the row and column themselves (a matcher's own method, no closure over indices).
 
     With ``perfect``, stop at the first row no augmenting path reaches (Kuhn: such a row stays
     unmatched in every maximum matching grown from this one), leaving later rows None.
     """
-    memo: dict[tuple[int, int], bool] = {}
-    owner: dict[int, int] = {}
-    partner: list[int | None] = [None] * rows
-    for row in range(rows):
-        for col in range(cols):
-            if col not in owner:
-                found = memo[(row, col)] = fit(row, col)
+    width = len(cols)
+    memo: dict[int, bool] = {}  # fit of row and col under row * width + col
+    owner: list[int | None] = [None] * width
+    partner: list[int | None] = [None] * len(rows)
+    for row, wanted in enumerate(rows):
+        for col in range(width):
+            if owner[col] is None:
+                found = memo[row * width + col] = fit(wanted, cols[col])
                 if found:
                     owner[col], partner[row] = row, col
                     break
     if None not in partner:  # first fit matched every row: no augmenting path to look for
         return partner
-
-    def fits(row: int, col: int) -> bool:
-        found = memo.get((row, col))
-        if found is None:
-            found = memo[(row, col)] = fit(row, col)
-        return found
-
-    for row in range(rows):
-        unreached = partner[row] is None and not _augment(row, set(), cols, fits, owner, partner)
+    kuhn = _Kuhn(rows, cols, fit, memo, owner, partner)
+    for row in range(len(rows)):
+        unreached = partner[row] is None and not kuhn.augment(row, set())
         if unreached and perfect:
             break
     return partner
 
 
-def _augment(
-    row: int,
-    seen: set[int],
-    cols: int,
-    fits: Callable[[int, int], bool],
-    owner: dict[int, int],
-    partner: list[int | None],
-) -> bool:
-    """Kuhn's augmenting path from ``row``. A module function, not a closure over the
-    matching's state: a closure that calls itself holds its own cell, a reference cycle that
-    kept every answer it reached (its calls, their arguments) alive until the next collection
-    of the cycle collector, instead of freeing them as the answer's grading returned."""
-    for col in range(cols):
-        if col not in seen and fits(row, col):
-            seen.add(col)
-            if col not in owner or _augment(owner[col], seen, cols, fits, owner, partner):
-                owner[col], partner[row] = row, col
-                return True
-    return False
+class _Kuhn(Generic[R, C]):
+    """Kuhn's augmenting paths over the first fit's state. An object, not closures over that
+    state: a closure that calls itself holds its own cell, a reference cycle that kept every
+    answer it reached (its calls, their arguments) alive until the next collection of the
+    cycle collector, instead of freeing them as the answer's grading returned."""
+
+    __slots__ = ("cols", "fit", "memo", "owner", "partner", "rows")
+
+    def __init__(
+        self,
+        rows: Sequence[R],
+        cols: Sequence[C],
+        fit: Callable[[R, C], bool],
+        memo: dict[int, bool],
+        owner: list[int | None],
+        partner: list[int | None],
+    ) -> None:
+        self.rows, self.cols, self.fit, self.memo = rows, cols, fit, memo
+        self.owner, self.partner = owner, partner
+
+    def augment(self, row: int, seen: set[int]) -> bool:
+        """Whether an augmenting path from ``row`` exists; if so, the matching takes it."""
+        cols, memo, owner = self.cols, self.memo, self.owner
+        width = len(cols)
+        for col in range(width):
+            if col in seen:
+                continue
+            key = row * width + col
+            found = memo.get(key)
+            if found is None:  # a pair the first fit did not ask
+                found = memo[key] = self.fit(self.rows[row], cols[col])
+            if found:
+                seen.add(col)
+                held = owner[col]
+                if held is None or self.augment(held, seen):
+                    owner[col], self.partner[row] = row, col
+                    return True
+        return False
 
 
 def schema_numeric_mismatch(arguments: Any, schema: Any, path: Path = ()) -> Mismatch | None:

@@ -11,14 +11,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-from grader.json import (
-    JSONError,
-    dumps,
-    has_long_digit_run,
-    loads_exact,
-    loads_plain,
-    plain_strings,
-)
+from grader.json import JSONError, dumps, loads_with_plain
 from grader.toolcall.extract import call_from_value, extract
 from grader.values import value_type
 
@@ -50,18 +43,21 @@ class Sample:
         """
         stripped = answer_text.strip()
         value: Any = None
-        run = True
+        plain = False
         if stripped[:1] in ("{", "["):
-            run = has_long_digit_run(stripped)
             try:
-                value = loads_exact(stripped) if run else loads_plain(stripped)
+                value, plain = loads_with_plain(stripped)
             except JSONError:
                 value = None
         if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
-            tools = [_as_tool(t) for t in value["tool_calls"] if isinstance(t, dict)]
+            tools = []  # each element in wire shape: a bare {"name", "arguments"} is wrapped
+            for element in value["tool_calls"]:
+                if isinstance(element, dict):
+                    tools.append(
+                        element if isinstance(element.get("function"), dict) else _as_tool(element)
+                    )
             content = value.get("content")
             text = content if isinstance(content, str) else ""
-            plain = not run and plain_strings(stripped, searched=True)
             return cls(text, None, tools, answer_text, plain)
         json_value = value if isinstance(value, dict | list) else None
         return cls(answer_text, json_value, [], answer_text)

@@ -32,7 +32,7 @@ Paths are written as the grader reports them: ``arguments.filters.status``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field
 from types import MappingProxyType
 from typing import Any
@@ -73,6 +73,11 @@ VERDICT_CODES: Mapping[str, ReasonCode] = {
 }
 
 
+# What names a result that never varies within a check: an outcome, or an outcome and a number
+# (the expected call unmatched, the answer's call count).
+ResultKey = str | tuple[str, int]
+
+
 @value_type
 class ToolCallCheck(BaseCheck):
     expected: Call | None
@@ -84,7 +89,7 @@ class ToolCallCheck(BaseCheck):
     numbers_from_request: bool = False
     expect_call: bool = False
     # Results of outcomes that never vary (see _constant); not part of the check's identity.
-    results: dict[str, CheckResult] = field(
+    results: dict[ResultKey, CheckResult] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
 
@@ -204,7 +209,7 @@ class ToolCallCheck(BaseCheck):
         found = None if sample.output_tools else extract(sample.answer)
         calls = answer_calls(sample, found)
         if self.count == "exactly_one" and len(calls) > 1:
-            dup = any(_same(calls[0], c) for c in calls[1:])
+            dup = _repeats(calls[0], calls[1:])
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             extra = self.result(False, f"expected exactly one call, got {len(calls)}", code)
             last = _last_usable(calls)
@@ -271,49 +276,53 @@ class ToolCallCheck(BaseCheck):
         )
 
     def _run_parallel(self, answers: list[AnswerCall], tools: list[Any] | None) -> CheckResult:
-        want = len(self.parallel)
-        if len(answers) < want:
-            return self.result(
+        """The parallel form: every expected call matched to its own answer call. A failure's
+        result depends only on the expected call unmatched or the answer's call count, so
+        each is built once per check (:meth:`_constant`), as a pass is."""
+        want, got = len(self.parallel), len(answers)
+        if got < want:
+            return self._constant(
+                ("count", got),
                 False,
-                f"expected {want} parallel calls, got {len(answers)}",
+                f"expected {want} parallel calls, got {got}",
                 "parallel_count_mismatch",
             )
-        expected = self.parallel
-        if tools is None:  # no schema strictness: every answer call may be matched
+        # Without schema strictness every answer call may be matched: the matcher's own method.
+        fit: Callable[[ExpectedCall, AnswerCall], bool] = ExpectedCall.matches
+        if tools is not None:
+            strict = {a for a in answers if _typed(a, tools) is not None}  # breaks the schema
 
-            def fit(row: int, col: int) -> bool:
-                exp, got = expected[row], answers[col]
-                return exp.name == got.name and exp.matches(got)
+            def typed_fit(exp: ExpectedCall, call: AnswerCall) -> bool:
+                return call not in strict and exp.matches(call)
 
-        else:
-            typed = [_typed(a, tools) is None for a in answers]
-
-            def fit(row: int, col: int) -> bool:
-                return typed[col] and expected[row].matches(answers[col])
-
-        partner = max_matching(want, len(answers), fit, perfect=True)
+            fit = typed_fit
+        partner = max_matching(self.parallel, answers, fit, perfect=True)
         if None in partner:
             index = partner.index(None)
             exp = self.parallel[index]
-            return self.result(
+            return self._constant(
+                ("unmatched", index),
                 False,
                 f"expected call #{index} ({exp.name}) matches no call in the answer",
                 "parallel_unmatched",
             )
-        if len(answers) > want:
-            used = {p for p in partner if p is not None}
-            extra = [i for i in range(len(answers)) if i not in used]
-            dup = any(_same(answers[i], answers[j]) for i in extra for j in used)
+        if got > want:  # every expected call matched: the answer calls left over are extra
+            matched = [answers[col] for col in partner if col is not None]
+            dup = False
+            for col, call in enumerate(answers):
+                if col not in partner and _repeats(call, matched):
+                    dup = True
+                    break
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             what = "a repeated call" if dup else "an extra call"
-            return self.result(
-                False, f"expected {want} parallel calls, got {len(answers)}: {what}", code
+            return self._constant(
+                (code, got), False, f"expected {want} parallel calls, got {got}: {what}", code
             )
         return self._constant("match", True, f"all {want} parallel calls matched", "match")
 
     def _constant(
         self,
-        key: str,
+        key: ResultKey,
         passed: bool,
         reason: str,
         code: CheckReasonCode,
@@ -321,7 +330,8 @@ class ToolCallCheck(BaseCheck):
     ) -> CheckResult:
         """A result that is the same for every answer with this outcome (a pass, a missing
         call), built once per check: a CheckResult is immutable, and building one is a good
-        part of grading an answer. ``key`` names the outcome within this check."""
+        part of grading an answer. ``key`` names the outcome within this check (with the number
+        the reason is written with, where it has one)."""
         found = self.results.get(key)
         if found is None:
             found = self.results[key] = self.result(passed, reason, code, details=details)
@@ -369,6 +379,11 @@ def _same(a: AnswerCall, b: AnswerCall) -> bool:
     if _identical(a.arguments, b.arguments):  # a repeated call is usually written identically
         return True
     return a.canonical("exact") == b.canonical("exact")
+
+
+def _repeats(call: AnswerCall, others: list[AnswerCall]) -> bool:
+    """Whether ``call`` is the same call as one of ``others`` (:func:`_same`)."""
+    return any(_same(call, other) for other in others)
 
 
 def _identical(a: Any, b: Any) -> bool:

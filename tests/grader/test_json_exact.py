@@ -26,6 +26,7 @@ from grader.json import (
     loads_exact,
     loads_exact_bytes,
     loads_plain,
+    loads_with_plain,
     plain_strings,
     printable,
 )
@@ -152,6 +153,16 @@ BODIES = st.one_of(
 @given(BODIES)
 def test_reading_bytes_is_reading_their_replaced_text(data: bytes) -> None:
     assert _read(loads_exact_bytes, data) == _read(loads_exact, data.decode("utf-8", "replace"))
+
+
+@given(BODIES)
+def test_reading_an_answer_is_loads_exact_and_plain_strings(data: bytes) -> None:
+    """One digit search serves both answers: the value, and whether its strings are plain."""
+    text = data.decode("utf-8", "replace")
+    read = _read(loads_with_plain, text)
+    assert (read if read[0] == "error" else ("value", read[1][0])) == _read(loads_exact, text)
+    if read[0] == "value":
+        assert read[1][1] is plain_strings(text)
 
 
 @given(VALUES)

@@ -68,12 +68,14 @@ def _brute_force(fits: list[list[bool]]) -> int:
     )
 )
 def test_max_matching_is_maximum_and_one_to_one(fits: list[list[bool]]) -> None:
-    partner = max_matching(len(fits), len(fits[0]), lambda r, c: fits[r][c])
+    partner = max_matching(range(len(fits)), range(len(fits[0])), lambda r, c: fits[r][c])
     used = [c for c in partner if c is not None]
     assert len(used) == len(set(used))
     assert all(fits[r][c] for r, c in enumerate(partner) if c is not None)
     assert len(used) == _brute_force(fits)
-    perfect = max_matching(len(fits), len(fits[0]), lambda r, c: fits[r][c], perfect=True)
+    perfect = max_matching(
+        range(len(fits)), range(len(fits[0])), lambda r, c: fits[r][c], perfect=True
+    )
     assert (None not in perfect) == (_brute_force(fits) == len(fits))
 
 
@@ -106,7 +108,7 @@ def test_a_matching_frees_what_its_fit_reads_on_return(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        max_matching(2, 2, answer.fit, perfect=perfect)
+        max_matching(range(2), range(2), answer.fit, perfect=perfect)
         del answer
         assert gone() is None
     finally:
