@@ -253,9 +253,7 @@ def _one_column(task: Task, only: CheckResult, verdict: Verdict | None) -> Outco
     stale = (
         verdict is not None and verdict.stale_schema_used
     ) or only.reason_code == "stale_schema"
-    rule = task.raw.get("pass_rule", "all")  # Task.pass_rule's reading, without its call
-    if not isinstance(rule, str):
-        rule = "all"
+    rule = task.pass_rule
     name = only.name
     if rule in ("all", "any") or rule == name or name.startswith(rule + "."):
         passed = only.passed
@@ -308,10 +306,7 @@ def grade(
     value ``answer`` was written from by ``grader.json.dumps``, when the caller has it (the
     proxy): the tool-call path then reads it instead of the text again; the outcome is the same.
     """
-    # Task.has_checks, read without the property: on CPython 3.11 reading a property is a
-    # call through the descriptor into a new interpreter frame, a cost every answer paid
-    # twice here (this and the pass rule, read by _one_column the same way).
-    if "checks" not in task.raw:
+    if not task.has_checks:
         return _fast(task, answer, parsed)
     checks = checks_of(task)
     if not isinstance(answer, str):
