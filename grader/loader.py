@@ -89,11 +89,15 @@ def check_task_keys(obj: Mapping[str, Any]) -> None:
 
 
 def _definitions(
-    obj: Mapping[str, Any], source: str, calls: tuple[Call | None, Call | None]
+    obj: Mapping[str, Any],
+    source: str,
+    calls: tuple[Call | None, Call | None],
+    parsed: bool,
 ) -> tuple[tuple[CheckDefinition, ...], tuple[Check, ...], frozenset[str]]:
     """Validate the task's checks by building them: their definitions, the built checks (digests
     as the definitions say) and the advisory names. ``calls``: the task's expected and stale
-    calls, read already. Raises CheckDefinitionError/AdvisoryError."""
+    calls, read already; ``parsed``: see :func:`_parse_task`. Raises
+    CheckDefinitionError/AdvisoryError."""
     if "expected" not in obj and "checks" not in obj:
         return (), (), frozenset()  # an episode-only task: no per-turn checks
     advice = split_advisory(obj, source)
@@ -101,7 +105,7 @@ def _definitions(
         dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
         if i in advice.digests
         else check
-        for i, check in enumerate(build_checks(advice.task, calls))
+        for i, check in enumerate(build_checks(advice.task, calls, parsed=parsed))
     )
     listed = advice.task.get("checks")
     if isinstance(listed, list):
@@ -198,7 +202,7 @@ def _parse(obj: Any, source: str, parsed: bool = False) -> tuple[Task, tuple[Che
     if kind is not None and not isinstance(kind, str):
         raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
     try:
-        definitions, built, advisory = _definitions(obj, source, (expected, stale))
+        definitions, built, advisory = _definitions(obj, source, (expected, stale), parsed)
     except (CheckDefinitionError, AdvisoryError) as exc:
         raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     enforce = _enforce(obj, task_id, definitions, stale is not None, episode)

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, get_args
 from grader.checks.judge import Judge, JudgeClient
 from grader.checks.sample import CheckContext, Sample, SampleCall, chat_tools, sample_calls
 from grader.errors import GraderError
-from grader.toolcall.canon import canonical_json
+from grader.toolcall.canon import canonical_json, canonical_json_parsed
 from grader.values import value_type
 from grader.verdict import ReasonCode
 from grader.version import GRADER_RULES_VERSION
@@ -187,11 +187,19 @@ class Check(Protocol):
         ...
 
 
-def check_digest(definition: Mapping[str, Any]) -> str:
+def check_digest(definition: Mapping[str, Any], *, parsed: bool = False) -> str:
     """sha256 of the definition's canonical JSON plus the rules version: results graded by
-    different definitions, or under different rules, never share a digest."""
-    text = GRADER_RULES_VERSION + "\n" + canonical_json(dict(definition))
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    different definitions, or under different rules, never share a digest. ``parsed``: the
+    definition was read from JSON text by :mod:`grader.json` (a loaded task's), so its text is
+    written without reading orjson's back (:func:`canonical_json_parsed`); the same digest."""
+    if parsed:
+        text = canonical_json_parsed(definition)
+    else:
+        text = canonical_json(dict(definition)).encode()
+    return "sha256:" + hashlib.sha256(_DIGEST_HEAD + text).hexdigest()
+
+
+_DIGEST_HEAD = (GRADER_RULES_VERSION + "\n").encode()
 
 
 @value_type
@@ -285,8 +293,9 @@ class Spec:
             raise self.error(key, "must be a number")
         return float(value)
 
-    def digest(self) -> str:
+    def digest(self, parsed: bool = False) -> str:
+        """The definition's :func:`check_digest` (``parsed``: see there)."""
         try:
-            return check_digest(self.definition)
+            return check_digest(self.definition, parsed=parsed)
         except (TypeError, ValueError) as exc:
             raise self.error("definition", f"is not plain JSON data: {exc}") from None

@@ -95,7 +95,10 @@ class ToolCallCheck(BaseCheck):
         where: str,
         task_expected: Call | None = None,
         task_stale: Call | None = None,
+        parsed: bool = False,
     ) -> ToolCallCheck:
+        """Validate and compile a definition; ``parsed``: it was read from JSON text by
+        :mod:`grader.json` (a loaded task's), which its digest is written from directly."""
         spec = Spec(
             definition,
             where,
@@ -136,7 +139,7 @@ class ToolCallCheck(BaseCheck):
         return cls(
             spec.name,
             "tool_call",
-            spec.digest(),
+            spec.digest(parsed),
             expected,
             stale,
             matcher,
