@@ -111,7 +111,7 @@ def split_advisory(task: Mapping[str, Any], source: str) -> Advice:
     digests: dict[int, str] = {}
     stripped: list[Any] = []
     for index, definition in enumerate(checks):
-        if not isinstance(definition, Mapping) or not set(ADVISORY_KEYS) & definition.keys():
+        if not isinstance(definition, Mapping) or definition.keys().isdisjoint(ADVISORY_KEYS):
             stripped.append(definition)
             continue
         label = f"checks[{index}]: check {definition.get('name')!r}"

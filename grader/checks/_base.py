@@ -260,6 +260,9 @@ class BaseCheck(ABC):
 # --- reading definitions ----------------------------------------------------------------------
 
 
+_EVERY_TYPE = frozenset({"type", "name", "description"})  # the fields every check type takes
+
+
 class Spec:
     """A check definition being validated; every error names the check and the field."""
 
@@ -268,10 +271,10 @@ class Spec:
         name = definition.get("name")
         label = name if isinstance(name, str) and name else "<unnamed>"
         self.where = f"{where}: check {label!r}" if where else f"check {label!r}"
-        unknown = sorted(set(definition) - allowed - {"type", "name", "description"})
+        unknown = [key for key in definition if key not in allowed and key not in _EVERY_TYPE]
         if unknown:
-            known = ", ".join(sorted(allowed | {"type", "name", "description"}))
-            raise self.error(unknown[0], f"unknown field (this type takes: {known})")
+            known = ", ".join(sorted(allowed | _EVERY_TYPE))
+            raise self.error(min(unknown), f"unknown field (this type takes: {known})")
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise self.error(
                 "name", "must be 1-128 printable characters, not starting or ending with a space"
