@@ -165,6 +165,7 @@ class ExpectedCall:
         table: dict[str, _Key] = {}
         required = []
         modes = set()
+        every = self._every  # else no "[*]" path to look up
         for key in sorted(keys):
             path: Path = (key,)
             mode = string_paths.get(path, default) if string_paths else default
@@ -179,9 +180,9 @@ class ExpectedCall:
                 is_optional,
                 number,
                 mode,
-                accept.get(path),
+                accept.get(path) if accept else None,
                 fold_strings(members[key], mode) if in_expected else None,
-                numbers.get((key, EVERY)),
+                numbers.get((key, EVERY)) if every else None,
                 _NUMBER_OK[number],
                 "arguments." + key,  # path_text((key,))
             )
