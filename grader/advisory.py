@@ -107,6 +107,9 @@ def split_advisory(task: Mapping[str, Any], source: str) -> Advice:
     checks = task.get("checks")
     if not isinstance(checks, list):
         return Advice(dict(task))
+    if all(not isinstance(d, Mapping) or d.keys().isdisjoint(ADVISORY_KEYS) for d in checks):
+        # Nothing to take off (nearly every task): the task as it is, not a copy to build from.
+        return Advice(task if isinstance(task, dict) else dict(task))
     names: set[str] = set()
     digests: dict[int, str] = {}
     stripped: list[Any] = []

@@ -101,12 +101,14 @@ def _definitions(
     if "expected" not in obj and "checks" not in obj:
         return (), (), frozenset()  # an episode-only task: no per-turn checks
     advice = split_advisory(obj, source)
-    built = tuple(
-        dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
-        if i in advice.digests
-        else check
-        for i, check in enumerate(build_checks(advice.task, calls, parsed=parsed))
-    )
+    built = build_checks(advice.task, calls, parsed=parsed)
+    if advice.digests:  # a check citing a calibration record: its digest covers the record
+        built = tuple(
+            dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
+            if i in advice.digests
+            else check
+            for i, check in enumerate(built)
+        )
     listed = advice.task.get("checks")
     if isinstance(listed, list):
         places = [(f"checks[{i}]", definition) for i, definition in enumerate(listed)]

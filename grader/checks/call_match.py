@@ -129,8 +129,9 @@ class ExpectedCall:
             mode = self.mode_at(path)
             self._accept[path] = frozenset([canon_in(v, mode) for v in values])
         numbers = rules.numbers
-        self._every = any(EVERY in path for path in numbers)
         paths = (*rules.acceptable, *rules.optional, *rules.string_paths, *numbers)
+        longest = max(map(len, paths), default=0)  # 1: every rule names a top-level argument
+        self._every = longest > 1 and any(EVERY in path for path in numbers)
         self._canon: Canon = None
         self._table: dict[str, _Key] | None = None
         self._known: KeysView[str] = _NO_KEYS  # the table's keys (a view: nothing copied)
@@ -139,7 +140,7 @@ class ExpectedCall:
         self._ruled: frozenset[Path] = frozenset()
         if not paths:
             self._canon = fold_strings(canonical, rules.strings)
-        elif all(
+        elif longest == 1 or all(
             len(path) == 1 or (len(path) == 2 and path[1] == EVERY and path in numbers)
             for path in paths
         ):

@@ -94,6 +94,8 @@ def normalise_string(text: str) -> str | Duration:
 
 def canon(value: Any, depth: int = 0) -> Canon:
     """Canonicalise a parsed JSON value; raise :class:`TooDeepError` past the depth bound."""
+    if type(value) is dict and depth < MAX_DEPTH:  # a call's arguments: no isinstance chain
+        return CObject(tuple([(k, _member(v, depth)) for k, v in sorted(value.items())]))
     if isinstance(value, str):
         return normalise_string(value)
     if isinstance(value, bool):
