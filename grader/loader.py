@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # a type only: the episodes' modules load when a task has an 
 
 __all__ = ["check_task_keys", "iter_file_tasks", "load_tasks", "parse_task"]
 
+_TASK_KEYS = frozenset(TASK_KEYS)
 # Names from other formats that mean one of ours (too far apart for a spelling suggestion).
 _ALIASES = {"task_id": "id", "grader": "checks", "graders": "checks", "expected_call": "expected"}
 
@@ -82,7 +83,7 @@ def _unknown_key(key: str, label: str) -> TaskLoadError:
 def check_task_keys(obj: Mapping[str, Any]) -> None:
     """Refuse a top-level key no part of the grader reads (see :data:`grader.tasks.TASK_KEYS`)."""
     for key in obj:
-        if key not in TASK_KEYS:
+        if key not in _TASK_KEYS:
             task_id = obj.get("id")
             label = f"task {task_id!r}: " if isinstance(task_id, str) and task_id else ""
             raise _unknown_key(str(key), label)

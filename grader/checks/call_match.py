@@ -65,7 +65,6 @@ class _Key:
     want: Canon
     element: NumberType | None = None  # numbers "arguments.<key>[*]"
     number_ok: frozenset[type] = frozenset()  # value types that always meet ``number``
-    where: str = ""  # the reported path, ``arguments.<key>``
 
 
 # The Python types that meet a strict numeric type without asking number_fails (JSON gives no
@@ -185,7 +184,6 @@ class ExpectedCall:
                 fold_strings(members[key], mode) if in_expected else None,
                 numbers.get((key, EVERY)) if every else None,
                 _NUMBER_OK[number],
-                "arguments." + key,  # path_text((key,))
             )
         self._table = table
         self._known = table.keys()
@@ -271,11 +269,12 @@ class ExpectedCall:
         for key in table if known else sorted(self._known | args.keys()):
             entry = table.get(key)
             if entry is None:
-                where = path_text((key,))
+                where = "arguments." + key
                 return Mismatch("unexpected", where, f"{where} unexpected")
             if key not in args:
                 if entry.in_expected and not entry.optional:
-                    return Mismatch("missing", entry.where, f"{entry.where} missing")
+                    where = "arguments." + key
+                    return Mismatch("missing", where, f"{where} missing")
                 continue
             value = args[key]
             if (
@@ -283,7 +282,7 @@ class ExpectedCall:
                 and type(value) not in entry.number_ok
                 and number_fails(entry.number, value)
             ):
-                where = entry.where
+                where = "arguments." + key
                 return Mismatch(
                     "numeric_type_mismatch",
                     where,
@@ -300,15 +299,16 @@ class ExpectedCall:
                 )
             mine = leaves[key] if leaves is not None else leaf_in(value, entry.mode)
             if mine is UNCOMPARABLE:
-                where = entry.where
+                where = "arguments." + key
                 return Mismatch("too_deep", where, f"{where} nests deeper than the grader follows")
             if entry.accept is not None and mine in entry.accept:
                 continue
             if not entry.in_expected:
-                return Mismatch("unexpected", entry.where, f"{entry.where} unexpected")
+                where = "arguments." + key
+                return Mismatch("unexpected", where, f"{where} unexpected")
             if mine == entry.want:
                 continue
-            found = _differ(entry.want, mine, entry.where, entry.accept is not None)
+            found = _differ(entry.want, mine, "arguments." + key, entry.accept is not None)
             if found is not None:
                 return found
         return None

@@ -57,8 +57,10 @@ def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | Non
 
     ``where`` prefixes the field in errors (``parallel[2].``). A field ``raw`` does not have
     is not read at all (nearly every definition has two or three of the four)."""
-    acceptable = dict(base.acceptable) if base else {}
+    # The base's tables are shared where ``raw`` adds nothing to them (never written after).
+    acceptable: Mapping[Path, tuple[Any, ...]] = base.acceptable if base else {}
     if "acceptable" in raw:
+        acceptable = dict(acceptable)
         acc_raw = raw["acceptable"]
         if not isinstance(acc_raw, dict):
             raise spec.error(f"{where}acceptable", "must map argument paths to lists of values")
@@ -73,11 +75,12 @@ def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | Non
             raise spec.error(f"{where}optional", "must be a list of argument paths")
         optional = optional.union([_path(spec, where, "optional", p) for p in opt_raw])
     strings: StringMode = base.strings if base else "exact"
-    string_paths = dict(base.string_paths) if base else {}
+    string_paths: Mapping[Path, StringMode] = base.string_paths if base else {}
     str_raw = raw.get("strings")
     if isinstance(str_raw, str):
         str_raw = {"default": str_raw}
     if str_raw is not None:
+        string_paths = dict(string_paths)
         if not isinstance(str_raw, dict):
             raise spec.error(f"{where}strings", f"must be one of {STRING_MODES} or an object")
         for text, mode in str_raw.items():
@@ -87,11 +90,12 @@ def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | Non
                 strings = mode
             else:
                 string_paths[_path(spec, where, "strings", text)] = mode
-    numbers: dict[Path, NumberType] = dict(base.numbers) if base else {}
+    numbers: Mapping[Path, NumberType] = base.numbers if base else {}
     num_raw = raw.get("numbers", _NONE)
     if num_raw == FROM_REQUEST and not where:
         num_raw = _NONE  # the check's numbers_from_request flag; read by build()
     if num_raw is not _NONE:
+        numbers = dict(numbers)
         if not isinstance(num_raw, dict):
             raise spec.error(f"{where}numbers", "must map argument paths to 'integer' or 'number'")
         for text, kind in num_raw.items():
