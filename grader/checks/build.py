@@ -63,7 +63,8 @@ def build_check(
     """Validate one definition and build its check; ``expected``/``stale`` serve ``tool_call``
     (``parsed``: the definition was read from JSON text, see ``ToolCallCheck.build``)."""
     label = f"{where}: " if where else ""
-    if not isinstance(definition, Mapping):
+    # A dict is told apart by its type first: an ABC's isinstance runs Python code.
+    if type(definition) is not dict and not isinstance(definition, Mapping):
         raise CheckDefinitionError(f"{label}a check must be a JSON object")
     kind = definition.get("type")
     if kind == "tool_call":
