@@ -11,7 +11,7 @@ modes, numeric types) lives in :mod:`grader.checks.call_rules`.
 
 from __future__ import annotations
 
-from collections.abc import KeysView, Mapping
+from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, NamedTuple
 
@@ -77,9 +77,6 @@ _NUMBER_OK: dict[NumberType | None, frozenset[type]] = {
 }
 
 
-_NO_KEYS: KeysView[str] = {}.keys()
-
-
 def _element_fails(kind: NumberType | None, value: Any) -> int | None:
     """The index of the first element of array ``value`` that breaks ``kind``, if any."""
     if kind is None or not isinstance(value, list):
@@ -133,7 +130,7 @@ class ExpectedCall:
         self._every = longest > 1 and any(EVERY in path for path in numbers)
         self._canon: Canon = None
         self._table: dict[str, _Key] | None = None
-        self._known: KeysView[str] = _NO_KEYS  # the table's keys (a view: nothing copied)
+        self._known: frozenset[str] = frozenset()  # the table's keys
         self._required: frozenset[str] = frozenset()
         self._mode: StringMode | None = None
         self._ruled: frozenset[Path] = frozenset()
@@ -186,7 +183,7 @@ class ExpectedCall:
                 _NUMBER_OK[number],
             )
         self._table = table
-        self._known = table.keys()
+        self._known = frozenset(table)
         self._required = frozenset(required)
         self._mode = modes.pop() if len(modes) == 1 else None
 
@@ -266,7 +263,7 @@ class ExpectedCall:
         reusing the answer's cached canonical values."""
         leaves = got.cached_leaves(self._mode)
         known = args.keys() <= self._known
-        for key in table if known else sorted(self._known | args.keys()):
+        for key in table if known else sorted(self._known | set(args)):
             entry = table.get(key)
             if entry is None:
                 where = "arguments." + key
