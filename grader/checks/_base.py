@@ -268,9 +268,8 @@ class Spec:
 
     def __init__(self, definition: Mapping[str, Any], where: str, allowed: frozenset[str]):
         self.definition = definition
+        self._place = where
         name = definition.get("name")
-        label = name if isinstance(name, str) and name else "<unnamed>"
-        self.where = f"{where}: check {label!r}" if where else f"check {label!r}"
         unknown = [key for key in definition if key not in allowed and key not in _EVERY_TYPE]
         if unknown:
             known = ", ".join(sorted(allowed | _EVERY_TYPE))
@@ -280,6 +279,13 @@ class Spec:
                 "name", "must be 1-128 printable characters, not starting or ending with a space"
             )
         self.name = name
+
+    @property
+    def where(self) -> str:
+        """The check's place and name, as errors name it (written only when one is raised)."""
+        name = self.definition.get("name")
+        label = name if isinstance(name, str) and name else "<unnamed>"
+        return f"{self._place}: check {label!r}" if self._place else f"check {label!r}"
 
     def error(self, key: str, message: str) -> CheckDefinitionError:
         return CheckDefinitionError(f"{self.where}: '{key}' {message}")
