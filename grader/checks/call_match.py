@@ -156,14 +156,16 @@ class ExpectedCall:
             rules.numbers,
             self._accept,
         )
-        # The arguments' canonical values (keys sorted), folded per key to its mode.
+        # The arguments' canonical values, folded per key to its mode: their keys are sorted
+        # already, so only keys that acceptable paths add (absent from the call) need a sort.
         members = canonical.as_dict() if isinstance(canonical, CObject) else {}
-        keys = members.keys() | [p[0] for p in rules.acceptable if isinstance(p[0], str)]
+        added = [p[0] for p in rules.acceptable if isinstance(p[0], str) and p[0] not in members]
+        keys = sorted(members.keys() | added) if added else members
         table: dict[str, _Key] = {}
         required = []
         modes = set()
         every = self._every  # else no "[*]" path to look up
-        for key in sorted(keys):
+        for key in keys:
             path: Path = (key,)
             mode = string_paths.get(path, default) if string_paths else default
             modes.add(mode)
