@@ -214,8 +214,9 @@ def _parse(obj: Any, source: str, parsed: bool = False) -> tuple[Task, tuple[Che
         expected_call=expected,
         stale=stale,
         mutation_kind=kind,
-        metadata=dict(metadata),
-        raw=dict(obj),
+        # A task parsed here from its line is held by nothing else: kept as read, not copied.
+        metadata=metadata if parsed else dict(metadata),
+        raw=obj if parsed else dict(obj),
         source=source,
         checks=definitions,
         episode=episode,
