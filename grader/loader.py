@@ -111,16 +111,16 @@ def _definitions(
             for i, check in enumerate(built)
         )
     listed = advice.task.get("checks")
-    if isinstance(listed, list):
-        places = [(f"checks[{i}]", definition) for i, definition in enumerate(listed)]
+    if isinstance(listed, list):  # a parsed task's definitions are its own: kept, not copied
+        places = [(f"checks[{i}]", d if parsed else dict(d)) for i, d in enumerate(listed)]
     else:
-        places = [("", DEFAULT_DEFINITION)]
+        places = [("", dict(DEFAULT_DEFINITION))]
     definitions = tuple(
         CheckDefinition(
             check.name,
             check.type,
             check.digest,
-            dict(definition),
+            definition,
             columns_of(check),
             check.needs_judge,
             where,

@@ -121,12 +121,16 @@ def build_checks(
             build_check(d, f"checks[{i}]", expected=expected, stale=stale, parsed=parsed)
             for i, d in enumerate(raw)
         )
-    names = {check.name for check in checks}
+    names: set[str] = set()
     columns: set[str] = set()
-    for column in (c for check in checks for c in columns_of(check)):
-        if column in columns:
-            raise CheckDefinitionError(f"two checks yield the column {column!r}: names are columns")
-        columns.add(column)
+    for check in checks:
+        names.add(check.name)
+        for column in columns_of(check):
+            if column in columns:
+                raise CheckDefinitionError(
+                    f"two checks yield the column {column!r}: names are columns"
+                )
+            columns.add(column)
     rule = task_raw.get("pass_rule", "all")
     if not isinstance(rule, str) or (rule not in PASS_RULES and rule not in names | columns):
         raise CheckDefinitionError(
