@@ -247,14 +247,12 @@ def _has_exponent(data: bytes) -> bool:
     """Whether ``data`` holds ``e-`` or ``e+`` then a digit (an exponent, or a string's text)."""
     for sign in _SIGNS:
         at = data.find(sign, 1)  # a sign at 0 has no "e" before it
-        for _ in range(_SIGNS_CHECKED):
-            if at < 0:
-                break
-            if data[at - 1] == _E:
+        checked = 0
+        while at > 0:
+            if data[at - 1] == _E or checked == _SIGNS_CHECKED:
                 return _EXPONENT.search(data) is not None
+            checked += 1
             at = data.find(sign, at + 1)
-        else:
-            return _EXPONENT.search(data) is not None
     return False
 
 
