@@ -122,7 +122,7 @@ class ExpectedCall:
         self.rules = rules
         self._accept: dict[Path, frozenset[Canon]] = {}
         for path, values in rules.acceptable.items():
-            mode = self.mode_at(path)
+            mode = self.mode_at(path) if rules.string_paths else rules.strings
             self._accept[path] = frozenset([canon_in(v, mode) for v in values])
         numbers = rules.numbers
         paths = (*rules.acceptable, *rules.optional, *rules.string_paths, *numbers)
