@@ -102,16 +102,27 @@ class Advice:
     digests: Mapping[int, str] = field(default_factory=dict)
 
 
+def _not_advisory(definition: Any) -> bool:
+    """Whether a check definition has neither field (or is no object: the builder refuses it).
+    A dict is told apart by its type first: an ABC's isinstance runs Python code."""
+    if type(definition) is not dict and not isinstance(definition, Mapping):
+        return True
+    return definition.keys().isdisjoint(ADVISORY_KEYS)
+
+
 def split_advisory(task: Mapping[str, Any], source: str) -> Advice:
     """The task with ``advisory``/``calibration`` taken off its checks, and what they said."""
     checks = task.get("checks")
     if not isinstance(checks, list):
         return Advice(dict(task))
+    if all(_not_advisory(d) for d in checks):
+        # Nothing to take off (nearly every task): the task as it is, not a copy to build from.
+        return Advice(task if isinstance(task, dict) else dict(task))
     names: set[str] = set()
     digests: dict[int, str] = {}
     stripped: list[Any] = []
     for index, definition in enumerate(checks):
-        if not isinstance(definition, Mapping) or not set(ADVISORY_KEYS) & definition.keys():
+        if _not_advisory(definition):
             stripped.append(definition)
             continue
         label = f"checks[{index}]: check {definition.get('name')!r}"

@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # a type only: the episodes' modules load when a task has an 
 
 __all__ = ["check_task_keys", "iter_file_tasks", "load_tasks", "parse_task"]
 
+_TASK_KEYS = frozenset(TASK_KEYS)
 # Names from other formats that mean one of ours (too far apart for a spelling suggestion).
 _ALIASES = {"task_id": "id", "grader": "checks", "graders": "checks", "expected_call": "expected"}
 
@@ -82,38 +83,44 @@ def _unknown_key(key: str, label: str) -> TaskLoadError:
 def check_task_keys(obj: Mapping[str, Any]) -> None:
     """Refuse a top-level key no part of the grader reads (see :data:`grader.tasks.TASK_KEYS`)."""
     for key in obj:
-        if key not in TASK_KEYS:
+        if key not in _TASK_KEYS:
             task_id = obj.get("id")
             label = f"task {task_id!r}: " if isinstance(task_id, str) and task_id else ""
             raise _unknown_key(str(key), label)
 
 
 def _definitions(
-    obj: Mapping[str, Any], source: str, calls: tuple[Call | None, Call | None]
+    obj: Mapping[str, Any],
+    source: str,
+    calls: tuple[Call | None, Call | None],
+    parsed: bool,
 ) -> tuple[tuple[CheckDefinition, ...], tuple[Check, ...], frozenset[str]]:
     """Validate the task's checks by building them: their definitions, the built checks (digests
     as the definitions say) and the advisory names. ``calls``: the task's expected and stale
-    calls, read already. Raises CheckDefinitionError/AdvisoryError."""
+    calls, read already; ``parsed``: see :func:`_parse_task`. Raises
+    CheckDefinitionError/AdvisoryError."""
     if "expected" not in obj and "checks" not in obj:
         return (), (), frozenset()  # an episode-only task: no per-turn checks
     advice = split_advisory(obj, source)
-    built = tuple(
-        dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
-        if i in advice.digests
-        else check
-        for i, check in enumerate(build_checks(advice.task, calls))
-    )
+    built = build_checks(advice.task, calls, parsed=parsed)
+    if advice.digests:  # a check citing a calibration record: its digest covers the record
+        built = tuple(
+            dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
+            if i in advice.digests
+            else check
+            for i, check in enumerate(built)
+        )
     listed = advice.task.get("checks")
-    if isinstance(listed, list):
-        places = [(f"checks[{i}]", definition) for i, definition in enumerate(listed)]
+    if isinstance(listed, list):  # a parsed task's definitions are its own: kept, not copied
+        places = [(f"checks[{i}]", d if parsed else dict(d)) for i, d in enumerate(listed)]
     else:
-        places = [("", DEFAULT_DEFINITION)]
+        places = [("", dict(DEFAULT_DEFINITION))]
     definitions = tuple(
         CheckDefinition(
             check.name,
             check.type,
             check.digest,
-            dict(definition),
+            definition,
             columns_of(check),
             check.needs_judge,
             where,
@@ -198,7 +205,7 @@ def _parse(obj: Any, source: str, parsed: bool = False) -> tuple[Task, tuple[Che
     if kind is not None and not isinstance(kind, str):
         raise TaskLoadError(f"task {task_id!r}: 'metadata.mutationKind' must be a string")
     try:
-        definitions, built, advisory = _definitions(obj, source, (expected, stale))
+        definitions, built, advisory = _definitions(obj, source, (expected, stale), parsed)
     except (CheckDefinitionError, AdvisoryError) as exc:
         raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     enforce = _enforce(obj, task_id, definitions, stale is not None, episode)
@@ -207,8 +214,9 @@ def _parse(obj: Any, source: str, parsed: bool = False) -> tuple[Task, tuple[Che
         expected_call=expected,
         stale=stale,
         mutation_kind=kind,
-        metadata=dict(metadata),
-        raw=dict(obj),
+        # A task parsed here from its line is held by nothing else: kept as read, not copied.
+        metadata=metadata if parsed else dict(metadata),
+        raw=obj if parsed else dict(obj),
         source=source,
         checks=definitions,
         episode=episode,

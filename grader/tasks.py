@@ -201,7 +201,10 @@ def checks_digest(
     build the same checks, whatever their ids, metadata or files. ``parsed``: ``raw`` was read
     from JSON text (see :func:`tasks_digest`); the digest is the same."""
     metadata = raw.get("metadata")
-    stale = metadata.get("stale") if isinstance(metadata, Mapping) else None
+    # A dict is told apart by its type first: an ABC's isinstance runs Python code.
+    stale = None
+    if type(metadata) is dict or isinstance(metadata, Mapping):
+        stale = metadata.get("stale")
     calls = [raw.get("expected"), stale]
     text = canonical_json_parsed(calls).decode() if parsed else canonical_json(calls)
     parts = [GRADER_RULES_VERSION, text]
@@ -214,13 +217,21 @@ def tasks_digest(raw_tasks: Iterable[Mapping[str, Any]], *, parsed: bool = False
 
     ``parsed``: every definition was read from JSON text by :mod:`grader.json` (the loader's
     tasks), so each is written by :func:`canonical_json_parsed`; the digest is the same."""
-    ordered = sorted((dict(raw) for raw in raw_tasks), key=lambda raw: str(raw["id"]))
     head = (GRADER_RULES_VERSION + "\n").encode()
-    if parsed:  # the list's text, a task at a time (each one level down)
-        body = b"[" + b",".join(canonical_json_parsed(raw, 1) for raw in ordered) + b"]"
-    else:
-        body = canonical_json(ordered).encode()
+    if parsed:  # the list's text, a task at a time (each one level down), hashed in pieces
+        digest = hashlib.sha256(head + b"[")
+        digest.update(
+            b",".join([canonical_json_parsed(raw, 1) for raw in sorted(raw_tasks, key=_task_id)])
+        )
+        digest.update(b"]")
+        return "sha256:" + digest.hexdigest()
+    ordered = sorted((dict(raw) for raw in raw_tasks), key=_task_id)
+    body = canonical_json(ordered).encode()
     return "sha256:" + hashlib.sha256(head + body).hexdigest()
+
+
+def _task_id(raw: Mapping[str, Any]) -> str:
+    return str(raw["id"])
 
 
 def digest_of(tasks: Iterable[Task]) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, get_args
 from grader.checks.judge import Judge, JudgeClient
 from grader.checks.sample import CheckContext, Sample, SampleCall, chat_tools, sample_calls
 from grader.errors import GraderError
-from grader.toolcall.canon import canonical_json
+from grader.toolcall.canon import canonical_json, canonical_json_parsed
 from grader.values import value_type
 from grader.verdict import ReasonCode
 from grader.version import GRADER_RULES_VERSION
@@ -187,11 +187,19 @@ class Check(Protocol):
         ...
 
 
-def check_digest(definition: Mapping[str, Any]) -> str:
+def check_digest(definition: Mapping[str, Any], *, parsed: bool = False) -> str:
     """sha256 of the definition's canonical JSON plus the rules version: results graded by
-    different definitions, or under different rules, never share a digest."""
-    text = GRADER_RULES_VERSION + "\n" + canonical_json(dict(definition))
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    different definitions, or under different rules, never share a digest. ``parsed``: the
+    definition was read from JSON text by :mod:`grader.json` (a loaded task's), so its text is
+    written without reading orjson's back (:func:`canonical_json_parsed`); the same digest."""
+    if parsed:
+        text = canonical_json_parsed(definition)
+    else:
+        text = canonical_json(dict(definition)).encode()
+    return "sha256:" + hashlib.sha256(_DIGEST_HEAD + text).hexdigest()
+
+
+_DIGEST_HEAD = (GRADER_RULES_VERSION + "\n").encode()
 
 
 @value_type
@@ -253,23 +261,32 @@ class BaseCheck(ABC):
 # --- reading definitions ----------------------------------------------------------------------
 
 
+_EVERY_TYPE = frozenset({"type", "name", "description"})  # the fields every check type takes
+
+
 class Spec:
     """A check definition being validated; every error names the check and the field."""
 
     def __init__(self, definition: Mapping[str, Any], where: str, allowed: frozenset[str]):
         self.definition = definition
+        self._place = where
         name = definition.get("name")
-        label = name if isinstance(name, str) and name else "<unnamed>"
-        self.where = f"{where}: check {label!r}" if where else f"check {label!r}"
-        unknown = sorted(set(definition) - allowed - {"type", "name", "description"})
+        unknown = [key for key in definition if key not in allowed and key not in _EVERY_TYPE]
         if unknown:
-            known = ", ".join(sorted(allowed | {"type", "name", "description"}))
-            raise self.error(unknown[0], f"unknown field (this type takes: {known})")
+            known = ", ".join(sorted(allowed | _EVERY_TYPE))
+            raise self.error(min(unknown), f"unknown field (this type takes: {known})")
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise self.error(
                 "name", "must be 1-128 printable characters, not starting or ending with a space"
             )
         self.name = name
+
+    @property
+    def where(self) -> str:
+        """The check's place and name, as errors name it (written only when one is raised)."""
+        name = self.definition.get("name")
+        label = name if isinstance(name, str) and name else "<unnamed>"
+        return f"{self._place}: check {label!r}" if self._place else f"check {label!r}"
 
     def error(self, key: str, message: str) -> CheckDefinitionError:
         return CheckDefinitionError(f"{self.where}: '{key}' {message}")
@@ -286,8 +303,9 @@ class Spec:
             raise self.error(key, "must be a number")
         return float(value)
 
-    def digest(self) -> str:
+    def digest(self, parsed: bool = False) -> str:
+        """The definition's :func:`check_digest` (``parsed``: see there)."""
         try:
-            return check_digest(self.definition)
+            return check_digest(self.definition, parsed=parsed)
         except (TypeError, ValueError) as exc:
             raise self.error("definition", f"is not plain JSON data: {exc}") from None

@@ -58,14 +58,17 @@ def build_check(
     *,
     expected: Call | None = None,
     stale: Call | None = None,
+    parsed: bool = False,
 ) -> Check:
-    """Validate one definition and build its check; ``expected``/``stale`` serve ``tool_call``."""
+    """Validate one definition and build its check; ``expected``/``stale`` serve ``tool_call``
+    (``parsed``: the definition was read from JSON text, see ``ToolCallCheck.build``)."""
     label = f"{where}: " if where else ""
-    if not isinstance(definition, Mapping):
+    # A dict is told apart by its type first: an ABC's isinstance runs Python code.
+    if type(definition) is not dict and not isinstance(definition, Mapping):
         raise CheckDefinitionError(f"{label}a check must be a JSON object")
     kind = definition.get("type")
     if kind == "tool_call":
-        return ToolCallCheck.build(definition, where, expected, stale)
+        return ToolCallCheck.build(definition, where, expected, stale, parsed)
     if kind in _REFUSED:
         raise CheckDefinitionError(f"{label}check type {kind!r} is not supported: {_REFUSED[kind]}")
     if kind not in KNOWN_TYPES:
@@ -88,13 +91,18 @@ def columns_of(check: Check) -> tuple[str, ...]:
 
 
 def build_checks(
-    task_raw: Mapping[str, Any], calls: tuple[Call | None, Call | None] | None = None
+    task_raw: Mapping[str, Any],
+    calls: tuple[Call | None, Call | None] | None = None,
+    *,
+    parsed: bool = False,
 ) -> tuple[Check, ...]:
     """A task's checks: its ``checks`` list, or grading.md's tool-call check when it has none.
 
     Also validates the task's ``pass_rule`` against the columns the checks yield. ``calls``:
     the task's expected and stale calls when the caller has read them already (the loader),
-    so they are not extracted and canonicalised a second time.
+    so they are not extracted and canonicalised a second time. ``parsed``: ``task_raw`` was
+    read from JSON text by :mod:`grader.json` (the loader's), so the checks' digests are
+    written from it directly (:func:`grader.checks.check_digest`).
     """
     if calls is None:
         metadata = task_raw.get("metadata")
@@ -110,15 +118,19 @@ def build_checks(
         if not isinstance(raw, list) or not raw:
             raise CheckDefinitionError("'checks' must be a non-empty list of check definitions")
         checks = tuple(
-            build_check(d, f"checks[{i}]", expected=expected, stale=stale)
+            build_check(d, f"checks[{i}]", expected=expected, stale=stale, parsed=parsed)
             for i, d in enumerate(raw)
         )
-    names = {check.name for check in checks}
+    names: set[str] = set()
     columns: set[str] = set()
-    for column in (c for check in checks for c in columns_of(check)):
-        if column in columns:
-            raise CheckDefinitionError(f"two checks yield the column {column!r}: names are columns")
-        columns.add(column)
+    for check in checks:
+        names.add(check.name)
+        for column in columns_of(check):
+            if column in columns:
+                raise CheckDefinitionError(
+                    f"two checks yield the column {column!r}: names are columns"
+                )
+            columns.add(column)
     rule = task_raw.get("pass_rule", "all")
     if not isinstance(rule, str) or (rule not in PASS_RULES and rule not in names | columns):
         raise CheckDefinitionError(

@@ -57,7 +57,6 @@ class Rules:
 class _Key:
     """One top-level argument's compiled rules (the fast path of :meth:`ExpectedCall.matches`)."""
 
-    key: str
     in_expected: bool
     optional: bool
     number: NumberType | None
@@ -66,7 +65,6 @@ class _Key:
     want: Canon
     element: NumberType | None = None  # numbers "arguments.<key>[*]"
     number_ok: frozenset[type] = frozenset()  # value types that always meet ``number``
-    where: str = ""  # the reported path, ``arguments.<key>``
 
 
 # The Python types that meet a strict numeric type without asking number_fails (JSON gives no
@@ -98,7 +96,6 @@ class ExpectedCall:
         "_accept",
         "_canon",
         "_every",
-        "_keys",
         "_known",
         "_mode",
         "_required",
@@ -110,114 +107,104 @@ class ExpectedCall:
     )
 
     def __init__(
-        self,
-        name: str,
-        arguments: dict[str, Any],
-        rules: Rules,
-        canonical: Canon | None = None,
+        self, name: str, arguments: dict[str, Any], rules: Rules, canonical: Canon
     ) -> None:
         """``canonical``: the arguments' canonical value (:func:`grader.toolcall.canon.canon`'s,
         the expected :class:`~grader.toolcall.extract.Call`'s own), folded to the check's string
-        mode instead of canonicalising ``arguments`` again; None: canonicalised here."""
+        modes instead of canonicalising ``arguments`` again.
+
+        One of three forms, by where the rules reach: none (the arguments compared whole,
+        ``_canon``), top-level arguments only (nearly every call: the per-key ``_table``), or
+        below them (the general walk, which reads ``_ruled``). Each form builds only what it
+        reads."""
         self.name = name
         self.arguments = arguments
         self.rules = rules
         self._accept: dict[Path, frozenset[Canon]] = {}
         for path, values in rules.acceptable.items():
-            mode = self.mode_at(path)
+            mode = self.mode_at(path) if rules.string_paths else rules.strings
             self._accept[path] = frozenset([canon_in(v, mode) for v in values])
-        ruled: set[Path] = set()
-        for path in (*rules.acceptable, *rules.optional, *rules.string_paths, *rules.numbers):
-            if len(path) == 1:  # a top-level argument, nearly every rule: itself and the root
-                ruled.add(path)
-            else:
-                ruled.update([path[:i] for i in range(1, len(path) + 1)])
-        if ruled:
-            ruled.add(())
-        self._ruled = frozenset(ruled)
-        self._every = any(EVERY in path for path in rules.numbers)
-        self._canon = (
-            canon_in(arguments, rules.strings)
-            if canonical is None
-            else fold_strings(canonical, rules.strings)
-        )
-        keys = self._compile_keys()
-        self._keys = keys
-        if keys is None:
-            self._known: frozenset[str] = frozenset()
-            self._required: frozenset[str] = frozenset()
-            self._table: dict[str, _Key] = {}
-            self._mode: StringMode | None = None
-            return
-        self._known = frozenset([entry.key for entry in keys])
-        self._table = {entry.key: entry for entry in keys}
-        self._required = frozenset(
-            [entry.key for entry in keys if entry.in_expected and not entry.optional]
-        )
-        modes = {entry.mode for entry in keys}
-        self._mode = modes.pop() if len(modes) == 1 else None
-
-    def _compile_keys(self) -> tuple[_Key, ...] | None:
-        """The per-key table, or None when a rule reaches below a top-level argument."""
-        rules = self.rules
         numbers = rules.numbers
-        for ruled in self._ruled:
-            if len(ruled) > 1 and not (len(ruled) == 2 and ruled[1] == EVERY and ruled in numbers):
-                return None
-        arguments = self.arguments
-        keys = set(arguments)
-        keys.update([p[0] for p in rules.acceptable if isinstance(p[0], str)])
-        # The arguments' canonical values under the default mode, computed once already.
-        canonical = self._canon.as_dict() if isinstance(self._canon, CObject) else {}
-        default, string_paths, optional, accept = (
+        paths = (*rules.acceptable, *rules.optional, *rules.string_paths, *numbers)
+        longest = max(map(len, paths), default=0)  # 1: every rule names a top-level argument
+        self._every = longest > 1 and any(EVERY in path for path in numbers)
+        self._canon: Canon = None
+        self._table: dict[str, _Key] | None = None
+        self._known: frozenset[str] = frozenset()  # the table's keys
+        self._required: frozenset[str] = frozenset()
+        self._mode: StringMode | None = None
+        self._ruled: frozenset[Path] = frozenset()
+        if not paths:
+            self._canon = fold_strings(canonical, rules.strings)
+        elif longest == 1 or all(
+            len(path) == 1 or (len(path) == 2 and path[1] == EVERY and path in numbers)
+            for path in paths
+        ):
+            self._compile_keys(canonical)
+        else:
+            ruled = {path[:end] for path in paths for end in range(len(path) + 1)}
+            self._ruled = frozenset(ruled)
+
+    def _compile_keys(self, canonical: Canon) -> None:
+        """The per-key table: one entry per argument the call or an ``acceptable`` path names,
+        in key order (the order :meth:`mismatch` reports in)."""
+        rules = self.rules
+        default, string_paths, optional, numbers, accept = (
             rules.strings,
             rules.string_paths,
             rules.optional,
+            rules.numbers,
             self._accept,
         )
-        table = []
-        for key in sorted(keys):
+        # The arguments' canonical values, folded per key to its mode: their keys are sorted
+        # already, so only keys that acceptable paths add (absent from the call) need a sort.
+        members = canonical.as_dict() if isinstance(canonical, CObject) else {}
+        added = [p[0] for p in rules.acceptable if isinstance(p[0], str) and p[0] not in members]
+        keys = sorted(members.keys() | added) if added else members
+        table: dict[str, _Key] = {}
+        required = []
+        modes = set()
+        every = self._every  # else no "[*]" path to look up
+        for key in keys:
             path: Path = (key,)
             mode = string_paths.get(path, default) if string_paths else default
-            in_expected = key in arguments
-            if not in_expected:
-                want = None
-            elif mode == default and key in canonical:
-                want = canonical[key]
-            else:
-                want = canon_in(arguments[key], mode)
+            modes.add(mode)
+            in_expected = key in members
+            is_optional = path in optional
+            if in_expected and not is_optional:
+                required.append(key)
             number = numbers.get(path)
-            table.append(
-                _Key(
-                    key,
-                    in_expected,
-                    path in optional,
-                    number,
-                    mode,
-                    accept.get(path),
-                    want,
-                    numbers.get((key, EVERY)),
-                    _NUMBER_OK[number],
-                    "arguments." + key,  # path_text((key,))
-                )
+            table[key] = _Key(
+                in_expected,
+                is_optional,
+                number,
+                mode,
+                accept.get(path) if accept else None,
+                fold_strings(members[key], mode) if in_expected else None,
+                numbers.get((key, EVERY)) if every else None,
+                _NUMBER_OK[number],
             )
-        return tuple(table)
+        self._table = table
+        self._known = frozenset(table)
+        self._required = frozenset(required)
+        self._mode = modes.pop() if len(modes) == 1 else None
 
     def matches(self, got: AnswerCall) -> bool:
         """Whether ``got`` matches: the same verdict as ``mismatch(got) is None``, faster (a
         yes/no needs no order: the key sets are compared first, then each answer value once)."""
         if got.name != self.name or got.arguments is None:
             return False
-        if not self._ruled:
+        table = self._table
+        if table is None:
+            if self._ruled:
+                return self.mismatch(got) is None
             mine = got.canonical(self.rules.strings)
             return mine is not None and mine == self._canon
-        if self._keys is None:
-            return self.mismatch(got) is None
         args = got.arguments
         keys = args.keys()
         if not (keys <= self._known and keys >= self._required):
             return False
-        table, mode = self._table, self._mode
+        mode = self._mode
         leaves = got.leaves(mode) if mode is not None else None
         for key, value in args.items():
             entry = table[key]
@@ -255,7 +242,7 @@ class ExpectedCall:
             )
         if got.arguments is None:
             return Mismatch("invalid_arguments", "arguments", "arguments are not a JSON object")
-        if not self._ruled:
+        if self._table is None and not self._ruled:
             mine = got.canonical(self.rules.strings)
             if mine is None:
                 return Mismatch(
@@ -263,28 +250,30 @@ class ExpectedCall:
                 )
             return _differ(self._canon, mine, "arguments", False)
         try:
-            if self._keys is not None:
-                return self._keyed_mismatch(got, got.arguments)
+            if self._table is not None:
+                return self._keyed_mismatch(got, got.arguments, self._table)
             return self._walk(self.arguments, got.arguments, (), self.rules.strings)
         except (TooDeepError, TypeError):
             return Mismatch(
                 "too_deep", "arguments", "arguments nest deeper than the grader follows"
             )
 
-    def _keyed_mismatch(self, got: AnswerCall, args: dict[str, Any]) -> Mismatch | None:
+    def _keyed_mismatch(
+        self, got: AnswerCall, args: dict[str, Any], table: dict[str, _Key]
+    ) -> Mismatch | None:
         """:meth:`mismatch` through the per-key table (rules on top-level arguments only),
         reusing the answer's cached canonical values."""
-        table = self._table
         leaves = got.cached_leaves(self._mode)
         known = args.keys() <= self._known
         for key in table if known else sorted(self._known | set(args)):
             entry = table.get(key)
             if entry is None:
-                where = path_text((key,))
+                where = "arguments." + key
                 return Mismatch("unexpected", where, f"{where} unexpected")
             if key not in args:
                 if entry.in_expected and not entry.optional:
-                    return Mismatch("missing", entry.where, f"{entry.where} missing")
+                    where = "arguments." + key
+                    return Mismatch("missing", where, f"{where} missing")
                 continue
             value = args[key]
             if (
@@ -292,7 +281,7 @@ class ExpectedCall:
                 and type(value) not in entry.number_ok
                 and number_fails(entry.number, value)
             ):
-                where = entry.where
+                where = "arguments." + key
                 return Mismatch(
                     "numeric_type_mismatch",
                     where,
@@ -309,15 +298,16 @@ class ExpectedCall:
                 )
             mine = leaves[key] if leaves is not None else leaf_in(value, entry.mode)
             if mine is UNCOMPARABLE:
-                where = entry.where
+                where = "arguments." + key
                 return Mismatch("too_deep", where, f"{where} nests deeper than the grader follows")
             if entry.accept is not None and mine in entry.accept:
                 continue
             if not entry.in_expected:
-                return Mismatch("unexpected", entry.where, f"{entry.where} unexpected")
+                where = "arguments." + key
+                return Mismatch("unexpected", where, f"{where} unexpected")
             if mine == entry.want:
                 continue
-            found = _differ(entry.want, mine, entry.where, entry.accept is not None)
+            found = _differ(entry.want, mine, "arguments." + key, entry.accept is not None)
             if found is not None:
                 return found
         return None

@@ -36,38 +36,51 @@ def call_of(value: Any) -> Call | None:
     return extract(value).call if isinstance(value, str) else call_from_value(value)
 
 
-def _path(spec: Spec, key: str, text: Any) -> Path:
+def _path(spec: Spec, where: str, field: str, text: Any) -> Path:
+    """A rule's path read from ``text``; errors name ``{where}{field}``."""
     try:
         path = parse_path(text)
     except PathError as exc:
-        raise spec.error(key, str(exc)) from None
+        raise spec.error(f"{where}{field}", str(exc)) from None
+    if len(path) == 1:  # a top-level argument, nearly every path: a name, never "[*]"
+        return path
     every = [i for i, step in enumerate(path) if step == EVERY]
-    if every and (not key.endswith("numbers") or every != [len(path) - 1]):
-        raise spec.error(key, f"path {text!r}: '[*]' is allowed only at the end of a numbers path")
+    if every and (field != "numbers" or every != [len(path) - 1]):
+        raise spec.error(
+            f"{where}{field}", f"path {text!r}: '[*]' is allowed only at the end of a numbers path"
+        )
     return path
 
 
 def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | None = None) -> Rules:
-    """Read ``acceptable``/``optional``/``strings``/``numbers`` from ``raw`` over ``base``."""
-    acceptable = dict(base.acceptable) if base else {}
-    acc_raw = raw.get("acceptable", {})
-    if not isinstance(acc_raw, dict):
-        raise spec.error(f"{where}acceptable", "must map argument paths to lists of values")
-    for text, values in acc_raw.items():
-        if not isinstance(values, list) or not values:
-            raise spec.error(f"{where}acceptable", f"{text!r} needs a non-empty list of values")
-        acceptable[_path(spec, f"{where}acceptable", text)] = tuple(values)
-    opt_raw = raw.get("optional", [])
-    if not isinstance(opt_raw, list):
-        raise spec.error(f"{where}optional", "must be a list of argument paths")
-    optional = set(base.optional) if base else set()
-    optional.update(_path(spec, f"{where}optional", p) for p in opt_raw)
+    """Read ``acceptable``/``optional``/``strings``/``numbers`` from ``raw`` over ``base``.
+
+    ``where`` prefixes the field in errors (``parallel[2].``). A field ``raw`` does not have
+    is not read at all (nearly every definition has two or three of the four)."""
+    # The base's tables are shared where ``raw`` adds nothing to them (never written after).
+    acceptable: Mapping[Path, tuple[Any, ...]] = base.acceptable if base else {}
+    if "acceptable" in raw:
+        acceptable = dict(acceptable)
+        acc_raw = raw["acceptable"]
+        if not isinstance(acc_raw, dict):
+            raise spec.error(f"{where}acceptable", "must map argument paths to lists of values")
+        for text, values in acc_raw.items():
+            if not isinstance(values, list) or not values:
+                raise spec.error(f"{where}acceptable", f"{text!r} needs a non-empty list of values")
+            acceptable[_path(spec, where, "acceptable", text)] = tuple(values)
+    optional = base.optional if base else frozenset()
+    if "optional" in raw:
+        opt_raw = raw["optional"]
+        if not isinstance(opt_raw, list):
+            raise spec.error(f"{where}optional", "must be a list of argument paths")
+        optional = optional.union([_path(spec, where, "optional", p) for p in opt_raw])
     strings: StringMode = base.strings if base else "exact"
-    string_paths = dict(base.string_paths) if base else {}
+    string_paths: Mapping[Path, StringMode] = base.string_paths if base else {}
     str_raw = raw.get("strings")
     if isinstance(str_raw, str):
         str_raw = {"default": str_raw}
     if str_raw is not None:
+        string_paths = dict(string_paths)
         if not isinstance(str_raw, dict):
             raise spec.error(f"{where}strings", f"must be one of {STRING_MODES} or an object")
         for text, mode in str_raw.items():
@@ -76,18 +89,23 @@ def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | Non
             if text == "default":
                 strings = mode
             else:
-                string_paths[_path(spec, f"{where}strings", text)] = mode
-    numbers: dict[Path, NumberType] = dict(base.numbers) if base else {}
-    num_raw = raw.get("numbers", {})
+                string_paths[_path(spec, where, "strings", text)] = mode
+    numbers: Mapping[Path, NumberType] = base.numbers if base else {}
+    num_raw = raw.get("numbers", _NONE)
     if num_raw == FROM_REQUEST and not where:
-        num_raw = {}  # the check's numbers_from_request flag; read by build()
-    if not isinstance(num_raw, dict):
-        raise spec.error(f"{where}numbers", "must map argument paths to 'integer' or 'number'")
-    for text, kind in num_raw.items():
-        if kind not in NUMBER_TYPES:
-            raise spec.error(f"{where}numbers", f"{kind!r} is not one of {NUMBER_TYPES}")
-        numbers[_path(spec, f"{where}numbers", text)] = kind
-    return Rules(acceptable, frozenset(optional), strings, string_paths, numbers)
+        num_raw = _NONE  # the check's numbers_from_request flag; read by build()
+    if num_raw is not _NONE:
+        numbers = dict(numbers)
+        if not isinstance(num_raw, dict):
+            raise spec.error(f"{where}numbers", "must map argument paths to 'integer' or 'number'")
+        for text, kind in num_raw.items():
+            if kind not in NUMBER_TYPES:
+                raise spec.error(f"{where}numbers", f"{kind!r} is not one of {NUMBER_TYPES}")
+            numbers[_path(spec, where, "numbers", text)] = kind
+    return Rules(acceptable, optional, strings, string_paths, numbers)
+
+
+_NONE: Any = object()  # read_rules: a field the definition does not have
 
 
 def compile_call(spec: Spec, key: str, call: Call, rules: Rules) -> ExpectedCall:
@@ -107,14 +125,16 @@ def read_parallel(spec: Spec, raw: Any, rules: Rules) -> tuple[ExpectedCall, ...
         raise spec.error("parallel", f"must be a list of 1 to {MAX_PARALLEL} calls")
     calls = []
     for index, value in enumerate(raw):
+        # An entry's own rules; the call is read from the same object (its rule keys are
+        # none of the keys a call is read from: name, arguments, function).
         own: Mapping[str, Any] = {}
-        unknown = sorted(set(value) - ENTRY_KEYS) if isinstance(value, dict) else []
-        if unknown:
-            known = ", ".join(sorted(ENTRY_KEYS))
-            raise spec.error(f"parallel[{index}]", f"has unknown field {unknown[0]!r} ({known})")
-        if isinstance(value, dict) and any(key in value for key in RULE_KEYS):
-            own = value
-            value = {k: v for k, v in value.items() if k not in RULE_KEYS}
+        if isinstance(value, dict):
+            if not ENTRY_KEYS.issuperset(value):
+                unknown = min(set(value) - ENTRY_KEYS)
+                known = ", ".join(sorted(ENTRY_KEYS))
+                raise spec.error(f"parallel[{index}]", f"has unknown field {unknown!r} ({known})")
+            if not value.keys().isdisjoint(RULE_KEYS):
+                own = value
         call = call_of(value)
         if call is None:
             raise spec.error(f"parallel[{index}]", "is not a usable call {name, arguments}")

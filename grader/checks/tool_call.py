@@ -66,6 +66,7 @@ _NOT_STALE: Mapping[str, Any] = MappingProxyType({"path": None, "staleSchemaUsed
 _CONSTANT_VERDICTS = frozenset({"no_call", "too_deep"})
 DEFAULT_DEFINITION: Mapping[str, Any] = {"name": "tool_call", "type": "tool_call"}
 COUNTS = ("last", "exactly_one")
+_OPTIONS = frozenset({"expected", "parallel", "expect_no_call", "expect_call", "count", *RULE_KEYS})
 # A rule mismatch's code as a verdict's (grading.md's codes; a strict number is a type).
 VERDICT_CODES: Mapping[str, ReasonCode] = {
     **{code: code for code in REASON_CODES},
@@ -100,14 +101,11 @@ class ToolCallCheck(BaseCheck):
         where: str,
         task_expected: Call | None = None,
         task_stale: Call | None = None,
+        parsed: bool = False,
     ) -> ToolCallCheck:
-        spec = Spec(
-            definition,
-            where,
-            frozenset(
-                {"expected", "parallel", "expect_no_call", "expect_call", "count", *RULE_KEYS}
-            ),
-        )
+        """Validate and compile a definition; ``parsed``: it was read from JSON text by
+        :mod:`grader.json` (a loaded task's), which its digest is written from directly."""
+        spec = Spec(definition, where, _OPTIONS)
         expected, stale = task_expected, task_stale
         if "expected" in definition:
             expected, stale = call_of(definition["expected"]), None
@@ -125,7 +123,7 @@ class ToolCallCheck(BaseCheck):
         if count not in COUNTS:
             raise spec.error("count", f"must be one of {', '.join(COUNTS)}")
         rules = read_rules(spec, definition, "")
-        has_rules = any(key in definition for key in RULE_KEYS)
+        has_rules = not definition.keys().isdisjoint(RULE_KEYS)
         parallel = read_parallel(spec, definition.get("parallel"), rules)
         if no_call and (has_rules or parallel or "expected" in definition):
             raise spec.error("expect_no_call", "cannot be combined with other options")
@@ -141,7 +139,7 @@ class ToolCallCheck(BaseCheck):
         return cls(
             spec.name,
             "tool_call",
-            spec.digest(),
+            spec.digest(parsed),
             expected,
             stale,
             matcher,
