@@ -56,7 +56,7 @@ def _has_run(text: str) -> bool:
 def bytes_have_long_digit_run(data: bytes) -> bool:
     """Whether UTF-8 ``data`` holds 19 or more consecutive digits, searched in one pass (for a
     caller that bounds the size itself: a block of lines read from a file)."""
-    return _ZEROS in data.translate(_DIGITS_TO_ZERO)
+    return data.translate(_DIGITS_TO_ZERO).find(_ZEROS) >= 0
 
 
 def has_long_digit_run(text: str) -> bool:
