@@ -291,6 +291,27 @@ def test_a_report_read_between_answers_counts_the_ones_added_after() -> None:
     assert [n for n, _ in seen] == [1, 2, 3, 3, 4]
 
 
+@pytest.mark.parametrize("cut", range(11))
+def test_reports_of_two_slices_merged_read_as_one_report(cut: int) -> None:
+    """``gradeproxy grade --jobs`` adds each slice's report into the first: the sum is the
+    report of every answer (passes, a failure, a judge error, policy columns; each answer twice,
+    so a slice shares counted rows with the other), however the answers are cut."""
+    (judge_task, *_) = JUDGE_TASKS
+    weather = TASKS.tasks["weather.field_renamed.01"]
+    graded: list[tuple[Task, Outcome]] = [
+        (weather, grade(weather, wire(plain(weather.expected)))),
+        (POLICY, grade(POLICY, wire(DELETE, REFUND))),
+        (weather, grade(weather, "no call")),
+        (judge_task, grade(judge_task, "Sorry!")),
+        (POLICY, grade(POLICY, wire(REFUND))),
+    ] * 2
+    first, second = Report.of("sha256:x", graded[:cut]), Report.of("sha256:x", graded[cut:])
+    first.merge(second)
+    whole = Report.of("sha256:x", graded)
+    assert first.to_dict() == whole.to_dict()
+    assert first.render_table() == whole.render_table()
+
+
 def test_report_has_per_check_pass_rates_over_policy_columns() -> None:
     run = grade_run(TASKS, [(POLICY.id, wire(REFUND)), (POLICY.id, wire(DELETE, REFUND))])
     per_check = run.report.to_dict()["perCheck"]
