@@ -263,18 +263,24 @@ def _one_column(task: Task, only: CheckResult, verdict: Verdict | None) -> Outco
     return Outcome(task.id, _result(passed, stale), (only,), verdict, True, one)
 
 
+def _graded_tool_call(
+    check: ToolCallCheck, sample: Sample, ctx: CheckContext
+) -> tuple[CheckResult, Verdict | None]:
+    """A tool-call check's column and, for its single-call form, the verdict of the same match;
+    as :func:`run_check`, a bug is a ``check_error`` column (and no verdict)."""
+    try:
+        result, verdict = check.graded(sample, ctx)
+    except Exception as exc:
+        return _crashed(check, exc), None
+    return _with_context(result, ctx), verdict
+
+
 def _one_tool_call(task: Task, check: ToolCallCheck, sample: Sample, ctx: CheckContext) -> Outcome:
     """A task whose only check is a tool-call check (every BFCL task): :func:`_run_checks`
     and :func:`_outcome` for its one column, without their passes over many (a tool-call
     check's column has no parts and, the task having no advisory checks, is decisive)."""
-    try:
-        result, verdict = check.graded(sample, ctx)
-    except Exception as exc:  # as run_check: a bug is a check_error column
-        result, verdict = _crashed(check, exc), None
-    else:
-        if result.reason_code == "no_request_tools":
-            result = _with_context(result, ctx)
-    if verdict is None and task.expected_call is not None:  # the check's form gives none
+    result, verdict = _graded_tool_call(check, sample, ctx)
+    if verdict is None:  # the check's form gives none: the task's own expected call decides
         verdict = _task_verdict(task, sample)
     return _one_column(task, result, verdict)
 
@@ -339,12 +345,8 @@ def _run_checks(
     row = item
     for check in checks:
         if verdict is None and isinstance(check, ToolCallCheck):
-            try:
-                result, verdict = check.graded(sample, ctx)
-            except Exception as exc:  # as run_check: a bug is a check_error column
-                results.append(_crashed(check, exc))
-                continue
-            results.append(_with_context(result, ctx))
+            result, verdict = _graded_tool_call(check, sample, ctx)
+            results.append(result)
         else:
             if row is None:
                 row = task.item
