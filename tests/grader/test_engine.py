@@ -270,17 +270,23 @@ def test_report_keeps_error_rows_out_of_every_denominator() -> None:
     assert report["perCheck"]["apology_and_next_step"]["errors"] == 1
 
 
-def test_a_report_read_between_answers_counts_the_ones_added_after() -> None:
-    """A report is tallied when read: each read sees every answer added before it."""
+def _mixed_run() -> list[tuple[Task, Outcome]]:
+    """Five graded answers a report counts apart: a pass, policy columns, a failure, a judge
+    error (no judge), and a policy pass."""
     (judge_task, *_) = JUDGE_TASKS
     weather = TASKS.tasks["weather.field_renamed.01"]
-    graded: list[tuple[Task, Outcome]] = [
+    return [
         (weather, grade(weather, wire(plain(weather.expected)))),
         (POLICY, grade(POLICY, wire(DELETE, REFUND))),
         (weather, grade(weather, "no call")),
         (judge_task, grade(judge_task, "Sorry!")),
         (POLICY, grade(POLICY, wire(REFUND))),
     ]
+
+
+def test_a_report_read_between_answers_counts_the_ones_added_after() -> None:
+    """A report is tallied when read: each read sees every answer added before it."""
+    graded = _mixed_run()
     report = Report("sha256:x")
     seen = []
     for task, outcome in graded:
@@ -296,15 +302,7 @@ def test_reports_of_two_slices_merged_read_as_one_report(cut: int) -> None:
     """``gradeproxy grade --jobs`` adds each slice's report into the first: the sum is the
     report of every answer (passes, a failure, a judge error, policy columns; each answer twice,
     so a slice shares counted rows with the other), however the answers are cut."""
-    (judge_task, *_) = JUDGE_TASKS
-    weather = TASKS.tasks["weather.field_renamed.01"]
-    graded: list[tuple[Task, Outcome]] = [
-        (weather, grade(weather, wire(plain(weather.expected)))),
-        (POLICY, grade(POLICY, wire(DELETE, REFUND))),
-        (weather, grade(weather, "no call")),
-        (judge_task, grade(judge_task, "Sorry!")),
-        (POLICY, grade(POLICY, wire(REFUND))),
-    ] * 2
+    graded = _mixed_run() * 2
     first, second = Report.of("sha256:x", graded[:cut]), Report.of("sha256:x", graded[cut:])
     first.merge(second)
     whole = Report.of("sha256:x", graded)

@@ -16,8 +16,18 @@ from pathlib import Path
 
 import pytest
 
+
+def _probe(code: str) -> str:
+    """What a fresh interpreter running ``code`` prints (imports are per process)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout
+
+
 PROBE = """
 import sys
+
 LIBRARIES = ("asyncio", "jsonschema", "referencing", "yaml")
 {setup}
 print(",".join(sorted(m for m in LIBRARIES if m in sys.modules)))
@@ -45,14 +55,7 @@ print(",".join(sorted(m for m in LIBRARIES if m in sys.modules)))
     ],
 )
 def test_libraries_are_imported_only_when_needed(setup: str, loaded: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(setup=setup)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert done.stdout.strip() == loaded
+    assert _probe(PROBE.format(setup=setup)).strip() == loaded
 
 
 # What ``gradeproxy grade`` on a task set of tool-call checks has no use for: the other
@@ -106,14 +109,8 @@ def test_the_grade_command_imports_only_what_its_tasks_use(
     (tmp_path / "answers.jsonl").write_text(json.dumps({"task_id": "t", "answer": "hi"}) + "\n")
     argv = ["grade", "--tasks", str(tmp_path / "tasks.jsonl")]
     argv += ["--answers", str(tmp_path / "answers.jsonl"), "--out", str(tmp_path / "rows.jsonl")]
-    done = subprocess.run(
-        [sys.executable, "-c", GRADE_PROBE.format(argv=argv, unneeded=UNNEEDED)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert done.stdout.splitlines()[-1] == f"loaded:{loaded}"
+    printed = _probe(GRADE_PROBE.format(argv=argv, unneeded=UNNEEDED))
+    assert printed.splitlines()[-1] == f"loaded:{loaded}"
 
 
 # Patterns only some inputs reach, compiled on first use (grader/lazy_pattern.py): a start-up
@@ -146,14 +143,7 @@ print(importlib.import_module({module!r}).{name}.compiled)
 
 @pytest.mark.parametrize(("module", "name"), LAZY_PATTERNS, ids=[n for _, n in LAZY_PATTERNS])
 def test_a_pattern_no_tool_call_task_needs_is_not_compiled(module: str, name: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", LAZY_PROBE.format(module=module, name=name)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert done.stdout.strip() == "False"
+    assert _probe(LAZY_PROBE.format(module=module, name=name)).strip() == "False"
 
 
 @pytest.mark.parametrize(
