@@ -50,7 +50,7 @@ def _has_run(text: str) -> bool:
         data = text.encode()
     except UnicodeEncodeError:  # a lone surrogate (the stdlib path keeps it): encode it as is
         data = text.encode("utf-8", "surrogatepass")
-    return data.translate(_DIGITS_TO_ZERO).find(_ZEROS) >= 0
+    return bytes_have_long_digit_run(data)
 
 
 def bytes_have_long_digit_run(data: bytes) -> bool:
@@ -151,13 +151,9 @@ def loads_with_plain(text: str) -> tuple[Any, bool]:
     """:func:`loads_exact` of ``text``, and whether its strings are plain (:func:`plain_strings`)
     from the same digit search: the reader of every graded answer, which needs both (its calls'
     ``arguments`` are JSON texts inside its strings)."""
-    if _has_run(text) if len(text) <= SEARCH_WINDOW else has_long_digit_run(text):
+    if has_long_digit_run(text):
         return loads_exact(text), False
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:  # as loads_plain: decided as ever
-        value = loads_exact(text)
-    return value, "\\u" not in text
+    return loads_plain(text), "\\u" not in text
 
 
 NOT_READ = object()  # read_plain_bytes: the bytes need the text path
@@ -168,7 +164,7 @@ def read_plain_bytes(data: bytes) -> Any:
     is the same value: valid UTF-8 with no long digit run that orjson reads. Anything else
     (invalid UTF-8, a lone surrogate, an overflow, not JSON, blank) is :data:`NOT_READ`, for
     the caller's text path to decide exactly as it would have (a JSONL line read per row)."""
-    if len(data) <= SEARCH_WINDOW and data.translate(_DIGITS_TO_ZERO).find(_ZEROS) < 0:
+    if len(data) <= SEARCH_WINDOW and not bytes_have_long_digit_run(data):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -181,7 +177,7 @@ def loads_exact_bytes(data: bytes) -> Any:
     bytes themselves when that gives the same value: valid UTF-8 with no long digit run is
     what orjson reads exactly, with no decode and no re-encode to search it (a response body
     captured for every graded request). Anything else takes the text path, unchanged."""
-    if len(data) <= SEARCH_WINDOW and data.translate(_DIGITS_TO_ZERO).find(_ZEROS) < 0:
+    if len(data) <= SEARCH_WINDOW and not bytes_have_long_digit_run(data):
         # What orjson refuses here (invalid UTF-8, a lone surrogate, an overflow, not JSON) is
         # decided by the text path below, exactly as before this shortcut. (A try, not
         # contextlib.suppress: its two Python-level calls cost a third of the parse.)
