@@ -94,7 +94,10 @@ def normalise_string(text: str) -> str | Duration:
 
 def canon(value: Any, depth: int = 0) -> Canon:
     """Canonicalise a parsed JSON value; raise :class:`TooDeepError` past the depth bound."""
-    if type(value) is dict and depth < MAX_DEPTH:  # a call's arguments: no isinstance chain
+    if isinstance(value, dict):  # first: what canon is asked for most (a call's arguments)
+        if depth >= MAX_DEPTH:
+            raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
+        # Sorting the items compares keys only: a dict's keys are distinct.
         return CObject(tuple([(k, _member(v, depth)) for k, v in sorted(value.items())]))
     if isinstance(value, str):
         return normalise_string(value)
@@ -108,9 +111,6 @@ def canon(value: Any, depth: int = 0) -> Canon:
         return None
     if depth >= MAX_DEPTH:
         raise TooDeepError(f"value nests deeper than {MAX_DEPTH} levels")
-    if isinstance(value, dict):
-        # Sorting the items compares keys only: a dict's keys are distinct.
-        return CObject(tuple([(k, _member(v, depth)) for k, v in sorted(value.items())]))
     if isinstance(value, list):
         return CArray(tuple([_member(v, depth) for v in value]))
     raise TypeError(f"not a JSON value: {type(value).__name__}")
