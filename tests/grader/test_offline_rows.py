@@ -184,3 +184,26 @@ def test_offline_row_ids_are_random_version_4_uuids() -> None:
         assert parsed.variant == uuid.RFC_4122
     assert {text[19] for text in ids} == set("89ab")
     assert len({text[14] for text in ids}) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("taken_before_fork", [0, 1, 255, 256])
+def test_a_forked_child_never_repeats_its_parents_row_ids(taken_before_fork: int) -> None:
+    """Ids are drawn in batches: a child forked with ids left in the batch (``gradeproxy grade
+    --jobs``) draws its own instead of handing out the parent's."""
+    for _ in range(taken_before_fork):
+        offline_row_id()
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent, then out without cleanup
+        try:
+            os.write(writer, "\n".join(offline_row_id() for _ in range(300)).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        theirs = set(pipe.read().decode().split("\n"))
+    os.waitpid(pid, 0)
+    ours = {offline_row_id() for _ in range(300)}
+    assert len(theirs) == 300
+    assert not ours & theirs
