@@ -30,7 +30,7 @@ from grader.checks import Check, CheckDefinitionError, build_checks, columns_of
 from grader.checks.tool_call import DEFAULT_DEFINITION
 from grader.enforce import EnforceError, EnforceSpec, parse_enforce, resolve_targets
 from grader.engine import remember_checks
-from grader.json import JSONError, loads_exact
+from grader.json import NOT_READ, JSONError, loads_exact, read_plain_bytes
 from grader.tasks import (
     RECORD_KEYS,
     TASK_KEYS,
@@ -257,18 +257,35 @@ copyreg.pickle(Task, _reduce_task)
 def iter_file_tasks(path: Path) -> Iterator[Task]:
     """Parse one JSONL task file, line by line."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise TaskLoadError(f"{path}: cannot read task file: {exc}") from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = loads_exact(line)
-        except JSONError as exc:
-            raise TaskLoadError(f"{where}: not valid JSON: {exc}") from None
-        yield _parse_task(obj, where, parsed=True)
+    # Lines are split at "\n" and "\r" alone (JSON's own line ends: a string may hold U+2028
+    # raw) and read from their bytes, with no decoded copy of the file beside them; a line
+    # orjson does not read exactly takes the text path.
+    for lineno, raw in enumerate(data.splitlines(), start=1):
+        obj = read_plain_bytes(raw)
+        if obj is NOT_READ:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _not_utf8(data, path) from None
+            if not line.strip():
+                continue
+            try:
+                obj = loads_exact(line)
+            except JSONError as exc:
+                raise TaskLoadError(f"{path}:{lineno}: not valid JSON: {exc}") from None
+        yield _parse_task(obj, f"{path}:{lineno}", parsed=True)
+
+
+def _not_utf8(data: bytes, path: Path) -> TaskLoadError:
+    """The error of a task file that is not UTF-8, naming the offset in the file."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return TaskLoadError(f"{path}: cannot read task file: {exc}")
+    return TaskLoadError(f"{path}: cannot read task file: not UTF-8")
 
 
 def load_tasks(path: str | Path) -> TaskSet:

@@ -220,9 +220,11 @@ def tasks_digest(raw_tasks: Iterable[Mapping[str, Any]], *, parsed: bool = False
     head = (GRADER_RULES_VERSION + "\n").encode()
     if parsed:  # the list's text, a task at a time (each one level down), hashed in pieces
         digest = hashlib.sha256(head + b"[")
-        digest.update(
-            b",".join([canonical_json_parsed(raw, 1) for raw in sorted(raw_tasks, key=_task_id)])
-        )
+        comma = b""
+        for raw in sorted(raw_tasks, key=_task_id):
+            digest.update(comma)
+            digest.update(canonical_json_parsed(raw, 1))
+            comma = b","
         digest.update(b"]")
         return "sha256:" + digest.hexdigest()
     ordered = sorted((dict(raw) for raw in raw_tasks), key=_task_id)

@@ -98,6 +98,56 @@ def test_bad_task_files_fail_with_file_and_line(
     assert str(tmp_path) in str(caught.value)
 
 
+LINE_A = dumps(GOOD)
+LINE_B = dumps({**GOOD, "id": "b"})
+
+
+@pytest.mark.parametrize(
+    ("data", "outcome"),
+    [
+        pytest.param(LINE_A + b"\r\n" + LINE_B + b"\r\n", ["a", "b"], id="crlf_line_ends"),
+        pytest.param(b"\n  \n" + LINE_A + b"\n\t\n", ["a"], id="blank_lines_skipped"),
+        pytest.param(LINE_A + b"\n" + LINE_B, ["a", "b"], id="no_final_newline"),
+        pytest.param(
+            dumps({**GOOD, "metadata": {"note": "one\u2028two\u2029three\x85"}}),
+            ["a"],
+            id="raw_unicode_line_separators_inside_a_string",
+        ),
+        pytest.param(
+            LINE_A + b"\n" + b'{"id": "\xff"}\n',
+            "tasks.jsonl: cannot read task file: 'utf-8' codec can't decode byte 0xff in "
+            f"position {len(LINE_A) + 9}",
+            id="not_utf8_names_the_file_offset",
+        ),
+        pytest.param(
+            LINE_A + b"\n\n" + b'{"id": 1}\n', "tasks.jsonl:3: 'id' must be", id="line_numbers"
+        ),
+        pytest.param(LINE_A + b"\n{oops\n", "tasks.jsonl:2: not valid JSON", id="bad_json"),
+        pytest.param(
+            dumps({**GOOD, "metadata": {"big": 12345678901234567890123}}),
+            ["a"],
+            id="long_integer_read_exactly",
+        ),
+    ],
+)
+def test_task_file_lines_are_read_as_json_lines(
+    tmp_path: Path, data: bytes, outcome: list[str] | str
+) -> None:
+    """JSON Lines: a line ends at "\\n" or "\\r\\n" only (a JSON string may hold U+2028 raw),
+    blank lines are skipped, and errors name the file and line (or the byte offset)."""
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(data)
+    if isinstance(outcome, str):
+        with pytest.raises(TaskLoadError) as caught:
+            load_tasks(path)
+        assert outcome in str(caught.value)
+    else:
+        tasks = load_tasks(path)
+        assert list(tasks.tasks) == outcome
+        if "big" in str(data):
+            assert tasks.tasks["a"].metadata["big"] == 12345678901234567890123
+
+
 def test_expected_may_be_a_json_string_or_wrapped(tmp_path: Path) -> None:
     path = write(
         tmp_path / "t.jsonl",
