@@ -29,7 +29,9 @@ import gc
 import os
 import sys
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,8 @@ from grader.tasks import Task, TaskLoadError, TaskSet
 
 PROGRESS_MIN_ROWS = 1000
 Answer = tuple[int, Task, object, dict[str, Any]]  # line, task, answer, the answers row
+# An answer's outcome, from its line, task, answer and answers row.
+Grader = Callable[[int, Task, object, dict[str, Any]], Outcome | Problem]
 # An answers row that cannot be graded: the problem, and the row as far as it was readable.
 Refused = tuple[Problem, Task | None, dict[str, Any] | None]
 
@@ -120,32 +124,31 @@ def _jobs_count(text: str) -> int:
     return count
 
 
-def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> list[Answer | Refused]:
-    """Every answers row in order: ready to grade, or refused with its problem (an error row).
+def read_answers(path: Path, tasks: TaskSet, intake: Intake) -> Iterator[Answer | Refused]:
+    """Every answers row in order, as it is read: ready to grade, or refused with its problem
+    (an error row).
 
     A row of a known task with ``task_id`` and ``answer`` alone (the common row) has nothing
     :func:`_refusal` could refuse, so it is taken as it is, without asking."""
-    rows: list[Answer | Refused] = []
     by_id = tasks.tasks  # TaskSet.get's own mapping: one look-up a row, no call around it
     for lineno, row in intake.lines(path, unreadable=True):
         if not isinstance(row, dict):
             if not isinstance(row, Problem):
                 row = intake.problem(path, lineno, "not_an_object", _OBJECT)
-            rows.append((row, None, None))
+            yield row, None, None
             continue
         task_id = row.get("task_id")
         task = by_id.get(task_id) if isinstance(task_id, str) else None
         if task is not None and len(row) == 2 and "answer" in row:
-            rows.append((lineno, task, row["answer"], row))
+            yield lineno, task, row["answer"], row
             continue
         refusal = _refusal(row, task)
         if refusal is None and task is not None:
-            rows.append((lineno, task, row["answer"], row))
+            yield lineno, task, row["answer"], row
             continue
         code, message, drop = refusal or ("unknown_task", f"unknown task id {task_id!r}", "")
         source = {key: value for key, value in row.items() if key != drop}
-        rows.append((intake.problem(path, lineno, code, message), task, source))
-    return rows
+        yield intake.problem(path, lineno, code, message), task, source
 
 
 _OBJECT = 'expected an object {"task_id", "answer"}'
@@ -179,7 +182,7 @@ def _refusal(row: dict[str, Any], task: Task | None) -> tuple[InputReason, str, 
 
 
 def _grade_one(
-    path: Path, line: int, task: Task, answer: object, row: dict[str, Any], intake: Intake
+    path: Path, intake: Intake, line: int, task: Task, answer: object, row: dict[str, Any]
 ) -> Outcome | Problem:
     try:
         return grade(task, answer, offline_context(task, row))
@@ -230,13 +233,37 @@ def _grade_all(
             if needs_judge(task):
                 graded.append(await _grade_judged(path, line, task, answer, row, judge, intake))
             else:
-                graded.append(_grade_one(path, line, task, answer, row, intake))
+                graded.append(_grade_one(path, intake, line, task, answer, row))
             progress.update(done)
         return graded
 
     import asyncio
 
     return iter(asyncio.run(judged()))
+
+
+def _streams(args: argparse.Namespace, judge: Judge | None) -> bool:
+    """Whether to grade each answer as it is read, holding one answers row at a time: not
+    when the answers go to a judge (graded on one event loop once read), to ``--jobs`` slices
+    (cut from the whole list), or past a progress bar (which needs their count first)."""
+    if judge is not None or args.jobs > 1:
+        return False
+    return not (args.progress or (args.progress is None and sys.stderr.isatty()))
+
+
+def _primed(entries: Iterator[Answer | Refused]) -> Iterator[Answer | Refused]:
+    """``entries`` with the first one read already (what reading it raises, raised here)."""
+    first = next(entries, None)
+    return entries if first is None else chain((first,), entries)
+
+
+def _in_turn(outcomes: Iterator[Outcome | Problem]) -> Grader:
+    """Outcomes graded ahead (or lazily, in input order) handed out one an answer, in turn."""
+    return lambda *_answer: next(outcomes)
+
+
+def _line(problem: Problem) -> int:
+    return problem.line
 
 
 def _forks(jobs: int, wanted: str | None, answers: list[Answer], judge: Judge | None) -> bool:
@@ -272,7 +299,7 @@ def _graded_in_slices(
 
     def grade_slice(part: Sequence[Answer | Refused], shown: Progress) -> Iterator[bytes]:
         answers = [entry for entry in part if len(entry) == 4]
-        outcomes = _graded_lazily(args.answers, answers, shown, intake)
+        outcomes = _in_turn(_graded_lazily(args.answers, answers, shown, intake))
         rows = _rows(part, outcomes, digest, wanted, report, failures)
         if wanted is None:  # the report alone: rows are graded and counted, never kept
             deque(rows, maxlen=0)
@@ -310,10 +337,10 @@ def _graded_lazily(
 ) -> Iterator[Outcome | Problem]:
     if not progress.enabled:  # no bar to move: no count kept, no call a row
         for answer in answers:
-            yield _grade_one(path, *answer, intake)
+            yield _grade_one(path, intake, *answer)
         return
     for done, answer in enumerate(answers, start=1):
-        outcome = _grade_one(path, *answer, intake)
+        outcome = _grade_one(path, intake, *answer)
         progress.update(done)  # before the yield: the last one is never resumed
         yield outcome
 
@@ -338,6 +365,7 @@ def _run(args: argparse.Namespace) -> int:
                 judge = load_judge(args.judge)
             except ValueError as exc:
                 raise InputError(str(exc)) from None
+        streamed = _streams(args, judge)
         collecting = gc.isenabled()
         gc.disable()  # loading builds no garbage cycles, only what lives to the end
         try:
@@ -347,23 +375,32 @@ def _run(args: argparse.Namespace) -> int:
                 tasks = load_tasks_cached(args.tasks, args.task_cache)
             else:
                 tasks = load_tasks(args.tasks)
-            entries = read_answers(args.answers, tasks, intake)
+            entries: Iterable[Answer | Refused] = read_answers(args.answers, tasks, intake)
+            # Streamed, the first row is read here: a file that cannot be opened (or a bad
+            # first row under --strict) is refused before any output is begun.
+            entries = _primed(iter(entries)) if streamed else list(entries)
         finally:
-            gc.freeze()  # the tasks and answers: the collector need not scan them again
+            gc.freeze()  # the tasks (and answers): the collector need not scan them again
             if collecting:
                 gc.enable()
-        answers = [e for e in entries if len(e) == 4]
-        show = args.progress
-        if show is None:
-            show = sys.stderr.isatty() and len(answers) >= PROGRESS_MIN_ROWS
-        progress = Progress(len(answers), show)
         out = args.out
         # A JSONL output's rows are written as they are built, a batch at a time (no row or
         # line lives to the end); Parquet needs the rows themselves; without --out the report.
         wanted = None if out is None else "row" if is_parquet(out) else "line"
-        forked = _forks(args.jobs, wanted, answers, judge)
-        if not forked:
-            outcomes = _grade_all(args.answers, answers, judge, progress, intake)
+        forked = False
+        progress = Progress(0, False)
+        if streamed:  # each answer graded as it is read
+            outcome_of: Grader = partial(_grade_one, args.answers, intake)
+        else:
+            assert isinstance(entries, list)  # read whole above
+            answers = [e for e in entries if len(e) == 4]
+            show = args.progress
+            if show is None:
+                show = sys.stderr.isatty() and len(answers) >= PROGRESS_MIN_ROWS
+            progress = Progress(len(answers), show)
+            forked = _forks(args.jobs, wanted, answers, judge)
+            if not forked:
+                outcome_of = _in_turn(_grade_all(args.answers, answers, judge, progress, intake))
     except (TaskLoadError, InputError, UnusableInputError) as exc:
         print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
         return 2
@@ -371,6 +408,7 @@ def _run(args: argparse.Namespace) -> int:
     failures: Counter[str] = Counter()
     try:
         if forked:
+            assert isinstance(entries, list)  # forked runs read every row first
             lines = _graded_in_slices(
                 args, entries, tasks.digest, wanted, report, failures, intake, progress
             )
@@ -379,13 +417,16 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 deque(lines, maxlen=0)
         elif out is not None and wanted == "line":
-            rows = _rows(entries, outcomes, tasks.digest, wanted, report, failures)
+            rows = _rows(entries, outcome_of, tasks.digest, wanted, report, failures)
             write_atomically(out, batched_lines(rows))
         elif out is not None:
-            rows = _rows(entries, outcomes, tasks.digest, wanted, report, failures)
+            rows = _rows(entries, outcome_of, tasks.digest, wanted, report, failures)
             write_rows(out, list(rows), wide=args.wide)
         else:
-            deque(_rows(entries, outcomes, tasks.digest, wanted, report, failures), maxlen=0)
+            deque(_rows(entries, outcome_of, tasks.digest, wanted, report, failures), maxlen=0)
+        # Problems met reading and grading, in line order: a streamed run meets them in turn,
+        # a run read whole (or graded in slices) meets every reading problem first.
+        intake.problems.sort(key=_line)
         if args.report is not None:
             data = {**report.to_dict(), "input": intake.to_dict()}
             write_atomically(args.report, [dumps(data) + b"\n"])
@@ -402,15 +443,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _rows(
-    entries: Sequence[Answer | Refused],
-    outcomes: Iterator[Outcome | Problem],
+    entries: Iterable[Answer | Refused],
+    outcome_of: Grader,
     digest: str,
     wanted: str | None,
     report: Report,
     failures: Counter[str],
 ) -> Iterator[Any]:
     """Each entry's row in input order (``wanted``: ``"line"`` its JSONL line, ``"row"`` the
-    row, None nothing but the report), the report and the failure reasons counted as it goes."""
+    row, None nothing but the report), each answer's outcome from ``outcome_of``, the report
+    and the failure reasons counted as it goes."""
     for entry in entries:
         if len(entry) == 3:  # refused while reading
             problem, task, source = entry
@@ -418,7 +460,7 @@ def _rows(
             yield dumps_line(row) if wanted == "line" else row
             continue
         _, task, _, source = entry
-        outcome = next(outcomes)
+        outcome = outcome_of(*entry)
         if isinstance(outcome, Problem):
             row = _error_row(outcome, task, source, digest)
             yield dumps_line(row) if wanted == "line" else row

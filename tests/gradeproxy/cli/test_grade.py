@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gradeproxy.cli import grade as grade_command
 from gradeproxy.cli import main
-from grader.json import loads_exact
+from grader.json import dumps, loads_exact
 from tests.support.files import write_jsonl
 
 TASKS = [
@@ -246,3 +248,67 @@ def test_the_console_script_leaves_with_its_output_whole(
     assert done.stdout.rstrip().splitlines()[-1].startswith("tasks digest: sha256:")
     assert len(out.read_text().splitlines()) == len(answers)
     assert loads_exact(report.read_text())["input"]["rows"] == len(answers)
+
+
+GOOD_CALL = '{"name": "f", "arguments": {"x": 1}}'
+# Read problems and a grading problem, out of line order were they counted as they are met.
+MIXED = [
+    dumps({"task_id": "a", "answer": GOOD_CALL}),
+    dumps({"task_id": "b", "answer": "boom"}),  # line 2: the grader breaks on it
+    dumps({"task_id": "zzz", "answer": GOOD_CALL}),  # line 3: unknown task, refused on reading
+    b'{"task_id": "a", "answer": "cut',  # line 4: unreadable
+    dumps({"task_id": "b", "answer": "boom"}),  # line 5: the grader breaks again
+    dumps({"task_id": "a", "answer": GOOD_CALL, "sample_id": 7}),
+]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param([], id="graded_as_read"),
+        pytest.param(["--progress"], id="read_whole_for_a_progress_bar"),
+    ],
+)
+def test_rows_and_problems_come_in_line_order_however_the_file_is_read(
+    tmp_path: Path,
+    tasks_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+) -> None:
+    """Graded row by row as it is read (the default) or read whole first (a progress bar
+    needs the count), an answers file gives the same rows, and its problems, read and graded
+    alike, are listed in line order."""
+
+    def breaks_on_boom(task: Any, answer: object, context: Any) -> Any:
+        if answer == "boom":
+            raise RuntimeError("a grader bug")
+        return real_grade(task, answer, context)
+
+    real_grade = grade_command.grade
+    monkeypatch.setattr(grade_command, "grade", breaks_on_boom)
+    answers = tmp_path / "answers.jsonl"
+    answers.write_bytes(b"\n".join(MIXED) + b"\n")
+    out, report = tmp_path / "rows.jsonl", tmp_path / "report.json"
+    code = main(
+        ["grade", "--tasks", str(tasks_file), "--answers", str(answers), "--out", str(out),
+         "--report", str(report), *flags]
+    )  # fmt: skip
+    assert code == 1
+    problems = loads_exact(report.read_text())["input"]["problems"]
+    assert [(p["line"], p["reason_code"]) for p in problems] == [
+        (2, "cannot_grade"),
+        (3, "unknown_task"),
+        (4, "line_unreadable"),
+        (5, "cannot_grade"),
+    ]
+    rows = [loads_exact(line) for line in out.read_text().splitlines()]
+    assert [(r["result"], r.get("reason_code"), r["sample_id"]) for r in rows] == [
+        ("pass", "match", None),
+        ("error", "cannot_grade", None),
+        ("error", "unknown_task", None),
+        ("error", "line_unreadable", None),
+        ("error", "cannot_grade", None),
+        ("pass", "match", 7),
+    ]
+    assert "2 passed" in capsys.readouterr().out
