@@ -21,6 +21,7 @@ fraction or exponent (``5``; ``5.0`` and ``5e0`` fail with ``numeric_type_mismat
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Literal
 
 from grader.errors import GraderError
@@ -89,9 +90,22 @@ def path_text(path: Path) -> str:
 
 def bfcl_standardize(text: str) -> str:
     """BFCL's ``standardize_string`` (bfcl-eval 2026.3.23), character for character."""
+    if len(text) <= MEMO_CHARS:
+        return _remembered(text)
+    return _standardized(text)
+
+
+def _standardized(text: str) -> str:
     if text.isascii():
         return text.encode().translate(_BFCL_BYTES, _BFCL_DELETE).decode()
     return _BFCL_DROP().sub("", text).lower().replace("'", '"')
+
+
+# Answers repeat their argument values (ten BFCL answers per task, nine standardised strings in
+# ten seen before): short ones are remembered, a bounded table's look-up in C instead of a
+# translation (docs/performance.md). A long string, which rarely repeats, is never kept.
+MEMO_CHARS = 64
+_remembered = lru_cache(maxsize=8192)(_standardized)
 
 
 def fold_strings(value: Canon, mode: StringMode) -> Canon:
@@ -122,8 +136,8 @@ def canon_in(value: Any, mode: StringMode, depth: int = 0) -> Canon:
         plain = normalise_string(value) if "," in value or value[:1] == "P" else value
         if mode == "exact" or type(plain) is not str:
             return plain
-        if mode == "bfcl":
-            return bfcl_standardize(plain)
+        if mode == "bfcl":  # bfcl_standardize, without its call (every string argument)
+            return _remembered(plain) if len(plain) <= MEMO_CHARS else _standardized(plain)
         return plain.casefold()
     if kind is int:
         number: int = value
