@@ -21,9 +21,12 @@ Three pairs, each printed with its ratio (BFCL's time over ours: above 1x, ours 
 
 In process: CPU time of this process, the two sides taking turns ``--repeat`` times, best of
 each. Our packages are byte-compiled first, as pip compiled bfcl-eval's at install: an edited
-checkout run with ``PYTHONDONTWRITEBYTECODE`` would otherwise compile them in every process. Processes: CPU time (user + system) of the child, and wall time, best of ``--repeat``.
-Also printed: the start-up of ``gradeproxy grade --help`` and of a bare interpreter, and the load of
-the task file. Needs bfcl-eval (scripts/install-bfcl.sh). Run:
+checkout run with ``PYTHONDONTWRITEBYTECODE`` would otherwise compile them in every process.
+Processes: CPU time (user + system) of the child, and wall time, best of ``--repeat``; then the
+peak memory (max RSS) of one run of each process, and of one with the answers file ten times
+over (whether memory grows with the answers). Also printed: the start-up of ``gradeproxy grade
+--help`` and of a bare interpreter, and the load of the task file. Needs bfcl-eval
+(scripts/install-bfcl.sh). Run:
 ``python bench/bfcl_bench.py [--answers N] [--repeat N]``.
 """
 
@@ -164,6 +167,29 @@ def _child(argv: list[str]) -> tuple[float, float]:
     return cpu, wall
 
 
+# Runs a command and prints its peak memory (KiB) and exit code. A child's peak counts the
+# memory of the process it was forked from (the kernel keeps it across exec): forked from this
+# bench's large process, every command would read as large. Forked from this small one, it
+# reads as what it uses itself.
+_PEAK = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+    "_, status, usage = os.wait4(child.pid, 0)\n"
+    "print(usage.ru_maxrss, os.waitstatus_to_exitcode(status))\n"
+)
+
+
+def _peak_memory(argv: list[str]) -> int:
+    """Peak resident memory (KiB) of one run of ``argv``, its own (see :data:`_PEAK`)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, *argv], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    peak, code = map(int, done.stdout.split())
+    if code != 0:
+        raise SystemExit(f"{argv[0]} failed ({code}) when its memory was measured")
+    return peak
+
+
 def _best_children(
     argvs: list[list[str]], repeat: int, before: Callable[[int], None] | None = None
 ) -> list[tuple[float, float]]:
@@ -289,6 +315,26 @@ def main() -> None:
         print(
             f"start-up CPU: bare interpreter {bare * 1000:.0f} ms, gradeproxy grade --help "
             f"{helped * 1000:.0f} ms; task file load ({len(tasks)} tasks) {load * 1000:.0f} ms"
+        )
+        # Memory as the answers file grows: the same answers, then ten times over.
+        many = folder / "answers-x10.jsonl"
+        many.write_bytes(answers_path.read_bytes() * 10)
+
+        def theirs_on(answers: Path) -> list[str]:
+            return [*theirs_cmd[:2], "--answers", str(answers), "--out", str(folder / "b.jsonl")]
+
+        def ours_on(answers: Path) -> list[str]:
+            return [*ours_cmd[:4], "--answers", str(answers), "--out", str(folder / "r.jsonl")]
+
+        peaks = [
+            _peak_memory(on(answers))
+            for answers in (answers_path, many)
+            for on in (theirs_on, ours_on)
+        ]
+        print(
+            f"peak memory (max RSS): {len(cases)} answers BFCL {peaks[0] / 1024:.0f} MB, ours "
+            f"{peaks[1] / 1024:.0f} MB; {10 * len(cases)} answers BFCL {peaks[2] / 1024:.0f} MB, "
+            f"ours {peaks[3] / 1024:.0f} MB"
         )
         verdicts = [json.loads(line)["result"] for line in (folder / "rows.jsonl").open()]
         theirs_ok = [json.loads(line)["valid"] for line in (folder / "bfcl.jsonl").open()]
