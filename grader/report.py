@@ -135,7 +135,9 @@ class Report:
     """
 
     tasks_digest: str
-    _rows: dict[_Row, int] = field(default_factory=dict, init=False, repr=False)
+    # Each distinct row's count, in a one-item list: an answer met again is counted by one
+    # look-up of its row (hashed and compared once), not a get and a set.
+    _rows: dict[_Row, list[int]] = field(default_factory=dict, init=False, repr=False)
     _slices: _Slices | None = field(default=None, init=False, repr=False, compare=False)
 
     def add(self, task: Task, outcome: Outcome) -> None:
@@ -153,7 +155,11 @@ class Report:
             None if verdict is None else verdict.reason_code,
             columns,
         )
-        self._rows[row] = self._rows.get(row, 0) + 1
+        counted = self._rows.get(row)
+        if counted is None:
+            self._rows[row] = [1]
+        else:
+            counted[0] += 1
         self._slices = None
 
     def _tallied(self) -> _Slices:
@@ -161,7 +167,7 @@ class Report:
         slices = self._slices
         if slices is None:
             slices = self._slices = _Slices()
-            for row, times in self._rows.items():
+            for row, (times,) in self._rows.items():
                 slices.add(row, times)
         return slices
 
@@ -195,8 +201,8 @@ class Report:
         """Add the answers ``other`` counted: a report of other rows of the same run (a slice
         graded in another process, ``gradeproxy grade --jobs``). Every view of a report is
         sorted, so the sum reads as one report of all the rows."""
-        for row, times in other._rows.items():
-            self._rows[row] = self._rows.get(row, 0) + times
+        for row, (times,) in other._rows.items():
+            self._rows.setdefault(row, [0])[0] += times
         self._slices = None
 
     @classmethod
