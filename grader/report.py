@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from grader.engine import Outcome, Result
 from grader.rounding import percent
@@ -82,10 +83,13 @@ class CheckTally:
         }
 
 
-# What one answer adds to a report, all of it: its task's mutation kind and category, the
-# result, the tool-call verdict's reason code, and each column's (name, advisory, passed).
+# What one answer adds to a report, all of it, in one flat tuple: its task's mutation kind and
+# category, the result, the tool-call verdict's reason code (:data:`_Head`), then each column's
+# name, advisory and passed, three items a column. Flat, not a tuple of column tuples: it is
+# built, hashed and compared for every answer, and nesting cost a tuple more of each.
+_Head = tuple[str | None, str | None, Result, str | None]
 _Column = tuple[str, bool, bool | None]
-_Row = tuple[str | None, str | None, Result, str | None, tuple[_Column, ...]]
+_Row = tuple[str | bool | None, ...]
 _COLUMN = attrgetter("name", "advisory", "passed")
 
 
@@ -101,7 +105,7 @@ class _Slices:
     advisory: dict[str, CheckTally] = field(default_factory=dict)
 
     def add(self, row: _Row, times: int) -> None:
-        kind, category, result, reason, columns = row
+        kind, category, result, reason = cast("_Head", row[:4])
         self.total.add(result, times)
         tally = self.per_kind.get(kind or NO_KIND)
         if tally is None:
@@ -112,7 +116,8 @@ class _Slices:
             if tally is None:
                 tally = self.per_category[category] = Tally()
             tally.add(result, times)
-        for name, advisory, passed in columns:
+        for at in range(4, len(row), 3):
+            name, advisory, passed = cast("_Column", row[at : at + 3])
             tallies = self.advisory if advisory else self.per_check
             check = tallies.get(name)
             if check is None:
@@ -141,20 +146,18 @@ class Report:
     _slices: _Slices | None = field(default=None, init=False, repr=False, compare=False)
 
     def add(self, task: Task, outcome: Outcome) -> None:
+        kind = task.mutation_kind
+        category = task.metadata.get("category")
+        category = category if isinstance(category, str) else None
+        result = outcome.result
+        verdict = outcome.verdict
+        reason = None if verdict is None else verdict.reason_code
+        row: _Row
         match outcome.checks:
             case (column,):  # most tasks: one column, its part of the row written out
-                columns: tuple[_Column, ...] = ((column.name, column.advisory, column.passed),)
+                row = (kind, category, result, reason, column.name, column.advisory, column.passed)
             case several:
-                columns = tuple(map(_COLUMN, several))
-        category = task.metadata.get("category")
-        verdict = outcome.verdict
-        row = (
-            task.mutation_kind,
-            category if isinstance(category, str) else None,
-            outcome.result,
-            None if verdict is None else verdict.reason_code,
-            columns,
-        )
+                row = (kind, category, result, reason, *chain.from_iterable(map(_COLUMN, several)))
         counted = self._rows.get(row)
         if counted is None:
             self._rows[row] = [1]
