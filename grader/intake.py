@@ -134,22 +134,16 @@ class Intake:
                         yield from enumerate(values, start=lineno + 1)
                         lineno += count
                         continue
-                    plain: bool | None = None  # the block's digit-run search, once asked
+                    plain = _plain_block(block)
                     for raw in block:
                         lineno += 1
-                        try:
-                            value = orjson.loads(raw)
-                        except orjson.JSONDecodeError:
-                            value = NOT_READ  # the text path decides (and describes) it
+                        if plain:  # no digit run: orjson reads the line exactly, or not at all
+                            try:
+                                value = orjson.loads(raw)
+                            except orjson.JSONDecodeError:
+                                value = NOT_READ
                         else:
-                            # orjson's value is the text path's unless a run of 19 digits
-                            # made it round a number. An object of strings alone (the common
-                            # answers row) holds no number: it needs no search.
-                            if not _strings_only(value):
-                                if plain is None:
-                                    plain = _plain_block(block)
-                                if not plain:
-                                    value = read_plain_bytes(raw)  # the line searched alone
+                            value = read_plain_bytes(raw)  # no decode, no re-encode
                         if value is not NOT_READ:
                             seen += 1
                             readable += 1
@@ -225,7 +219,7 @@ class Intake:
             print(f"gradeproxy {self.command}: … and {more} more (all in the report)", file=out)
 
 
-LINES_BLOCK = 1 << 20  # bytes of whole lines read (and searched, if asked) at a time
+LINES_BLOCK = 1 << 20  # bytes of whole lines read (and searched for digit runs) at a time
 
 
 # A row orjson cannot have read inexactly holds no number to round: its line's value is of a
@@ -250,25 +244,13 @@ def _block_values(block: list[bytes]) -> list[Any] | None:
     return values if _plain_block(block) else None
 
 
-def _strings_only(value: object) -> bool:
-    """Whether ``value`` is an object of strings alone: what orjson cannot have read inexactly
-    (it has no number to round). A loop, not ``all()`` of a generator: a generator is a
-    frame more for every line read."""
-    if type(value) is not dict:
-        return False
-    for item in value.values():  # noqa: SIM110
-        if type(item) is not str:
-            return False
-    return True
-
-
 def _plain_block(block: list[bytes]) -> bool:
     """Whether no line of ``block`` holds a run of 19 digits, by one search over them all (a
     newline ends a run): the search line by line was a third of reading a line that orjson
-    then parses in C. Asked only by a line with a value other than a string (the search of
-    the whole block was still a third of reading the common row). A block that a long line
-    made large is not searched at once (its lines are read one by one, each long one searched
-    a window at a time, as before)."""
+    then parses in C. Not asked of a block of objects of strings alone (:func:`_block_values`:
+    the search was still a third of reading the common row). A block that a long line made
+    large is not searched at once (its lines are read one by one, each long one searched a
+    window at a time, as before)."""
     if sum(map(len, block)) > 2 * LINES_BLOCK:
         return False
     return not bytes_have_long_digit_run(b"".join(block))
