@@ -12,6 +12,7 @@ import pytest
 
 from gradeproxy.cli import grade as grade_command
 from gradeproxy.cli import main
+from grader.engine import grade as real_grade
 from grader.json import dumps, loads_exact
 from tests.support.files import write_jsonl
 
@@ -285,7 +286,6 @@ def test_rows_and_problems_come_in_line_order_however_the_file_is_read(
             raise RuntimeError("a grader bug")
         return real_grade(task, answer, context)
 
-    real_grade = grade_command.grade
     monkeypatch.setattr(grade_command, "grade", breaks_on_boom)
     answers = tmp_path / "answers.jsonl"
     answers.write_bytes(b"\n".join(MIXED) + b"\n")
