@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from grader.engine import Outcome, Result
 from grader.rounding import percent
@@ -82,10 +83,13 @@ class CheckTally:
         }
 
 
-# What one answer adds to a report, all of it: its task's mutation kind and category, the
-# result, the tool-call verdict's reason code, and each column's (name, advisory, passed).
+# What one answer adds to a report, all of it, in one flat tuple: its task's mutation kind and
+# category, the result, the tool-call verdict's reason code (:data:`_Head`), then each column's
+# name, advisory and passed, three items a column. Flat, not a tuple of column tuples: it is
+# built, hashed and compared for every answer, and nesting cost a tuple more of each.
+_Head = tuple[str | None, str | None, Result, str | None]
 _Column = tuple[str, bool, bool | None]
-_Row = tuple[str | None, str | None, Result, str | None, tuple[_Column, ...]]
+_Row = tuple[str | bool | None, ...]
 _COLUMN = attrgetter("name", "advisory", "passed")
 
 
@@ -101,7 +105,7 @@ class _Slices:
     advisory: dict[str, CheckTally] = field(default_factory=dict)
 
     def add(self, row: _Row, times: int) -> None:
-        kind, category, result, reason, columns = row
+        kind, category, result, reason = cast("_Head", row[:4])
         self.total.add(result, times)
         tally = self.per_kind.get(kind or NO_KIND)
         if tally is None:
@@ -112,7 +116,8 @@ class _Slices:
             if tally is None:
                 tally = self.per_category[category] = Tally()
             tally.add(result, times)
-        for name, advisory, passed in columns:
+        for at in range(4, len(row), 3):
+            name, advisory, passed = cast("_Column", row[at : at + 3])
             tallies = self.advisory if advisory else self.per_check
             check = tallies.get(name)
             if check is None:
@@ -135,25 +140,29 @@ class Report:
     """
 
     tasks_digest: str
-    _rows: dict[_Row, int] = field(default_factory=dict, init=False, repr=False)
+    # Each distinct row's count, in a one-item list: an answer met again is counted by one
+    # look-up of its row (hashed and compared once), not a get and a set.
+    _rows: dict[_Row, list[int]] = field(default_factory=dict, init=False, repr=False)
     _slices: _Slices | None = field(default=None, init=False, repr=False, compare=False)
 
     def add(self, task: Task, outcome: Outcome) -> None:
+        kind = task.mutation_kind
+        category = task.metadata.get("category")
+        category = category if isinstance(category, str) else None
+        result = outcome.result
+        verdict = outcome.verdict
+        reason = None if verdict is None else verdict.reason_code
+        row: _Row
         match outcome.checks:
             case (column,):  # most tasks: one column, its part of the row written out
-                columns: tuple[_Column, ...] = ((column.name, column.advisory, column.passed),)
+                row = (kind, category, result, reason, column.name, column.advisory, column.passed)
             case several:
-                columns = tuple(map(_COLUMN, several))
-        category = task.metadata.get("category")
-        verdict = outcome.verdict
-        row = (
-            task.mutation_kind,
-            category if isinstance(category, str) else None,
-            outcome.result,
-            None if verdict is None else verdict.reason_code,
-            columns,
-        )
-        self._rows[row] = self._rows.get(row, 0) + 1
+                row = (kind, category, result, reason, *chain.from_iterable(map(_COLUMN, several)))
+        counted = self._rows.get(row)
+        if counted is None:
+            self._rows[row] = [1]
+        else:
+            counted[0] += 1
         self._slices = None
 
     def _tallied(self) -> _Slices:
@@ -161,7 +170,7 @@ class Report:
         slices = self._slices
         if slices is None:
             slices = self._slices = _Slices()
-            for row, times in self._rows.items():
+            for row, (times,) in self._rows.items():
                 slices.add(row, times)
         return slices
 
@@ -195,8 +204,8 @@ class Report:
         """Add the answers ``other`` counted: a report of other rows of the same run (a slice
         graded in another process, ``gradeproxy grade --jobs``). Every view of a report is
         sorted, so the sum reads as one report of all the rows."""
-        for row, times in other._rows.items():
-            self._rows[row] = self._rows.get(row, 0) + times
+        for row, (times,) in other._rows.items():
+            self._rows.setdefault(row, [0])[0] += times
         self._slices = None
 
     @classmethod

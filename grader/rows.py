@@ -173,6 +173,11 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
     result = outcome.result
     passed = _PASSED[result]  # Outcome.passed and .stale_schema_used, without two calls
     stale = result == "stale"
+    columns = outcome.checks
+    # Most tasks have one column: its form in a list display (a comprehension is a call).
+    checks = (
+        [columns[0].to_dict()] if len(columns) == 1 else [column.to_dict() for column in columns]
+    )
     if verdict is None or outcome.has_checks:
         return {
             "kind": ROW_KIND,
@@ -183,7 +188,7 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
             "result": result,
             "passed": passed,
             "staleSchemaUsed": stale,
-            "checks": [column.to_dict() for column in outcome.checks],
+            "checks": checks,
             "warnings": [*outcome.warnings],
             "tasks_digest": tasks_digest,
             "grader_rules_version": GRADER_RULES_VERSION,
@@ -202,7 +207,7 @@ def answer_row(task: Task, outcome: Outcome, tasks_digest: str) -> dict[str, Any
         "reason_code": verdict.reason_code,
         "path": verdict.path,
         "call": verdict.call,
-        "checks": [column.to_dict() for column in outcome.checks],
+        "checks": checks,
         "warnings": [*outcome.warnings],
         "tasks_digest": tasks_digest,
         "grader_rules_version": GRADER_RULES_VERSION,

@@ -236,11 +236,13 @@ def test_lines_read_a_block_at_a_time_keep_their_numbers_and_exact_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
 ) -> None:
     """Lines are read (and searched for digit runs) a block at a time: a run in one block must
-    not make another's lines inexact, and line numbers run on across blocks."""
+    not make another's lines inexact, and line numbers run on across blocks. An object of
+    strings alone is read as it is, whatever digits its strings hold."""
     monkeypatch.setattr(intake_module, "LINES_BLOCK", block)
     path = tmp_path / "rows.jsonl"
     path.write_bytes(
-        b'{"a": 1}\n\n{"id": 12345678901234567890123}\n"\\udcff"\n1e400\n\xff\n[2]\n{"b": 2.5}'
+        b'{"a": 1}\n\n{"id": 12345678901234567890123}\n"\\udcff"\n1e400\n\xff\n[2]\n{"b": 2.5}\n'
+        b'{"task_id": "t", "answer": "12345678901234567890123"}'
     )
     intake = Intake("t")
     assert [(n, repr(v)) for n, v in intake.lines(path)] == [
@@ -250,5 +252,6 @@ def test_lines_read_a_block_at_a_time_keep_their_numbers_and_exact_values(
         (5, repr(10**400)),
         (7, repr([2])),
         (8, repr({"b": 2.5})),
+        (9, repr({"task_id": "t", "answer": "12345678901234567890123"})),  # strings: no search
     ]
     assert [(p.line, p.reason_code) for p in intake.problems] == [(6, "line_unreadable")]

@@ -174,7 +174,7 @@ def test_the_python_api_carries_answers_fields_the_same_way() -> None:
 
 def test_offline_row_ids_are_random_version_4_uuids() -> None:
     """The same ids uuid4 gives: canonical text, version 4, RFC 4122 variant, every variant
-    nibble reached, and no two alike."""
+    nibble reached, every other digit drawn (each of the sixteen seen), and no two alike."""
     ids = [offline_row_id() for _ in range(2000)]
     assert len(set(ids)) == len(ids)
     for text in ids:
@@ -184,6 +184,8 @@ def test_offline_row_ids_are_random_version_4_uuids() -> None:
         assert parsed.variant == uuid.RFC_4122
     assert {text[19] for text in ids} == set("89ab")
     assert len({text[14] for text in ids}) == 1
+    drawn = [at for at in range(36) if at not in (8, 13, 14, 18, 23)]  # not a dash or the 4
+    assert all(len({text[at] for text in ids}) == 16 for at in drawn if at != 19)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
