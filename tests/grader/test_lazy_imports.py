@@ -127,7 +127,6 @@ LAZY_PATTERNS = (
     ("grader.intake", "_NUMBER"),
     ("grader.intake", "_NUMBER_PREFIX"),
     ("grader.advisory", "_FILE_SOURCE"),
-    ("grader.toolcall.canon", "_STRING_OR_INTEGRAL"),
 )
 
 LAZY_PROBE = """
