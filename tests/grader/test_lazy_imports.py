@@ -69,6 +69,7 @@ UNNEEDED = (
     "grader.checks.multi",
     "grader.checks.policy",
     "grader.checks.similarity",
+    "grader.enforce",  # a task's enforce entry: what the proxy acts on
     "grader.episodes.values",
     "pickle",
     "rapidfuzz",
