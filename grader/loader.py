@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from grader.advisory import AdvisoryError, split_advisory
 from grader.checks import Check, CheckDefinitionError, build_checks, columns_of
 from grader.checks.tool_call import DEFAULT_DEFINITION
-from grader.enforce import EnforceError, EnforceSpec, parse_enforce, resolve_targets
 from grader.engine import remember_checks
 from grader.json import NOT_READ, JSONError, loads_exact, read_plain_bytes
 from grader.tasks import (
@@ -44,7 +43,8 @@ from grader.tasks import (
 )
 from grader.toolcall.extract import Call, call_from_value, extract
 
-if TYPE_CHECKING:  # a type only: the episodes' modules load when a task has an episode
+if TYPE_CHECKING:  # types only: their modules load when a task has an episode or enforce entry
+    from grader.enforce import EnforceSpec
     from grader.episodes.values import EpisodeRecord
 
 __all__ = ["check_task_keys", "iter_file_tasks", "load_tasks", "parse_task"]
@@ -156,6 +156,9 @@ def _enforce(
     """The task's ``enforce`` entry, its checks resolved (grader/enforce.py); None without one."""
     if "enforce" not in obj:
         return None
+    # Imported here: only a task the proxy acts on has an entry (none of a benchmark's).
+    from grader.enforce import EnforceError, parse_enforce, resolve_targets
+
     label = f"task {task_id!r}"
     try:
         spec = parse_enforce(obj["enforce"], label)

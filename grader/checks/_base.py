@@ -16,6 +16,7 @@ import hashlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any, Literal, Protocol, get_args
 
 from grader.checks.judge import Judge, JudgeClient
@@ -100,6 +101,13 @@ CHECK_REASON_CODES: tuple[CheckReasonCode, ...] = get_args(CheckReasonCode)
 # Names become result columns and metric label values: OpenAI allows free text ("Example string
 # check"), so any printable text is accepted, bounded in length so a label value stays small.
 _NAME = re.compile(r"[^\x00-\x1f\x7f\s](?:[^\x00-\x1f\x7f]{0,126}[^\x00-\x1f\x7f\s])?")
+
+
+@lru_cache(maxsize=1024)
+def _usable_name(name: str) -> bool:
+    """Whether ``name`` is a usable check name; remembered, since a task set's checks share a
+    few names (one a task kind), each matched once instead of once a task."""
+    return _NAME.fullmatch(name) is not None
 
 
 class CheckDefinitionError(GraderError, ValueError):
@@ -275,7 +283,7 @@ class Spec:
         if unknown:
             known = ", ".join(sorted(allowed | _EVERY_TYPE))
             raise self.error(min(unknown), f"unknown field (this type takes: {known})")
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+        if not isinstance(name, str) or not _usable_name(name):
             raise self.error(
                 "name", "must be 1-128 printable characters, not starting or ending with a space"
             )

@@ -77,6 +77,9 @@ _NUMBER_OK: dict[NumberType | None, frozenset[type]] = {
 }
 
 
+_NONE: frozenset[Any] = frozenset()  # an empty table's keys, shared
+
+
 def _element_fails(kind: NumberType | None, value: Any) -> int | None:
     """The index of the first element of array ``value`` that breaks ``kind``, if any."""
     if kind is None or not isinstance(value, list):
@@ -130,10 +133,10 @@ class ExpectedCall:
         self._every = longest > 1 and any(EVERY in path for path in numbers)
         self._canon: Canon = None
         self._table: dict[str, _Key] | None = None
-        self._known: frozenset[str] = frozenset()  # the table's keys
-        self._required: frozenset[str] = frozenset()
+        self._known: frozenset[str] = _NONE  # the table's keys
+        self._required: frozenset[str] = _NONE
         self._mode: StringMode | None = None
-        self._ruled: frozenset[Path] = frozenset()
+        self._ruled: frozenset[Path] = _NONE
         if not paths:
             self._canon = fold_strings(canonical, rules.strings)
         elif longest == 1 or all(
@@ -163,12 +166,14 @@ class ExpectedCall:
         keys = sorted(members.keys() | added) if added else members
         table: dict[str, _Key] = {}
         required = []
-        modes = set()
+        modes = set()  # without per-path modes, every key's is the default
         every = self._every  # else no "[*]" path to look up
+        mode = default
         for key in keys:
             path: Path = (key,)
-            mode = string_paths.get(path, default) if string_paths else default
-            modes.add(mode)
+            if string_paths:
+                mode = string_paths.get(path, default)
+                modes.add(mode)
             in_expected = key in members
             is_optional = path in optional
             if in_expected and not is_optional:
@@ -187,7 +192,10 @@ class ExpectedCall:
         self._table = table
         self._known = frozenset(table)
         self._required = frozenset(required)
-        self._mode = modes.pop() if len(modes) == 1 else None
+        if string_paths:
+            self._mode = modes.pop() if len(modes) == 1 else None
+        else:
+            self._mode = default if table else None
 
     def matches(self, got: AnswerCall) -> bool:
         """Whether ``got`` matches: the same verdict as ``mismatch(got) is None``, faster (a

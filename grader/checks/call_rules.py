@@ -115,11 +115,15 @@ def fold_strings(value: Canon, mode: StringMode) -> Canon:
     arguments are not canonicalised twice: objects are sorted and strings normalised already."""
     if mode == "exact":
         return value
-    if isinstance(value, str):
-        return value.casefold() if mode == "casefold" else bfcl_standardize(value)
-    if isinstance(value, CObject):
+    # A canonical value's types are exact (no subclass to test for); a string, what nearly
+    # every argument holds, is folded here without bfcl_standardize's call.
+    if type(value) is str:
+        if mode == "casefold":
+            return value.casefold()
+        return _remembered(value) if len(value) <= MEMO_CHARS else _standardized(value)
+    if type(value) is CObject:
         return CObject(tuple([(k, fold_strings(v, mode)) for k, v in value.items]))
-    if isinstance(value, CArray):
+    if type(value) is CArray:
         return CArray(tuple([fold_strings(v, mode) for v in value.items]))
     return value
 

@@ -144,6 +144,8 @@ def answer_json(text: str, extract: bool) -> tuple[bool, Any]:
 
 @value_type
 class JsonSchemaCheck(BaseCheck):
+    """A ``json_schema`` check built: its schema's validator (or the request's) and target."""
+
     schema: Any  # the literal schema, or None for "from_request"
     validator: Validator | None
     target: str = "calls"

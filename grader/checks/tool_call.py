@@ -81,6 +81,9 @@ ResultKey = str | tuple[str, int]
 
 @value_type
 class ToolCallCheck(BaseCheck):
+    """A ``tool_call`` check built: the expected call(s) compiled with their rules (the
+    options in this module's docstring), and the results that never vary, made once."""
+
     expected: Call | None
     stale: Call | None
     matcher: ExpectedCall | None = None  # the expected call with its rules, when any is set

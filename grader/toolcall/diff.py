@@ -19,6 +19,8 @@ _SHOWN = 60  # characters of a value quoted in a reason
 
 @value_type
 class Difference:
+    """The first difference of two canonical values: its reason code, path and message."""
+
     code: ReasonCode
     path: str
     reason: str

@@ -84,6 +84,8 @@ def _next_opener(text: str, pos: int) -> re.Match[str] | None:
 
 @dataclass(slots=True)
 class _ScanState:
+    """The scan's matched pairs so far and the characters it may still visit (re-scans)."""
+
     pairs: list[tuple[int, int, str, int]]  # (open, close, opener, depth), outermost of a run
     budget: int
 

@@ -69,6 +69,7 @@ UNNEEDED = (
     "grader.checks.multi",
     "grader.checks.policy",
     "grader.checks.similarity",
+    "grader.enforce",  # a task's enforce entry: what the proxy acts on
     "grader.episodes.values",
     "pickle",
     "rapidfuzz",
@@ -127,7 +128,6 @@ LAZY_PATTERNS = (
     ("grader.intake", "_NUMBER"),
     ("grader.intake", "_NUMBER_PREFIX"),
     ("grader.advisory", "_FILE_SOURCE"),
-    ("grader.toolcall.canon", "_STRING_OR_INTEGRAL"),
 )
 
 LAZY_PROBE = """
