@@ -45,9 +45,9 @@ def _parsed(function: Any, plain: bool = False) -> AnswerCall:
             arguments = loads_plain(raw) if plain else loads_exact(raw)
         except JSONError:  # JSONTooDeepError included
             arguments = None
-        call = AnswerCall(name, arguments if isinstance(arguments, dict) else None)
-        if len(raw) <= _DEPTH_OK or raw.count("{") + raw.count("[") <= _DEPTH_OK:
-            call.shallow = True
+        shallow = len(raw) <= _DEPTH_OK or raw.count("{") + raw.count("[") <= _DEPTH_OK
+        usable = arguments if isinstance(arguments, dict) else None
+        call = AnswerCall(name, usable, raw, True if shallow else None)
     else:
         call = AnswerCall(name, raw if isinstance(raw, dict) else None)
     return call
@@ -84,9 +84,8 @@ def answer_calls(sample: Sample, found: Extraction | None = None) -> list[Answer
     call = (found if found is not None else extract(sample.answer)).call
     if call is None:
         return []
-    answer = AnswerCall(call.name, call.arguments)
-    answer.shallow = True  # extract's call is usable: within the depth bound
-    return [answer]
+    # extract's call is usable: within the depth bound
+    return [AnswerCall(call.name, call.arguments, shallow=True)]
 
 
 def max_matching(
