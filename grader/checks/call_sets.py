@@ -9,7 +9,7 @@ pairs expected calls with answer calls; :func:`schema_numeric_mismatch` is the s
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from grader.checks.call_answer import AnswerCall
 from grader.checks.call_match import Mismatch
@@ -116,52 +116,44 @@ def max_matching(
                     break
     if None not in partner:  # first fit matched every row: no augmenting path to look for
         return partner
-    kuhn = _Kuhn(rows, cols, fit, memo, owner, partner)
     for row in range(len(rows)):
-        unreached = partner[row] is None and not kuhn.augment(row, set())
+        unreached = partner[row] is None and not _augment(
+            row, set(), rows, cols, fit, memo, owner, partner
+        )
         if unreached and perfect:
             break
     return partner
 
 
-class _Kuhn(Generic[R, C]):
-    """Kuhn's augmenting paths over the first fit's state. An object, not closures over that
-    state: a closure that calls itself holds its own cell, a reference cycle that kept every
-    answer it reached (its calls, their arguments) alive until the next collection of the
-    cycle collector, instead of freeing them as the answer's grading returned."""
-
-    __slots__ = ("cols", "fit", "memo", "owner", "partner", "rows")
-
-    def __init__(
-        self,
-        rows: Sequence[R],
-        cols: Sequence[C],
-        fit: Callable[[R, C], bool],
-        memo: dict[int, bool],
-        owner: list[int | None],
-        partner: list[int | None],
-    ) -> None:
-        self.rows, self.cols, self.fit, self.memo = rows, cols, fit, memo
-        self.owner, self.partner = owner, partner
-
-    def augment(self, row: int, seen: set[int]) -> bool:
-        """Whether an augmenting path from ``row`` exists; if so, the matching takes it."""
-        cols, memo, owner = self.cols, self.memo, self.owner
-        width = len(cols)
-        for col in range(width):
-            if col in seen:
-                continue
-            key = row * width + col
-            found = memo.get(key)
-            if found is None:  # a pair the first fit did not ask
-                found = memo[key] = self.fit(self.rows[row], cols[col])
-            if found:
-                seen.add(col)
-                held = owner[col]
-                if held is None or self.augment(held, seen):
-                    owner[col], self.partner[row] = row, col
-                    return True
-        return False
+def _augment(
+    row: int,
+    seen: set[int],
+    rows: Sequence[R],
+    cols: Sequence[C],
+    fit: Callable[[R, C], bool],
+    memo: dict[int, bool],
+    owner: list[int | None],
+    partner: list[int | None],
+) -> bool:
+    """Kuhn: whether an augmenting path from ``row`` exists; if so, the matching takes it.
+    A function of the first fit's state passed in, neither a closure that calls itself (its
+    own cell, a reference cycle that kept every answer it reached alive until the cycle
+    collector ran) nor an object holding that state (built for two answers in three)."""
+    width = len(cols)
+    for col in range(width):
+        if col in seen:
+            continue
+        key = row * width + col
+        found = memo.get(key)
+        if found is None:  # a pair the first fit did not ask
+            found = memo[key] = fit(rows[row], cols[col])
+        if found:
+            seen.add(col)
+            held = owner[col]
+            if held is None or _augment(held, seen, rows, cols, fit, memo, owner, partner):
+                owner[col], partner[row] = row, col
+                return True
+    return False
 
 
 def schema_numeric_mismatch(arguments: Any, schema: Any, path: Path = ()) -> Mismatch | None:

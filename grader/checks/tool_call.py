@@ -348,10 +348,12 @@ def _remembered_fit(expected: ExpectedCall, call: AnswerCall) -> bool:
     """:meth:`ExpectedCall.matches`, remembered (``_FITS``) for a call whose arguments came as
     a JSON text: what a call matches depends only on its name and the value that text parses
     to. The key holds the expected call itself (compared by identity, kept alive while held)."""
-    text = call.text
-    if text is None or call.name is None:
+    name, text = call.name, call.text
+    if name != expected.name:  # never a match: nothing worth remembering
+        return False
+    if text is None:
         return expected.matches(call)
-    key = (expected, call.name, text)
+    key = (expected, name, text)
     found = _FITS.get(key)
     if found is None:
         if len(_FITS) >= _FITS_MAX:
