@@ -30,21 +30,17 @@ class AnswerCall:
     calls canonicalises each value once. A plain slotted class: one is built per answer call,
     and its caches are made only when a comparison needs them."""
 
-    __slots__ = ("_canon", "_leaves", "arguments", "name", "shallow", "text")
+    __slots__ = ("_canon", "_leaves", "arguments", "name", "shallow")
 
     def __init__(
         self,
         name: str | None,
         arguments: dict[str, Any] | None,
-        text: str | None = None,
         shallow: bool | None = None,
     ) -> None:
-        """``text``: the arguments as the answer wrote them, when it wrote them as a JSON text
-        (two calls of one name with the same text are the same call, whatever was parsed);
-        ``shallow``: nesting within extract's bound, None while not yet known."""
+        """``shallow``: nesting within extract's bound, None while not yet known."""
         self.name = name
         self.arguments = arguments
-        self.text = text
         self.shallow = shallow
         self._canon: dict[StringMode, Canon | None] | None = None
         self._leaves: dict[StringMode, dict[str, Any]] | None = None

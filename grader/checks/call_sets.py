@@ -23,7 +23,16 @@ C = TypeVar("C")
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
 
 
-def _parsed(function: Any, plain: bool = False) -> AnswerCall:
+# Answer calls of the parallel form by name and arguments text: answers to one task repeat most
+# of their calls verbatim (several runs of a model; in BFCL's parallel answers, two calls in
+# three), and a call written as an earlier one is that call, its arguments parsed and their
+# canonical values cached already. Shared only where no call leaves the grader (the parallel
+# form's results name none), and bounded: emptied when full.
+_REMEMBERED: dict[tuple[str, str], AnswerCall] = {}
+_REMEMBERED_MAX = 1024
+
+
+def _parsed(function: Any, plain: bool = False, remember: bool = False) -> AnswerCall:
     """A ``tool_calls`` function as an :class:`AnswerCall`, under grading.md's usability rules
     (``null``/``""``/absent arguments mean ``{}``, a string must hold a JSON object), without
     the canonicalisation ``extract.usable_call`` adds: matching canonicalises what it compares.
@@ -31,7 +40,8 @@ def _parsed(function: Any, plain: bool = False) -> AnswerCall:
     arguments text is not searched again.
 
     ``shallow`` is settled from the JSON text when it holds too few brackets to nest past the
-    bound (a text that short, or ``str.count``: cheap; walking the parsed value is not)."""
+    bound (a text that short, or ``str.count``: cheap; walking the parsed value is not).
+    ``remember``: a call whose arguments came as text is shared (``_REMEMBERED``)."""
     if not isinstance(function, dict):
         return AnswerCall(None, None)
     name = function.get("name")
@@ -41,13 +51,21 @@ def _parsed(function: Any, plain: bool = False) -> AnswerCall:
     if raw is None or raw == "":
         call = AnswerCall(name, {})
     elif isinstance(raw, str):
+        if remember:
+            known = _REMEMBERED.get((name, raw))
+            if known is not None:
+                return known
         try:
             arguments = loads_plain(raw) if plain else loads_exact(raw)
         except JSONError:  # JSONTooDeepError included
             arguments = None
         shallow = len(raw) <= _DEPTH_OK or raw.count("{") + raw.count("[") <= _DEPTH_OK
         usable = arguments if isinstance(arguments, dict) else None
-        call = AnswerCall(name, usable, raw, True if shallow else None)
+        call = AnswerCall(name, usable, True if shallow else None)
+        if remember:
+            if len(_REMEMBERED) >= _REMEMBERED_MAX:
+                _REMEMBERED.clear()
+            _REMEMBERED[name, raw] = call
     else:
         call = AnswerCall(name, raw if isinstance(raw, dict) else None)
     return call
@@ -70,16 +88,19 @@ def usable_depth(call: AnswerCall) -> bool:
     return call.shallow
 
 
-def answer_calls(sample: Sample, found: Extraction | None = None) -> list[AnswerCall]:
+def answer_calls(
+    sample: Sample, found: Extraction | None = None, remember: bool = False
+) -> list[AnswerCall]:
     """Every call of the answer, parsed once: each ``output_tools`` element (``arguments`` None
     when unusable), else the one call extracted from the text (``found``: the caller's own
     extraction of it, so the text is scanned once). The same calls, in the same order, as
-    ``grader.checks._base.sample_calls``."""
+    ``grader.checks._base.sample_calls``. ``remember``: calls written as text are shared with
+    earlier answers' (:func:`_parsed`): for a caller that hands no call out."""
     if sample.output_tools:
         plain = sample.plain
         calls = []
         for tool in sample.output_tools:
-            calls.append(_parsed(tool.get("function"), plain))
+            calls.append(_parsed(tool.get("function"), plain, remember))
         return calls
     call = (found if found is not None else extract(sample.answer)).call
     if call is None:

@@ -167,7 +167,7 @@ class ToolCallCheck(BaseCheck):
             return error, self.verdict(sample)
         tools = (context.request_tools or []) if self.numbers_from_request else None
         if self.parallel:
-            return self._run_parallel(answer_calls(sample), tools), None
+            return self._run_parallel(answer_calls(sample, remember=True), tools), None
         if self.expected is None:  # build() refuses this; kept total for the type checker
             error = self.result(None, "no expected call", "check_error", error="no expected call")
             return error, None
@@ -285,9 +285,8 @@ class ToolCallCheck(BaseCheck):
                 f"expected {want} parallel calls, got {got}",
                 "parallel_count_mismatch",
             )
-        # Without schema strictness every answer call may be matched: the matcher's own answer,
-        # remembered across answers for a call written as text.
-        fit: Callable[[ExpectedCall, AnswerCall], bool] = _remembered_fit
+        # Without schema strictness every answer call may be matched: the matcher's own method.
+        fit: Callable[[ExpectedCall, AnswerCall], bool] = ExpectedCall.matches
         if tools is not None:
             strict = {a for a in answers if _typed(a, tools) is not None}  # breaks the schema
 
@@ -335,31 +334,6 @@ class ToolCallCheck(BaseCheck):
         if found is None:
             found = self.results[key] = self.result(passed, reason, code, details=details)
         return found
-
-
-# Whether an expected call matches an answer call of a name and arguments text: answers to one
-# task repeat most of their calls verbatim (several runs of a model; BFCL's parallel answers,
-# two calls in three), and such a call matches as it did. Bounded: emptied when full.
-_FITS: dict[tuple[ExpectedCall, str, str], bool] = {}
-_FITS_MAX = 4096
-
-
-def _remembered_fit(expected: ExpectedCall, call: AnswerCall) -> bool:
-    """:meth:`ExpectedCall.matches`, remembered (``_FITS``) for a call whose arguments came as
-    a JSON text: what a call matches depends only on its name and the value that text parses
-    to. The key holds the expected call itself (compared by identity, kept alive while held)."""
-    name, text = call.name, call.text
-    if name != expected.name:  # never a match: nothing worth remembering
-        return False
-    if text is None:
-        return expected.matches(call)
-    key = (expected, name, text)
-    found = _FITS.get(key)
-    if found is None:
-        if len(_FITS) >= _FITS_MAX:
-            _FITS.clear()
-        found = _FITS[key] = expected.matches(call)
-    return found
 
 
 def _first_call_name(sample: Sample) -> str | None:
