@@ -56,12 +56,13 @@ class AnswerCall:
         else:
             cache = self._leaves = {}
         assert self.arguments is not None
-        found = cache[mode] = {}
+        found = {}
         for key, value in self.arguments.items():
             try:
                 found[key] = canon_in(value, mode)
             except (TooDeepError, TypeError):
                 found[key] = UNCOMPARABLE
+        cache[mode] = found  # kept whole: answers graded in threads may share the call
         return found
 
     def cached_leaves(self, mode: StringMode | None) -> dict[str, Any] | None:

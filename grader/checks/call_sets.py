@@ -79,13 +79,15 @@ def usable_depth(call: AnswerCall) -> bool:
     arguments = call.arguments
     if arguments is None:
         return False
-    if call.shallow is None:
-        call.shallow = True
+    shallow = call.shallow
+    if shallow is None:
+        shallow = True
         for value in arguments.values():
             if isinstance(value, dict | list):
-                call.shallow = value_depth(arguments) <= _DEPTH_OK
+                shallow = value_depth(arguments) <= _DEPTH_OK
                 break
-    return call.shallow
+        call.shallow = shallow  # set once: answers graded in threads may share the call
+    return shallow
 
 
 def answer_calls(
