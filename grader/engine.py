@@ -272,6 +272,8 @@ def _graded_tool_call(
         result, verdict = check.graded(sample, ctx)
     except Exception as exc:
         return _crashed(check, exc), None
+    if result.reason_code != "no_request_tools":  # nearly every column: no context to name
+        return result, verdict
     return _with_context(result, ctx), verdict
 
 
@@ -280,8 +282,8 @@ def _one_tool_call(task: Task, check: ToolCallCheck, sample: Sample, ctx: CheckC
     and :func:`_outcome` for its one column, without their passes over many (a tool-call
     check's column has no parts and, the task having no advisory checks, is decisive)."""
     result, verdict = _graded_tool_call(check, sample, ctx)
-    if verdict is None:  # the check's form gives none: the task's own expected call decides
-        verdict = _task_verdict(task, sample)
+    if verdict is None and task.expected_call is not None:  # the check's form gives none:
+        verdict = _task_verdict(task, sample)  # the task's own expected call decides
     return _one_column(task, result, verdict)
 
 

@@ -61,8 +61,11 @@ def bytes_have_long_digit_run(data: bytes) -> bool:
 
 def has_long_digit_run(text: str) -> bool:
     """Whether ``text`` holds 19 or more consecutive digits (searched window by window)."""
-    if len(text) <= SEARCH_WINDOW:
-        return _has_run(text)
+    if len(text) <= SEARCH_WINDOW:  # every answer: encoded here, without a call to _has_run
+        try:
+            return bytes_have_long_digit_run(text.encode())
+        except UnicodeEncodeError:
+            return _has_run(text)
     overlap = _RUN - 1  # a run that straddles two windows is found in the second
     for start in range(0, len(text), SEARCH_WINDOW):
         if _has_run(text[max(start - overlap, 0) : start + SEARCH_WINDOW]):

@@ -32,10 +32,16 @@ class AnswerCall:
 
     __slots__ = ("_canon", "_leaves", "arguments", "name", "shallow")
 
-    def __init__(self, name: str | None, arguments: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        name: str | None,
+        arguments: dict[str, Any] | None,
+        shallow: bool | None = None,
+    ) -> None:
+        """``shallow``: nesting within extract's bound, None while not yet known."""
         self.name = name
         self.arguments = arguments
-        self.shallow: bool | None = None  # nesting within extract's bound; None: not yet known
+        self.shallow = shallow
         self._canon: dict[StringMode, Canon | None] | None = None
         self._leaves: dict[StringMode, dict[str, Any]] | None = None
 
@@ -50,12 +56,13 @@ class AnswerCall:
         else:
             cache = self._leaves = {}
         assert self.arguments is not None
-        found = cache[mode] = {}
+        found = {}
         for key, value in self.arguments.items():
             try:
                 found[key] = canon_in(value, mode)
             except (TooDeepError, TypeError):
                 found[key] = UNCOMPARABLE
+        cache[mode] = found  # kept whole: answers graded in threads may share the call
         return found
 
     def cached_leaves(self, mode: StringMode | None) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ pairs expected calls with answer calls; :func:`schema_numeric_mismatch` is the s
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from grader.checks.call_answer import AnswerCall
 from grader.checks.call_match import Mismatch
@@ -23,7 +23,16 @@ C = TypeVar("C")
 _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from depth 2
 
 
-def _parsed(function: Any, plain: bool = False) -> AnswerCall:
+# Answer calls of the parallel form by name and arguments text: answers to one task repeat most
+# of their calls verbatim (several runs of a model; in BFCL's parallel answers, two calls in
+# three), and a call written as an earlier one is that call, its arguments parsed and their
+# canonical values cached already. Shared only where no call leaves the grader (the parallel
+# form's results name none), and bounded: emptied when full.
+_REMEMBERED: dict[tuple[str, str], AnswerCall] = {}
+_REMEMBERED_MAX = 1024
+
+
+def _parsed(function: Any, plain: bool = False, remember: bool = False) -> AnswerCall:
     """A ``tool_calls`` function as an :class:`AnswerCall`, under grading.md's usability rules
     (``null``/``""``/absent arguments mean ``{}``, a string must hold a JSON object), without
     the canonicalisation ``extract.usable_call`` adds: matching canonicalises what it compares.
@@ -31,7 +40,8 @@ def _parsed(function: Any, plain: bool = False) -> AnswerCall:
     arguments text is not searched again.
 
     ``shallow`` is settled from the JSON text when it holds too few brackets to nest past the
-    bound (a text that short, or ``str.count``: cheap; walking the parsed value is not)."""
+    bound (a text that short, or ``str.count``: cheap; walking the parsed value is not).
+    ``remember``: a call whose arguments came as text is shared (``_REMEMBERED``)."""
     if not isinstance(function, dict):
         return AnswerCall(None, None)
     name = function.get("name")
@@ -41,13 +51,21 @@ def _parsed(function: Any, plain: bool = False) -> AnswerCall:
     if raw is None or raw == "":
         call = AnswerCall(name, {})
     elif isinstance(raw, str):
+        if remember:
+            known = _REMEMBERED.get((name, raw))
+            if known is not None:
+                return known
         try:
             arguments = loads_plain(raw) if plain else loads_exact(raw)
         except JSONError:  # JSONTooDeepError included
             arguments = None
-        call = AnswerCall(name, arguments if isinstance(arguments, dict) else None)
-        if len(raw) <= _DEPTH_OK or raw.count("{") + raw.count("[") <= _DEPTH_OK:
-            call.shallow = True
+        shallow = len(raw) <= _DEPTH_OK or raw.count("{") + raw.count("[") <= _DEPTH_OK
+        usable = arguments if isinstance(arguments, dict) else None
+        call = AnswerCall(name, usable, True if shallow else None)
+        if remember:
+            if len(_REMEMBERED) >= _REMEMBERED_MAX:
+                _REMEMBERED.clear()
+            _REMEMBERED[name, raw] = call
     else:
         call = AnswerCall(name, raw if isinstance(raw, dict) else None)
     return call
@@ -61,32 +79,36 @@ def usable_depth(call: AnswerCall) -> bool:
     arguments = call.arguments
     if arguments is None:
         return False
-    if call.shallow is None:
-        call.shallow = True
+    shallow = call.shallow
+    if shallow is None:
+        shallow = True
         for value in arguments.values():
             if isinstance(value, dict | list):
-                call.shallow = value_depth(arguments) <= _DEPTH_OK
+                shallow = value_depth(arguments) <= _DEPTH_OK
                 break
-    return call.shallow
+        call.shallow = shallow  # set once: answers graded in threads may share the call
+    return shallow
 
 
-def answer_calls(sample: Sample, found: Extraction | None = None) -> list[AnswerCall]:
+def answer_calls(
+    sample: Sample, found: Extraction | None = None, remember: bool = False
+) -> list[AnswerCall]:
     """Every call of the answer, parsed once: each ``output_tools`` element (``arguments`` None
     when unusable), else the one call extracted from the text (``found``: the caller's own
     extraction of it, so the text is scanned once). The same calls, in the same order, as
-    ``grader.checks._base.sample_calls``."""
+    ``grader.checks._base.sample_calls``. ``remember``: calls written as text are shared with
+    earlier answers' (:func:`_parsed`): for a caller that hands no call out."""
     if sample.output_tools:
         plain = sample.plain
         calls = []
         for tool in sample.output_tools:
-            calls.append(_parsed(tool.get("function"), plain))
+            calls.append(_parsed(tool.get("function"), plain, remember))
         return calls
     call = (found if found is not None else extract(sample.answer)).call
     if call is None:
         return []
-    answer = AnswerCall(call.name, call.arguments)
-    answer.shallow = True  # extract's call is usable: within the depth bound
-    return [answer]
+    # extract's call is usable: within the depth bound
+    return [AnswerCall(call.name, call.arguments, shallow=True)]
 
 
 def max_matching(
@@ -117,52 +139,44 @@ def max_matching(
                     break
     if None not in partner:  # first fit matched every row: no augmenting path to look for
         return partner
-    kuhn = _Kuhn(rows, cols, fit, memo, owner, partner)
     for row in range(len(rows)):
-        unreached = partner[row] is None and not kuhn.augment(row, set())
+        unreached = partner[row] is None and not _augment(
+            row, set(), rows, cols, fit, memo, owner, partner
+        )
         if unreached and perfect:
             break
     return partner
 
 
-class _Kuhn(Generic[R, C]):
-    """Kuhn's augmenting paths over the first fit's state. An object, not closures over that
-    state: a closure that calls itself holds its own cell, a reference cycle that kept every
-    answer it reached (its calls, their arguments) alive until the next collection of the
-    cycle collector, instead of freeing them as the answer's grading returned."""
-
-    __slots__ = ("cols", "fit", "memo", "owner", "partner", "rows")
-
-    def __init__(
-        self,
-        rows: Sequence[R],
-        cols: Sequence[C],
-        fit: Callable[[R, C], bool],
-        memo: dict[int, bool],
-        owner: list[int | None],
-        partner: list[int | None],
-    ) -> None:
-        self.rows, self.cols, self.fit, self.memo = rows, cols, fit, memo
-        self.owner, self.partner = owner, partner
-
-    def augment(self, row: int, seen: set[int]) -> bool:
-        """Whether an augmenting path from ``row`` exists; if so, the matching takes it."""
-        cols, memo, owner = self.cols, self.memo, self.owner
-        width = len(cols)
-        for col in range(width):
-            if col in seen:
-                continue
-            key = row * width + col
-            found = memo.get(key)
-            if found is None:  # a pair the first fit did not ask
-                found = memo[key] = self.fit(self.rows[row], cols[col])
-            if found:
-                seen.add(col)
-                held = owner[col]
-                if held is None or self.augment(held, seen):
-                    owner[col], self.partner[row] = row, col
-                    return True
-        return False
+def _augment(
+    row: int,
+    seen: set[int],
+    rows: Sequence[R],
+    cols: Sequence[C],
+    fit: Callable[[R, C], bool],
+    memo: dict[int, bool],
+    owner: list[int | None],
+    partner: list[int | None],
+) -> bool:
+    """Kuhn: whether an augmenting path from ``row`` exists; if so, the matching takes it.
+    A function of the first fit's state passed in, neither a closure that calls itself (its
+    own cell, a reference cycle that kept every answer it reached alive until the cycle
+    collector ran) nor an object holding that state (built for two answers in three)."""
+    width = len(cols)
+    for col in range(width):
+        if col in seen:
+            continue
+        key = row * width + col
+        found = memo.get(key)
+        if found is None:  # a pair the first fit did not ask
+            found = memo[key] = fit(rows[row], cols[col])
+        if found:
+            seen.add(col)
+            held = owner[col]
+            if held is None or _augment(held, seen, rows, cols, fit, memo, owner, partner):
+                owner[col], partner[row] = row, col
+                return True
+    return False
 
 
 def schema_numeric_mismatch(arguments: Any, schema: Any, path: Path = ()) -> Mismatch | None:

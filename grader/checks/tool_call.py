@@ -170,7 +170,7 @@ class ToolCallCheck(BaseCheck):
             return error, self.verdict(sample)
         tools = (context.request_tools or []) if self.numbers_from_request else None
         if self.parallel:
-            return self._run_parallel(answer_calls(sample), tools), None
+            return self._run_parallel(answer_calls(sample, remember=True), tools), None
         if self.expected is None:  # build() refuses this; kept total for the type checker
             error = self.result(None, "no expected call", "check_error", error="no expected call")
             return error, None

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from grader import parse_task, score
-from grader.checks import CheckDefinitionError, build_check, build_checks
-from grader.engine import checks_of
+from grader.checks import CheckDefinitionError, build_check, build_checks, call_sets
+from grader.engine import checks_of, grade
 from grader.toolcall.extract import call_from_value
 from tests.support.checks import call, run, wire
 
@@ -188,6 +188,55 @@ def test_parallel_needs_augmenting_match() -> None:
     # Expected A (accepting Lisbon or Porto) fits both answers; expected B fits only "Porto".
     assert run(check, wire(B, A)).passed is True
     assert run(check, wire(A, call("get_weather", city="Faro"))).passed is False
+
+
+LISBON_TIME = call("get_time", city="Lisbon")  # A's arguments, written the same, another name
+
+
+@pytest.mark.parametrize(
+    ("first", "earlier", "then", "answer", "passed"),
+    [
+        pytest.param([A, B], wire(A, B), None, wire(B, A), True, id="same_calls_reordered"),
+        pytest.param([A], wire(A), None, wire(LISBON_TIME), False, id="same_text_other_name"),
+        pytest.param([A], wire(B), None, wire(A), True, id="after_a_miss"),
+        pytest.param([A, B], wire(A, B), [A, C], wire(A, B), False, id="other_expected_calls"),
+    ],
+)
+def test_a_parallel_call_written_as_before_matches_as_it_would_afresh(
+    first: list[Any], earlier: str, then: list[Any] | None, answer: str, passed: bool
+) -> None:
+    """Parallel answer calls are remembered across answers by name and arguments text: an
+    answer graded after another that wrote the same calls (to the same check, or ``then``'s)
+    gets the result its own calls earn."""
+    check = build_check({"type": "tool_call", "name": "p", "parallel": first})
+    run(check, earlier)
+    if then is not None:
+        check = build_check({"type": "tool_call", "name": "p", "parallel": then})
+    assert run(check, answer).passed is passed
+
+
+def test_remembered_calls_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(call_sets, "_REMEMBERED", {})
+    monkeypatch.setattr(call_sets, "_REMEMBERED_MAX", 3)
+    check = build_check({"type": "tool_call", "name": "p", "parallel": [A]})
+    for city in ("Faro", "Braga", "Évora", "Lisbon"):
+        run(check, wire(call("get_weather", city=city)))
+        assert len(call_sets._REMEMBERED) <= 3
+    assert run(check, wire(A)).passed is True
+
+
+def test_a_single_call_verdict_holds_its_own_arguments() -> None:
+    """Calls are shared across answers only where none is handed out: the single-call form's
+    verdict carries the graded call, so each answer's is its own."""
+    definition = {"type": "tool_call", "name": "c", "count": "exactly_one"}  # options: rules
+    task = parse_task({"id": "s", "expected": A, "checks": [definition]})
+    first, second = (grade(task, wire(A)).verdict for _ in range(2))
+    assert first is not None
+    assert second is not None
+    assert first.call is not None
+    assert second.call is not None
+    assert first.call == second.call
+    assert first.call["arguments"] is not second.call["arguments"]
 
 
 @pytest.mark.parametrize(
