@@ -27,9 +27,11 @@ _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from de
 # of their calls verbatim (several runs of a model; in BFCL's parallel answers, two calls in
 # three), and a call written as an earlier one is that call, its arguments parsed and their
 # canonical values cached already. Shared only where no call leaves the grader (the parallel
-# form's results name none), and bounded: emptied when full.
+# form's results name none), and bounded: emptied when full, and never a long text (a call
+# that large rarely repeats, and the table would hold it whole).
 _REMEMBERED: dict[tuple[str, str], AnswerCall] = {}
 _REMEMBERED_MAX = 1024
+REMEMBERED_CHARS = 1024
 
 
 def _parsed(function: Any, plain: bool = False, remember: bool = False) -> AnswerCall:
@@ -51,6 +53,7 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
     if raw is None or raw == "":
         call = AnswerCall(name, {})
     elif isinstance(raw, str):
+        remember = remember and len(raw) <= REMEMBERED_CHARS
         if remember:
             known = _REMEMBERED.get((name, raw))
             if known is not None:

@@ -225,6 +225,23 @@ def test_remembered_calls_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run(check, wire(A)).passed is True
 
 
+@pytest.mark.parametrize(
+    ("extra", "kept"),
+    [
+        pytest.param(0, True, id="a_short_call_is_remembered"),
+        pytest.param(call_sets.REMEMBERED_CHARS, False, id="a_long_call_never_is"),
+    ],
+)
+def test_only_short_calls_are_remembered(
+    monkeypatch: pytest.MonkeyPatch, extra: int, kept: bool
+) -> None:
+    monkeypatch.setattr(call_sets, "_REMEMBERED", {})
+    check = build_check({"type": "tool_call", "name": "p", "parallel": [A]})
+    answer = call("get_weather", city="Faro" + "o" * extra)
+    assert run(check, wire(answer)).passed is False
+    assert bool(call_sets._REMEMBERED) is kept
+
+
 def test_a_single_call_verdict_holds_its_own_arguments() -> None:
     """Calls are shared across answers only where none is handed out: the single-call form's
     verdict carries the graded call, so each answer's is its own."""
