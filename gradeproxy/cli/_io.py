@@ -168,10 +168,15 @@ def output_mode() -> int:
 
 
 def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
-    """Write to a temporary file beside ``path`` and rename: never a half-written output."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _temporary_beside(path)
+    """Write to a temporary file beside ``path`` and rename: never a half-written output.
+
+    ``chunks`` may be produced as they are written (a streamed ``grade`` run) and raise part
+    way, when a run is refused: then nothing is left, neither the temporary file nor the
+    folders made for ``path``."""
+    made = _make_folders(path.parent)
+    tmp = None
     try:
+        fd, tmp = _temporary_beside(path)
         os.fchmod(fd, output_mode())
         with os.fdopen(fd, "wb") as handle:
             for chunk in chunks:
@@ -180,8 +185,25 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        for folder in made:  # deepest first; one that holds something else now stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         raise
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; the ones made, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    if missing:
+        missing[0].mkdir(parents=True, exist_ok=True)
+    return missing
 
 
 def _temporary_beside(path: Path) -> tuple[int, str]:

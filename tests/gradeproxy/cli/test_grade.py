@@ -118,24 +118,35 @@ def test_grade_writes_rows_and_report(
         ),
     ],
 )
+@pytest.mark.parametrize(
+    "good_rows_first",
+    [
+        pytest.param(0, id="bad_row_first"),
+        # Streamed, the rows before the bad one are already being written when it is met.
+        pytest.param(2, id="bad_row_after_graded_rows"),
+    ],
+)
 def test_bad_answers_under_strict_exit_2_and_write_nothing(
     tmp_path: Path,
     tasks_file: Path,
     rows: list[object],
     message: str,
+    good_rows_first: int,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``--strict`` keeps the refusal that was the default before issue 37 (a bad row is an
     error row by default: tests/gradeproxy/cli/test_bad_rows.py). A non-string answer is no longer
-    refused even so: rule 11 grades it (test_bad_rows.py's rule-11 table)."""
-    answers = write_jsonl(tmp_path / "answers.jsonl", rows)
-    out = tmp_path / "results.jsonl"
+    refused even so: rule 11 grades it (test_bad_rows.py's rule-11 table). Nothing is written:
+    no output, no temporary file, not the folders the output would have gone in."""
+    good = [{"task_id": "b", "answer": "no call"}] * good_rows_first
+    answers = write_jsonl(tmp_path / "answers.jsonl", [*good, *rows])
+    out = tmp_path / "new" / "folder" / "results.jsonl"
     args = ["grade", "--strict", "--tasks", str(tasks_file), "--answers", str(answers)]
     code = main([*args, "--out", str(out)])
     assert code == 2
-    assert message in capsys.readouterr().err
-    assert not out.exists()
-    assert list(tmp_path.glob(".results.jsonl.*")) == []
+    name, line, rest = message.split(":", 2)
+    assert f"{name}:{int(line) + good_rows_first}:{rest}" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
 
 
 def test_unparseable_answers_line_names_file_and_line(
