@@ -19,12 +19,12 @@ from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from grader.checks import Judge, JudgeConfig
+from grader.collector import GC_YOUNG_THRESHOLD
 from proxy.config import Config, ConfigError
 from proxy.errors import ProxyError, render
 from proxy.handler import proxy_handler
 from proxy.judge_client import AiohttpJudgeClient
 from proxy.logs import get_logger
-from proxy.pipeline.child import GC_YOUNG_THRESHOLD
 from proxy.pipeline.guard import Guard
 from proxy.pipeline.ledger import Ledger
 from proxy.pipeline.malformed import expect_handler

@@ -44,6 +44,7 @@ from gradeproxy.cli._io import (
 )
 from gradeproxy.cli.parquet import is_parquet, require_pyarrow, write_rows
 from grader.checks.judge import Judge
+from grader.collector import grading_collector
 from grader.engine import Outcome, grade, grade_async, needs_judge, offline_context
 from grader.intake import InputReason, Intake, Problem, UnusableInputError
 from grader.json import dumps, dumps_line
@@ -347,7 +348,8 @@ def _graded_lazily(
 
 def run(args: argparse.Namespace) -> int:
     try:
-        return _run(args)
+        with grading_collector():  # answers graded by the thousand: rare young collections
+            return _run(args)
     finally:
         gc.unfreeze()  # called in process (tests, the Python API's users): leave gc as it was
 

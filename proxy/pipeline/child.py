@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
+from grader.collector import GC_YOUNG_THRESHOLD
 from grader.tasks import Task, TaskSet
 from proxy.pipeline.grade import GradeJob
 from proxy.pipeline.record.recording import Outcome, RecordOptions, grade_and_reduce
@@ -54,9 +55,6 @@ PICKLE = pickle.HIGHEST_PROTOCOL
 # The child yields the CPU to the relay: on a core both share, the event loop runs first and
 # grading takes what is left (a queue that then fills drops and counts, as it always did).
 NICENESS = 10
-# Young collections every this many net allocations, in the proxy's process while it serves
-# (proxy/app.py) and here: above what the jobs and requests in flight swing by.
-GC_YOUNG_THRESHOLD = 10_000
 
 HEADER = struct.Struct("!i")  # multiprocessing.connection's framing: a length, then the bytes
 SLICE_BYTES = 256 * 1024  # the most the parent's loop copies into the pipe's buffer in one go

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from grader.collector import GC_YOUNG_THRESHOLD
 from proxy.app import make_app
-from proxy.pipeline.child import GC_YOUNG_THRESHOLD
 from tests.support.proxy import build_config
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -323,3 +325,68 @@ def test_rows_and_problems_come_in_line_order_however_the_file_is_read(
         ("pass", "match", 7),
     ]
     assert "2 passed" in capsys.readouterr().out
+
+
+@pytest.fixture
+def collector_settings() -> Iterator[tuple[int, int, int]]:
+    """CPython's default thresholds for the test, the process's own put back after it."""
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    yield gc.get_threshold()
+    gc.set_threshold(*before)
+
+
+# Two calls expected in any order: each answer's calls are parsed and remembered (call_sets.py),
+# so some of what one answer builds outlives it, as in a real run.
+PARALLEL_TASK = {
+    "id": "p",
+    "checks": [
+        {
+            "type": "tool_call",
+            "name": "calls",
+            "parallel": [
+                {"name": "f", "arguments": {"x": 1}},
+                {"name": "f", "arguments": {"x": 2}},
+            ],
+        }
+    ],
+}
+
+
+def _parallel_answer(x: int) -> str:
+    calls = [{"function": {"name": "f", "arguments": dumps({"x": v}).decode()}} for v in (x, 2)]
+    return dumps({"tool_calls": calls}).decode()
+
+
+@pytest.mark.parametrize(
+    ("tasks_valid", "code"),
+    [
+        pytest.param(True, 0, id="graded"),
+        pytest.param(False, 2, id="task_file_refused"),
+    ],
+)
+def test_young_collections_are_rare_while_grading_and_thresholds_come_back(
+    tmp_path: Path, collector_settings: tuple[int, int, int], tasks_valid: bool, code: int
+) -> None:
+    """3,000 answers at CPython's default threshold make a young collection every few hundred
+    answers (13 when this was written); the command raises it for the run
+    (grader/collector.py) and puts the process's own back, as in-process callers expect."""
+    rows = [{"task_id": "p", "answer": _parallel_answer(x)} for x in range(3000)]
+    answers = write_jsonl(tmp_path / "answers.jsonl", rows)
+    task = PARALLEL_TASK if tasks_valid else {"id": "p"}
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [task])
+    seen: list[int] = []
+
+    def young(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 0:
+            seen.append(1)
+
+    out = tmp_path / "rows.jsonl"
+    gc.callbacks.append(young)
+    try:
+        command = ["grade", "--tasks", str(tasks), "--answers", str(answers), "--out", str(out)]
+        assert main(command) == code
+    finally:
+        gc.callbacks.remove(young)
+    assert gc.get_threshold() == collector_settings
+    assert len(seen) <= 3

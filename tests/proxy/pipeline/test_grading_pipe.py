@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from grader.collector import GC_YOUNG_THRESHOLD
 from grader.json import dumps
 from proxy.pipeline import child
 from proxy.pipeline.child import HEADER, frames
@@ -183,7 +184,7 @@ async def test_the_grading_process_keeps_its_long_lived_heap_frozen(
     await wait_until(lambda: process.up, "the child up")
     frozen = await process.call(gc.get_freeze_count)
     assert frozen > 10_000  # the grader's modules, at least
-    assert (await process.call(gc.get_threshold))[0] == child.GC_YOUNG_THRESHOLD
+    assert (await process.call(gc.get_threshold))[0] == GC_YOUNG_THRESHOLD
     store = client.app[TASKS]
     with tasks_file.open("ab") as out:
         out.write(b'{"id":"later","expected":{"name":"f","arguments":{}}}\n')
