@@ -245,10 +245,15 @@ def to_table(rows: Sequence[dict[str, Any]], wide: bool = False) -> pa.Table:
 
 def write_parquet(path: Path, rows: Sequence[dict[str, Any]], wide: bool = False) -> None:
     """Write ``rows`` as one Parquet file, atomically and with the usual file mode."""
+    write_table(path, to_table(rows, wide))
+
+
+def write_table(path: Path, table: Any) -> None:
+    """Write an Arrow table as one Parquet file through :func:`write_atomically`, as every
+    other output: synced, renamed into place, nothing half-written or left behind."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = to_table(rows, wide)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     write_atomically(path, [sink.getvalue().to_pybytes()])

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gradeproxy.cli._io import InputError, add_strict, jsonl_bytes, write_atomically
+from gradeproxy.cli.parquet import is_parquet, require_pyarrow, write_table
 from grader.checks import Judge
 from grader.episodes.grade import episode_error_row, episode_row, judge_cause, needs_judge
 from grader.episodes.log import EpisodeLog, from_chat, from_events, from_responses
@@ -45,7 +46,12 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--tasks", required=True, type=Path, help="task file or folder")
     parser.add_argument("--episodes", required=True, type=Path, help="JSONL, one episode a line")
-    parser.add_argument("--out", type=Path, help="write one episode row per line (JSONL)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write one episode row per line: JSONL, or Parquet for a .parquet name "
+        "(needs gradeproxy[parquet])",
+    )
     parser.add_argument("--report", type=Path, help="write the report (JSON)")
     parser.add_argument(
         "--judge", type=Path, help="judge config (YAML/JSON) for a judge-form root_cause"
@@ -182,27 +188,12 @@ def parquet_table(rows: list[dict[str, Any]]) -> Any:
     return pa.Table.from_pydict({key: [row.get(key) for row in flat] for key in keys})
 
 
-def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write beside ``path`` and rename, as the JSONL output: never a half-written file."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ImportError(
-            "Parquet output needs pyarrow: pip install 'gradeproxy[parquet]'"
-        ) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        pq.write_table(parquet_table(rows), tmp)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def run(args: argparse.Namespace) -> int:
     judge = None
     intake = Intake("replay", strict=args.strict, what="error row")
     try:
+        if args.out is not None and is_parquet(args.out):
+            require_pyarrow()  # refused before any episode is replayed, as grade's
         if args.judge is not None:
             from gradeproxy.cli.validate import load_judge  # the aiohttp judge, as validate-tasks'
 
@@ -228,14 +219,14 @@ def run(args: argparse.Namespace) -> int:
         for e in entries
     ]
     try:
-        if args.out is not None and args.out.suffix == ".parquet":
-            write_parquet(args.out, rows)
+        if args.out is not None and is_parquet(args.out):
+            write_table(args.out, parquet_table(rows))
         elif args.out is not None:
             write_atomically(args.out, jsonl_bytes(rows))
         if args.report is not None:
             data = {**report.to_dict(), "input": intake.to_dict()}
             write_atomically(args.report, [dumps(data) + b"\n"])
-    except (OSError, ImportError) as exc:
+    except OSError as exc:
         print(f"gradeproxy replay: error: cannot write output: {exc}", file=sys.stderr)
         return 2
     print(intake.summary(f"{len(graded)} graded"))

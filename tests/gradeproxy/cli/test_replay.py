@@ -157,14 +157,22 @@ def test_a_task_without_a_grader_record_is_an_error_row_or_refused_under_strict(
     assert not out.exists()
 
 
-def test_parquet_rows_hold_the_same_values_as_jsonl(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("rows.parquet", id="parquet"),
+        pytest.param("rows.PQ", id="pq_any_case"),
+        pytest.param("new/folder/rows.parquet", id="folders_made"),
+    ],
+)
+def test_parquet_rows_hold_the_same_values_as_jsonl(tmp_path: Path, name: str) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     lines = [
         {"task_id": BILLING, "messages": chat(GOOD_BILLING, GOOD_BILLING_FINAL), "run": "r1"},
         {"task_id": "episodes.cause", "events": [], "final": "no idea", "meta": {"seed": 7}},
     ]
     episodes = write(tmp_path / "episodes.jsonl", lines)
-    jsonl, parquet = tmp_path / "rows.jsonl", tmp_path / "rows.parquet"
+    jsonl, parquet = tmp_path / "rows.jsonl", tmp_path / name
     for out in (jsonl, parquet):
         assert (
             main(["replay", "--tasks", str(TASKS), "--episodes", str(episodes), "--out", str(out)])
@@ -184,3 +192,20 @@ def test_parquet_rows_hold_the_same_values_as_jsonl(tmp_path: Path) -> None:
     assert [{k: v for k, v in row.items() if v is not None} for row in without_row_id(got)] == [
         {k: v for k, v in row.items() if v is not None} for row in without_row_id(expected)
     ]
+
+
+def test_a_parquet_write_that_fails_exits_2_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rows file's folder cannot be made (a file holds its name): exit 2, and neither the
+    output nor a temporary file beside it is left."""
+    pytest.importorskip("pyarrow.parquet")
+    line = {"task_id": BILLING, "messages": chat(GOOD_BILLING, GOOD_BILLING_FINAL)}
+    episodes = write(tmp_path / "episodes.jsonl", [line])
+    (tmp_path / "taken").write_text("a file, not a folder")
+    out = tmp_path / "taken" / "rows.parquet"
+    command = ["replay", "--tasks", str(TASKS), "--episodes", str(episodes), "--out", str(out)]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(command) == 2
+    assert "cannot write output" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
