@@ -30,7 +30,7 @@ class AnswerCall:
     calls canonicalises each value once. A plain slotted class: one is built per answer call,
     and its caches are made only when a comparison needs them."""
 
-    __slots__ = ("_canon", "_leaves", "arguments", "name", "shallow")
+    __slots__ = ("_canon", "_leaves", "arguments", "fits", "name", "shallow")
 
     def __init__(
         self,
@@ -44,6 +44,9 @@ class AnswerCall:
         self.shallow = shallow
         self._canon: dict[StringMode, Canon | None] | None = None
         self._leaves: dict[StringMode, dict[str, Any]] | None = None
+        # A remembered call's yes/no against each expected call it met (None: not remembered,
+        # so never met again): grader.checks.call_sets.remembered_fit.
+        self.fits: dict[object, bool] | None = None
 
     def leaves(self, mode: StringMode) -> dict[str, Any]:
         """Each top-level argument's canonical value under ``mode`` (cached);

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from grader.checks.call_answer import AnswerCall
-from grader.checks.call_match import Mismatch
+from grader.checks.call_match import ExpectedCall, Mismatch
 from grader.checks.call_rules import Path, path_text
 from grader.checks.sample import Sample
 from grader.json import MAX_DEPTH, JSONError, loads_exact, loads_plain, value_depth
@@ -66,12 +66,28 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
         usable = arguments if isinstance(arguments, dict) else None
         call = AnswerCall(name, usable, True if shallow else None)
         if remember:
+            call.fits = {}
             if len(_REMEMBERED) >= _REMEMBERED_MAX:
                 _REMEMBERED.clear()
             _REMEMBERED[name, raw] = call
     else:
         call = AnswerCall(name, raw if isinstance(raw, dict) else None)
     return call
+
+
+def remembered_fit(expected: ExpectedCall, call: AnswerCall) -> bool:
+    """``expected.matches(call)``, kept on a remembered call (:func:`_parsed`): the call met
+    again in a later answer to the same task is matched against the same expected calls, and
+    its answer is known. Each entry is one dict item, set whole (answers graded in threads may
+    share the call); the entries, and the expected calls they name, go with the call when the
+    table is emptied."""
+    known = call.fits
+    if known is None:
+        return expected.matches(call)
+    found = known.get(expected)
+    if found is None:
+        found = known[expected] = expected.matches(call)
+    return found
 
 
 def usable_depth(call: AnswerCall) -> bool:

@@ -50,6 +50,7 @@ from grader.checks.call_options import call_of as call_of  # re-exported: build.
 from grader.checks.call_sets import (
     answer_calls,
     max_matching,
+    remembered_fit,
     schema_numeric_mismatch,
     usable_depth,
 )
@@ -289,7 +290,7 @@ class ToolCallCheck(BaseCheck):
                 "parallel_count_mismatch",
             )
         # Without schema strictness every answer call may be matched: the matcher's own method.
-        fit: Callable[[ExpectedCall, AnswerCall], bool] = ExpectedCall.matches
+        fit: Callable[[ExpectedCall, AnswerCall], bool] = remembered_fit
         if tools is not None:
             strict = {a for a in answers if _typed(a, tools) is not None}  # breaks the schema
 
