@@ -44,8 +44,7 @@ class AnswerCall:
         self.shallow = shallow
         self._canon: dict[StringMode, Canon | None] | None = None
         self._leaves: dict[StringMode, dict[str, Any]] | None = None
-        # A remembered call's yes/no against each expected call it met (None: not remembered,
-        # so never met again): grader.checks.call_sets.remembered_fit.
+        # Its yes/no against each expected call it met (grader.checks.call_sets.kept_fit).
         self.fits: dict[object, bool] | None = None
 
     def leaves(self, mode: StringMode) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
         usable = arguments if isinstance(arguments, dict) else None
         call = AnswerCall(name, usable, True if shallow else None)
         if remember:
-            call.fits = {}
+            call.fits = {}  # made before the call is shared: kept_fit
             if len(_REMEMBERED) >= _REMEMBERED_MAX:
                 _REMEMBERED.clear()
             _REMEMBERED[name, raw] = call
@@ -75,18 +75,20 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
     return call
 
 
-def remembered_fit(expected: ExpectedCall, call: AnswerCall) -> bool:
-    """``expected.matches(call)``, kept on a remembered call (:func:`_parsed`): the call met
-    again in a later answer to the same task is matched against the same expected calls, and
-    its answer is known. Each entry is one dict item, set whole (answers graded in threads may
-    share the call); the entries, and the expected calls they name, go with the call when the
-    table is emptied."""
+def kept_fit(expected: ExpectedCall, call: AnswerCall) -> bool:
+    """``expected.matches(call)``, kept on the call: a pair asked again (by Kuhn's paths in
+    :func:`max_matching`, or for a remembered call met in a later answer to the same task:
+    :func:`_parsed`) is one dict read. A remembered call's dict is made before the call is
+    shared, and each entry is one item, set whole (answers graded in threads may share the
+    call); its entries, and the expected calls they name, go with the call."""
     known = call.fits
-    if known is None:
-        return expected.matches(call)
-    found = known.get(expected)
-    if found is None:
-        found = known[expected] = expected.matches(call)
+    if known is None:  # a call of this answer alone
+        known = call.fits = {}
+    else:
+        found = known.get(expected)
+        if found is not None:
+            return found
+    found = known[expected] = expected.matches(call)
     return found
 
 
@@ -139,28 +141,26 @@ def max_matching(
     A first-fit pass over free columns comes first (what BFCL's checker does, and all a correct
     answer in any order usually needs), then Kuhn's augmenting paths for the rows it left
     unmatched: BFCL's first-fit alone fails a correct answer whose first call fits two
-    expected calls; a maximum matching never does. ``fit`` is asked at most once per pair,
-    with the row and column themselves (a matcher's own method, no closure over indices).
+    expected calls; a maximum matching never does. ``fit`` is asked with the row and column
+    themselves (no closure over indices), and may be asked again for a pair the first fit
+    asked: a costly one remembers its answers (:func:`kept_fit` keeps them on the call).
 
     With ``perfect``, stop at the first row no augmenting path reaches (Kuhn: such a row stays
     unmatched in every maximum matching grown from this one), leaving later rows None.
     """
-    width = len(cols)
-    memo: dict[int, bool] = {}  # fit of row and col under row * width + col
-    owner: list[int | None] = [None] * width
+    owner: list[int | None] = [None] * len(cols)
     partner: list[int | None] = [None] * len(rows)
     for row, wanted in enumerate(rows):
-        for col in range(width):
-            if owner[col] is None:
-                found = memo[row * width + col] = fit(wanted, cols[col])
-                if found:
-                    owner[col], partner[row] = row, col
-                    break
+        for col, call in enumerate(cols):
+            if owner[col] is None and fit(wanted, call):
+                owner[col] = row
+                partner[row] = col
+                break
     if None not in partner:  # first fit matched every row: no augmenting path to look for
         return partner
     for row in range(len(rows)):
         unreached = partner[row] is None and not _augment(
-            row, set(), rows, cols, fit, memo, owner, partner
+            row, set(), rows, cols, fit, owner, partner
         )
         if unreached and perfect:
             break
@@ -173,7 +173,6 @@ def _augment(
     rows: Sequence[R],
     cols: Sequence[C],
     fit: Callable[[R, C], bool],
-    memo: dict[int, bool],
     owner: list[int | None],
     partner: list[int | None],
 ) -> bool:
@@ -181,18 +180,12 @@ def _augment(
     A function of the first fit's state passed in, neither a closure that calls itself (its
     own cell, a reference cycle that kept every answer it reached alive until the cycle
     collector ran) nor an object holding that state (built for two answers in three)."""
-    width = len(cols)
-    for col in range(width):
-        if col in seen:
-            continue
-        key = row * width + col
-        found = memo.get(key)
-        if found is None:  # a pair the first fit did not ask
-            found = memo[key] = fit(rows[row], cols[col])
-        if found:
+    wanted = rows[row]
+    for col, call in enumerate(cols):
+        if col not in seen and fit(wanted, call):
             seen.add(col)
             held = owner[col]
-            if held is None or _augment(held, seen, rows, cols, fit, memo, owner, partner):
+            if held is None or _augment(held, seen, rows, cols, fit, owner, partner):
                 owner[col], partner[row] = row, col
                 return True
     return False

@@ -49,8 +49,8 @@ from grader.checks.call_options import (
 from grader.checks.call_options import call_of as call_of  # re-exported: build.py reads it
 from grader.checks.call_sets import (
     answer_calls,
+    kept_fit,
     max_matching,
-    remembered_fit,
     schema_numeric_mismatch,
     usable_depth,
 )
@@ -289,13 +289,13 @@ class ToolCallCheck(BaseCheck):
                 f"expected {want} parallel calls, got {got}",
                 "parallel_count_mismatch",
             )
-        # Without schema strictness every answer call may be matched: the matcher's own method.
-        fit: Callable[[ExpectedCall, AnswerCall], bool] = remembered_fit
+        # Without schema strictness every answer call may be matched: each fit kept on its call.
+        fit: Callable[[ExpectedCall, AnswerCall], bool] = kept_fit
         if tools is not None:
             strict = {a for a in answers if _typed(a, tools) is not None}  # breaks the schema
 
             def typed_fit(exp: ExpectedCall, call: AnswerCall) -> bool:
-                return call not in strict and exp.matches(call)
+                return call not in strict and kept_fit(exp, call)
 
             fit = typed_fit
         partner = max_matching(self.parallel, answers, fit, perfect=True)
