@@ -43,7 +43,8 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
 
     ``shallow`` is settled from the JSON text when it holds too few brackets to nest past the
     bound (a text that short, or ``str.count``: cheap; walking the parsed value is not).
-    ``remember``: a call whose arguments came as text is shared (``_REMEMBERED``)."""
+    ``remember``: a call whose arguments came as text is shared (``_REMEMBERED``; the caller
+    looked it up there, and found none)."""
     if not isinstance(function, dict):
         return AnswerCall(None, None)
     name = function.get("name")
@@ -53,11 +54,6 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
     if raw is None or raw == "":
         call = AnswerCall(name, {})
     elif isinstance(raw, str):
-        remember = remember and len(raw) <= REMEMBERED_CHARS
-        if remember:
-            known = _REMEMBERED.get((name, raw))
-            if known is not None:
-                return known
         try:
             arguments = loads_plain(raw) if plain else loads_exact(raw)
         except JSONError:  # JSONTooDeepError included
@@ -65,7 +61,7 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
         shallow = len(raw) <= _DEPTH_OK or raw.count("{") + raw.count("[") <= _DEPTH_OK
         usable = arguments if isinstance(arguments, dict) else None
         call = AnswerCall(name, usable, True if shallow else None)
-        if remember:
+        if remember and len(raw) <= REMEMBERED_CHARS:
             call.fits = {}  # made before the call is shared: kept_fit
             if len(_REMEMBERED) >= _REMEMBERED_MAX:
                 _REMEMBERED.clear()
@@ -123,7 +119,15 @@ def answer_calls(
         plain = sample.plain
         calls = []
         for tool in sample.output_tools:
-            calls.append(_parsed(tool.get("function"), plain, remember))
+            function = tool.get("function")
+            if remember and type(function) is dict:  # a call met before is taken as it is
+                name, raw = function.get("name"), function.get("arguments")
+                if type(name) is str and type(raw) is str:  # what a remembered call is kept by
+                    known = _REMEMBERED.get((name, raw))
+                    if known is not None:
+                        calls.append(known)
+                        continue
+            calls.append(_parsed(function, plain, remember))
         return calls
     call = (found if found is not None else extract(sample.answer)).call
     if call is None:
