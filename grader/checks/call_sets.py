@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from grader.checks.call_answer import AnswerCall
-from grader.checks.call_match import ExpectedCall, Mismatch
+from grader.checks.call_match import Mismatch
 from grader.checks.call_rules import Path, path_text
 from grader.checks.sample import Sample
 from grader.json import MAX_DEPTH, JSONError, loads_exact, loads_plain, value_depth
@@ -62,30 +62,12 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
         usable = arguments if isinstance(arguments, dict) else None
         call = AnswerCall(name, usable, True if shallow else None)
         if remember and len(raw) <= REMEMBERED_CHARS:
-            call.fits = {}  # made before the call is shared: kept_fit
             if len(_REMEMBERED) >= _REMEMBERED_MAX:
                 _REMEMBERED.clear()
             _REMEMBERED[name, raw] = call
     else:
         call = AnswerCall(name, raw if isinstance(raw, dict) else None)
     return call
-
-
-def kept_fit(expected: ExpectedCall, call: AnswerCall) -> bool:
-    """``expected.matches(call)``, kept on the call: a pair asked again (by Kuhn's paths in
-    :func:`max_matching`, or for a remembered call met in a later answer to the same task:
-    :func:`_parsed`) is one dict read. A remembered call's dict is made before the call is
-    shared, and each entry is one item, set whole (answers graded in threads may share the
-    call); its entries, and the expected calls they name, go with the call."""
-    known = call.fits
-    if known is None:  # a call of this answer alone
-        known = call.fits = {}
-    else:
-        found = known.get(expected)
-        if found is not None:
-            return found
-    found = known[expected] = expected.matches(call)
-    return found
 
 
 def usable_depth(call: AnswerCall) -> bool:
@@ -137,7 +119,11 @@ def answer_calls(
 
 
 def max_matching(
-    rows: Sequence[R], cols: Sequence[C], fit: Callable[[R, C], bool], perfect: bool = False
+    rows: Sequence[R],
+    cols: Sequence[C],
+    fit: Callable[[R, C], bool],
+    perfect: bool = False,
+    memos: Sequence[dict[R, bool]] | None = None,
 ) -> list[int | None]:
     """Maximum one-to-one matching of ``rows`` with ``cols`` (pairs ``fit`` accepts); the
     partner column (its index in ``cols``) of each row, or None.
@@ -145,26 +131,33 @@ def max_matching(
     A first-fit pass over free columns comes first (what BFCL's checker does, and all a correct
     answer in any order usually needs), then Kuhn's augmenting paths for the rows it left
     unmatched: BFCL's first-fit alone fails a correct answer whose first call fits two
-    expected calls; a maximum matching never does. ``fit`` is asked with the row and column
-    themselves (no closure over indices), and may be asked again for a pair the first fit
-    asked: a costly one remembers its answers (:func:`kept_fit` keeps them on the call).
+    expected calls; a maximum matching never does. ``fit`` is asked at most once per pair,
+    with the row and column themselves (no closure over indices): its answers are kept in
+    ``memos``, one dict per column keyed by the row (fresh ones when not given), which may
+    outlive the matching (an answer call's own: :attr:`AnswerCall.fits`).
 
     With ``perfect``, stop at the first row no augmenting path reaches (Kuhn: such a row stays
     unmatched in every maximum matching grown from this one), leaving later rows None.
     """
+    if memos is None:
+        memos = [{} for _ in cols]
     owner: list[int | None] = [None] * len(cols)
     partner: list[int | None] = [None] * len(rows)
     for row, wanted in enumerate(rows):
-        for col, call in enumerate(cols):
-            if owner[col] is None and fit(wanted, call):
-                owner[col] = row
-                partner[row] = col
-                break
+        for col, memo in enumerate(memos):
+            if owner[col] is None:
+                found = memo.get(wanted)
+                if found is None:
+                    found = memo[wanted] = fit(wanted, cols[col])
+                if found:
+                    owner[col] = row
+                    partner[row] = col
+                    break
     if None not in partner:  # first fit matched every row: no augmenting path to look for
         return partner
     for row in range(len(rows)):
         unreached = partner[row] is None and not _augment(
-            row, set(), rows, cols, fit, owner, partner
+            row, set(), rows, cols, fit, memos, owner, partner
         )
         if unreached and perfect:
             break
@@ -177,6 +170,7 @@ def _augment(
     rows: Sequence[R],
     cols: Sequence[C],
     fit: Callable[[R, C], bool],
+    memos: Sequence[dict[R, bool]],
     owner: list[int | None],
     partner: list[int | None],
 ) -> bool:
@@ -185,11 +179,16 @@ def _augment(
     own cell, a reference cycle that kept every answer it reached alive until the cycle
     collector ran) nor an object holding that state (built for two answers in three)."""
     wanted = rows[row]
-    for col, call in enumerate(cols):
-        if col not in seen and fit(wanted, call):
+    for col, memo in enumerate(memos):
+        if col in seen:
+            continue
+        found = memo.get(wanted)
+        if found is None:  # a pair the first fit did not ask
+            found = memo[wanted] = fit(wanted, cols[col])
+        if found:
             seen.add(col)
             held = owner[col]
-            if held is None or _augment(held, seen, rows, cols, fit, owner, partner):
+            if held is None or _augment(held, seen, rows, cols, fit, memos, owner, partner):
                 owner[col], partner[row] = row, col
                 return True
     return False

@@ -32,7 +32,7 @@ Paths are written as the grader reports them: ``arguments.filters.status``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import field
 from types import MappingProxyType
 from typing import Any
@@ -49,7 +49,6 @@ from grader.checks.call_options import (
 from grader.checks.call_options import call_of as call_of  # re-exported: build.py reads it
 from grader.checks.call_sets import (
     answer_calls,
-    kept_fit,
     max_matching,
     schema_numeric_mismatch,
     usable_depth,
@@ -289,16 +288,16 @@ class ToolCallCheck(BaseCheck):
                 f"expected {want} parallel calls, got {got}",
                 "parallel_count_mismatch",
             )
-        # Without schema strictness every answer call may be matched: each fit kept on its call.
-        fit: Callable[[ExpectedCall, AnswerCall], bool] = kept_fit
-        if tools is not None:
-            strict = {a for a in answers if _typed(a, tools) is not None}  # breaks the schema
+        if tools is None:  # every answer call may be matched: its fits kept on the call
+            fits = [call.fits for call in answers]
+            partner = max_matching(self.parallel, answers, ExpectedCall.matches, True, fits)
+        else:  # a call that breaks the request's schema matches nothing (fits of this answer)
+            strict = {a for a in answers if _typed(a, tools) is not None}
 
             def typed_fit(exp: ExpectedCall, call: AnswerCall) -> bool:
-                return call not in strict and kept_fit(exp, call)
+                return call not in strict and exp.matches(call)
 
-            fit = typed_fit
-        partner = max_matching(self.parallel, answers, fit, perfect=True)
+            partner = max_matching(self.parallel, answers, typed_fit, perfect=True)
         if None in partner:
             index = partner.index(None)
             exp = self.parallel[index]
