@@ -49,9 +49,12 @@ class Sample:
                 value, plain = loads_with_plain(stripped)
             except JSONError:
                 value = None
-        if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
+        if isinstance(value, dict):
+            elements = value.get("tool_calls")
+            if not isinstance(elements, list):
+                return cls(answer_text, value, [], answer_text)
             tools = []  # each element in wire shape: a bare {"name", "arguments"} is wrapped
-            for element in value["tool_calls"]:
+            for element in elements:
                 if isinstance(element, dict):
                     tools.append(
                         element if isinstance(element.get("function"), dict) else _as_tool(element)
@@ -59,7 +62,7 @@ class Sample:
             content = value.get("content")
             text = content if isinstance(content, str) else ""
             return cls(text, None, tools, answer_text, plain)
-        json_value = value if isinstance(value, dict | list) else None
+        json_value = value if isinstance(value, list) else None
         return cls(answer_text, json_value, [], answer_text)
 
     @property

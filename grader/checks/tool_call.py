@@ -403,7 +403,9 @@ def _identical(a: Any, b: Any) -> bool:
 def _last_usable(calls: list[AnswerCall]) -> AnswerCall | None:
     """grading.md's graded call: the last one with a name and usable arguments."""
     for call in reversed(calls):
-        if call.name is not None and usable_depth(call):
+        if call.name is None or call.arguments is None:
+            continue
+        if call.shallow or usable_depth(call):  # shallow: read from its text, no walk
             return call
     return None
 
