@@ -279,10 +279,12 @@ class ToolCallCheck(BaseCheck):
     def _run_parallel(self, answers: list[AnswerCall], tools: list[Any] | None) -> CheckResult:
         """The parallel form: every expected call matched to its own answer call. A failure's
         result depends only on the expected call unmatched or the answer's call count, so
-        each is built once per check (:meth:`_constant`), as a pass is."""
+        each is built once per check (:meth:`_constant`), as a pass is, and its reason is
+        written only then (``known(key) or``: an answer met before formats nothing)."""
         want, got = len(self.parallel), len(answers)
+        known = self.results.get
         if got < want:
-            return self._constant(
+            return known(("count", got)) or self._constant(
                 ("count", got),
                 False,
                 f"expected {want} parallel calls, got {got}",
@@ -300,11 +302,11 @@ class ToolCallCheck(BaseCheck):
             partner = max_matching(self.parallel, answers, typed_fit, perfect=True)
         if None in partner:
             index = partner.index(None)
-            exp = self.parallel[index]
-            return self._constant(
+            return known(("unmatched", index)) or self._constant(
                 ("unmatched", index),
                 False,
-                f"expected call #{index} ({exp.name}) matches no call in the answer",
+                f"expected call #{index} ({self.parallel[index].name}) matches no call in the"
+                " answer",
                 "parallel_unmatched",
             )
         if got > want:  # every expected call matched: the answer calls left over are extra
@@ -316,10 +318,12 @@ class ToolCallCheck(BaseCheck):
                     break
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             what = "a repeated call" if dup else "an extra call"
-            return self._constant(
+            return known((code, got)) or self._constant(
                 (code, got), False, f"expected {want} parallel calls, got {got}: {what}", code
             )
-        return self._constant("match", True, f"all {want} parallel calls matched", "match")
+        return known("match") or self._constant(
+            "match", True, f"all {want} parallel calls matched", "match"
+        )
 
     def _constant(
         self,
