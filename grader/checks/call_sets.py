@@ -103,12 +103,13 @@ def answer_calls(
         for tool in sample.output_tools:
             function = tool.get("function")
             if remember and type(function) is dict:  # a call met before is taken as it is
-                name, raw = function.get("name"), function.get("arguments")
-                if type(name) is str and type(raw) is str:  # what a remembered call is kept by
-                    known = _REMEMBERED.get((name, raw))
-                    if known is not None:
-                        calls.append(known)
-                        continue
+                try:  # by its name and arguments text; an unhashable one was never kept
+                    known = _REMEMBERED.get((function.get("name"), function.get("arguments")))
+                except TypeError:
+                    known = None
+                if known is not None:
+                    calls.append(known)
+                    continue
             calls.append(_parsed(function, plain, remember))
         return calls
     call = (found if found is not None else extract(sample.answer)).call
