@@ -29,7 +29,7 @@ _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from de
 # canonical values cached already. Shared only where no call leaves the grader (the parallel
 # form's results name none), and bounded: emptied when full, and never a long text (a call
 # that large rarely repeats, and the table would hold it whole).
-_REMEMBERED: dict[tuple[str, str], AnswerCall] = {}
+_REMEMBERED: dict[tuple[object, object], AnswerCall] = {}  # (name, arguments text): strings
 _REMEMBERED_MAX = 1024
 REMEMBERED_CHARS = 1024
 
