@@ -53,12 +53,12 @@ class Sample:
             elements = value.get("tool_calls")
             if not isinstance(elements, list):
                 return cls(answer_text, value, [], answer_text)
-            tools = []  # each element in wire shape: a bare {"name", "arguments"} is wrapped
+            tools: list[dict[str, Any]] = elements  # as parsed, when all are in wire shape
             for element in elements:
-                if isinstance(element, dict):
-                    tools.append(
-                        element if isinstance(element.get("function"), dict) else _as_tool(element)
-                    )
+                if not (isinstance(element, dict) and isinstance(element.get("function"), dict)):
+                    # each element in wire shape: a bare {"name", "arguments"} is wrapped
+                    tools = [_as_tool(e) for e in elements if isinstance(e, dict)]
+                    break
             content = value.get("content")
             text = content if isinstance(content, str) else ""
             return cls(text, None, tools, answer_text, plain)
