@@ -249,16 +249,17 @@ def _outcome(task: Task, results: Sequence[CheckResult], verdict: Verdict | None
 
 
 def _one_column(task: Task, only: CheckResult, verdict: Verdict | None) -> Outcome:
-    """:func:`_outcome` of a task without advisory checks whose one column has no parts."""
-    stale = (
-        verdict is not None and verdict.stale_schema_used
-    ) or only.reason_code == "stale_schema"
+    """:func:`_outcome` of a task without advisory checks whose one column has no parts (the
+    stale call is asked after only of a failed column)."""
     rule = task.pass_rule
     name = only.name
     if rule in ("all", "any") or rule == name or name.startswith(rule + "."):
         passed = only.passed
     else:  # a rule naming no column of this task: as overall() over no columns
         passed = None
+    stale = passed is False and (
+        (verdict is not None and verdict.stale_schema_used) or only.reason_code == "stale_schema"
+    )
     one: tuple[str, ...] = () if only.warning is None else (only.warning,)
     return Outcome(task.id, _result(passed, stale), (only,), verdict, True, one)
 
@@ -275,16 +276,6 @@ def _graded_tool_call(
     if result.reason_code != "no_request_tools":  # nearly every column: no context to name
         return result, verdict
     return _with_context(result, ctx), verdict
-
-
-def _one_tool_call(task: Task, check: ToolCallCheck, sample: Sample, ctx: CheckContext) -> Outcome:
-    """A task whose only check is a tool-call check (every BFCL task): :func:`_run_checks`
-    and :func:`_outcome` for its one column, without their passes over many (a tool-call
-    check's column has no parts and, the task having no advisory checks, is decisive)."""
-    result, verdict = _graded_tool_call(check, sample, ctx)
-    if verdict is None and task.expected_call is not None:  # the check's form gives none:
-        verdict = _task_verdict(task, sample)  # the task's own expected call decides
-    return _one_column(task, result, verdict)
 
 
 # The context of an answer graded without one: a value, so one instance serves every answer.
@@ -323,7 +314,13 @@ def grade(
     sample = Sample.from_answer(answer)
     only = checks[0] if len(checks) == 1 else None
     if type(only) is ToolCallCheck and not task.advisory:
-        return _one_tool_call(task, only, sample, context or _NO_CONTEXT)
+        # A task whose only check is a tool-call check (every BFCL task): _run_checks and
+        # _outcome for its one column, without their passes over many (a tool-call column
+        # has no parts and, the task having no advisory checks, is decisive).
+        result, verdict = _graded_tool_call(only, sample, context or _NO_CONTEXT)
+        if verdict is None and task.expected_call is not None:  # the check's form gives none:
+            verdict = _task_verdict(task, sample)  # the task's own expected call decides
+        return _one_column(task, result, verdict)
     results, verdict = _run_checks(task, checks, sample, item, context or _NO_CONTEXT)
     if verdict is None:
         verdict = _task_verdict(task, sample)

@@ -153,10 +153,24 @@ def plain_strings(text: str, searched: bool = False) -> bool:
 def loads_with_plain(text: str) -> tuple[Any, bool]:
     """:func:`loads_exact` of ``text``, and whether its strings are plain (:func:`plain_strings`)
     from the same digit search: the reader of every graded answer, which needs both (its calls'
-    ``arguments`` are JSON texts inside its strings)."""
-    if has_long_digit_run(text):
+    ``arguments`` are JSON texts inside its strings). A text of one window (every answer) is
+    searched and parsed from its UTF-8 bytes here, encoded once, without the calls of
+    :func:`has_long_digit_run` and :func:`loads_plain`."""
+    try:
+        data = text.encode() if len(text) <= SEARCH_WINDOW else None
+    except UnicodeEncodeError:  # a lone surrogate: searched and read below
+        data = None
+    if data is None:
+        if has_long_digit_run(text):
+            return loads_exact(text), False
+        return loads_plain(text), "\\u" not in text
+    if data.translate(_DIGITS_TO_ZERO).find(_ZEROS) >= 0:  # bytes_have_long_digit_run's search
         return loads_exact(text), False
-    return loads_plain(text), "\\u" not in text
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:  # not JSON, 1e400: decided as ever
+        value = loads_exact(text)
+    return value, "\\u" not in text
 
 
 NOT_READ = object()  # read_plain_bytes: the bytes need the text path

@@ -30,7 +30,7 @@ class AnswerCall:
     calls canonicalises each value once. A plain slotted class: one is built per answer call,
     and its caches are made only when a comparison needs them."""
 
-    __slots__ = ("_canon", "_leaves", "arguments", "name", "shallow")
+    __slots__ = ("_canon", "_leaves", "arguments", "fits", "name", "shallow")
 
     def __init__(
         self,
@@ -44,6 +44,11 @@ class AnswerCall:
         self.shallow = shallow
         self._canon: dict[StringMode, Canon | None] | None = None
         self._leaves: dict[StringMode, dict[str, Any]] | None = None
+        # Its yes/no against each expected call it was matched with (call_sets.max_matching's
+        # memo for this column): a remembered call, met again in a later answer to the same
+        # task, is not matched again. Made here, before the call can be shared; each entry is
+        # one dict item, set whole (answers graded in threads may share the call).
+        self.fits: dict[Any, bool] = {}
 
     def leaves(self, mode: StringMode) -> dict[str, Any]:
         """Each top-level argument's canonical value under ``mode`` (cached);

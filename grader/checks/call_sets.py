@@ -29,7 +29,7 @@ _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from de
 # canonical values cached already. Shared only where no call leaves the grader (the parallel
 # form's results name none), and bounded: emptied when full, and never a long text (a call
 # that large rarely repeats, and the table would hold it whole).
-_REMEMBERED: dict[tuple[str, str], AnswerCall] = {}
+_REMEMBERED: dict[tuple[object, object], AnswerCall] = {}  # (name, arguments text): strings
 _REMEMBERED_MAX = 1024
 REMEMBERED_CHARS = 1024
 
@@ -43,7 +43,8 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
 
     ``shallow`` is settled from the JSON text when it holds too few brackets to nest past the
     bound (a text that short, or ``str.count``: cheap; walking the parsed value is not).
-    ``remember``: a call whose arguments came as text is shared (``_REMEMBERED``)."""
+    ``remember``: a call whose arguments came as text is shared (``_REMEMBERED``; the caller
+    looked it up there, and found none)."""
     if not isinstance(function, dict):
         return AnswerCall(None, None)
     name = function.get("name")
@@ -53,11 +54,6 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
     if raw is None or raw == "":
         call = AnswerCall(name, {})
     elif isinstance(raw, str):
-        remember = remember and len(raw) <= REMEMBERED_CHARS
-        if remember:
-            known = _REMEMBERED.get((name, raw))
-            if known is not None:
-                return known
         try:
             arguments = loads_plain(raw) if plain else loads_exact(raw)
         except JSONError:  # JSONTooDeepError included
@@ -65,7 +61,7 @@ def _parsed(function: Any, plain: bool = False, remember: bool = False) -> Answe
         shallow = len(raw) <= _DEPTH_OK or raw.count("{") + raw.count("[") <= _DEPTH_OK
         usable = arguments if isinstance(arguments, dict) else None
         call = AnswerCall(name, usable, True if shallow else None)
-        if remember:
+        if remember and len(raw) <= REMEMBERED_CHARS:
             if len(_REMEMBERED) >= _REMEMBERED_MAX:
                 _REMEMBERED.clear()
             _REMEMBERED[name, raw] = call
@@ -105,7 +101,16 @@ def answer_calls(
         plain = sample.plain
         calls = []
         for tool in sample.output_tools:
-            calls.append(_parsed(tool.get("function"), plain, remember))
+            function = tool.get("function")
+            if remember and type(function) is dict:  # a call met before is taken as it is
+                try:  # by its name and arguments text; an unhashable one was never kept
+                    known = _REMEMBERED.get((function.get("name"), function.get("arguments")))
+                except TypeError:
+                    known = None
+                if known is not None:
+                    calls.append(known)
+                    continue
+            calls.append(_parsed(function, plain, remember))
         return calls
     call = (found if found is not None else extract(sample.answer)).call
     if call is None:
@@ -115,7 +120,11 @@ def answer_calls(
 
 
 def max_matching(
-    rows: Sequence[R], cols: Sequence[C], fit: Callable[[R, C], bool], perfect: bool = False
+    rows: Sequence[R],
+    cols: Sequence[C],
+    fit: Callable[[R, C], bool],
+    perfect: bool = False,
+    memos: Sequence[dict[R, bool]] | None = None,
 ) -> list[int | None]:
     """Maximum one-to-one matching of ``rows`` with ``cols`` (pairs ``fit`` accepts); the
     partner column (its index in ``cols``) of each row, or None.
@@ -124,27 +133,32 @@ def max_matching(
     answer in any order usually needs), then Kuhn's augmenting paths for the rows it left
     unmatched: BFCL's first-fit alone fails a correct answer whose first call fits two
     expected calls; a maximum matching never does. ``fit`` is asked at most once per pair,
-    with the row and column themselves (a matcher's own method, no closure over indices).
+    with the row and column themselves (no closure over indices): its answers are kept in
+    ``memos``, one dict per column keyed by the row (fresh ones when not given), which may
+    outlive the matching (an answer call's own: :attr:`AnswerCall.fits`).
 
     With ``perfect``, stop at the first row no augmenting path reaches (Kuhn: such a row stays
     unmatched in every maximum matching grown from this one), leaving later rows None.
     """
-    width = len(cols)
-    memo: dict[int, bool] = {}  # fit of row and col under row * width + col
-    owner: list[int | None] = [None] * width
+    if memos is None:
+        memos = [{} for _ in cols]
+    owner: list[int | None] = [None] * len(cols)
     partner: list[int | None] = [None] * len(rows)
     for row, wanted in enumerate(rows):
-        for col in range(width):
+        for col, memo in enumerate(memos):
             if owner[col] is None:
-                found = memo[row * width + col] = fit(wanted, cols[col])
+                found = memo.get(wanted)
+                if found is None:
+                    found = memo[wanted] = fit(wanted, cols[col])
                 if found:
-                    owner[col], partner[row] = row, col
+                    owner[col] = row
+                    partner[row] = col
                     break
     if None not in partner:  # first fit matched every row: no augmenting path to look for
         return partner
     for row in range(len(rows)):
         unreached = partner[row] is None and not _augment(
-            row, set(), rows, cols, fit, memo, owner, partner
+            row, set(), rows, cols, fit, memos, owner, partner
         )
         if unreached and perfect:
             break
@@ -157,7 +171,7 @@ def _augment(
     rows: Sequence[R],
     cols: Sequence[C],
     fit: Callable[[R, C], bool],
-    memo: dict[int, bool],
+    memos: Sequence[dict[R, bool]],
     owner: list[int | None],
     partner: list[int | None],
 ) -> bool:
@@ -165,18 +179,17 @@ def _augment(
     A function of the first fit's state passed in, neither a closure that calls itself (its
     own cell, a reference cycle that kept every answer it reached alive until the cycle
     collector ran) nor an object holding that state (built for two answers in three)."""
-    width = len(cols)
-    for col in range(width):
+    wanted = rows[row]
+    for col, memo in enumerate(memos):
         if col in seen:
             continue
-        key = row * width + col
-        found = memo.get(key)
+        found = memo.get(wanted)
         if found is None:  # a pair the first fit did not ask
-            found = memo[key] = fit(rows[row], cols[col])
+            found = memo[wanted] = fit(wanted, cols[col])
         if found:
             seen.add(col)
             held = owner[col]
-            if held is None or _augment(held, seen, rows, cols, fit, memo, owner, partner):
+            if held is None or _augment(held, seen, rows, cols, fit, memos, owner, partner):
                 owner[col], partner[row] = row, col
                 return True
     return False

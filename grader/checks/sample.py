@@ -49,17 +49,20 @@ class Sample:
                 value, plain = loads_with_plain(stripped)
             except JSONError:
                 value = None
-        if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
-            tools = []  # each element in wire shape: a bare {"name", "arguments"} is wrapped
-            for element in value["tool_calls"]:
-                if isinstance(element, dict):
-                    tools.append(
-                        element if isinstance(element.get("function"), dict) else _as_tool(element)
-                    )
+        if isinstance(value, dict):
+            elements = value.get("tool_calls")
+            if not isinstance(elements, list):
+                return cls(answer_text, value, [], answer_text)
+            tools: list[dict[str, Any]] = elements  # as parsed, when all are in wire shape
+            for element in elements:
+                if not (isinstance(element, dict) and isinstance(element.get("function"), dict)):
+                    # each element in wire shape: a bare {"name", "arguments"} is wrapped
+                    tools = [_as_tool(e) for e in elements if isinstance(e, dict)]
+                    break
             content = value.get("content")
             text = content if isinstance(content, str) else ""
             return cls(text, None, tools, answer_text, plain)
-        json_value = value if isinstance(value, dict | list) else None
+        json_value = value if isinstance(value, list) else None
         return cls(answer_text, json_value, [], answer_text)
 
     @property

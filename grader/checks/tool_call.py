@@ -32,7 +32,7 @@ Paths are written as the grader reports them: ``arguments.filters.status``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import field
 from types import MappingProxyType
 from typing import Any
@@ -279,32 +279,34 @@ class ToolCallCheck(BaseCheck):
     def _run_parallel(self, answers: list[AnswerCall], tools: list[Any] | None) -> CheckResult:
         """The parallel form: every expected call matched to its own answer call. A failure's
         result depends only on the expected call unmatched or the answer's call count, so
-        each is built once per check (:meth:`_constant`), as a pass is."""
+        each is built once per check (:meth:`_constant`), as a pass is, and its reason is
+        written only then (``known(key) or``: an answer met before formats nothing)."""
         want, got = len(self.parallel), len(answers)
+        known = self.results.get
         if got < want:
-            return self._constant(
+            return known(("count", got)) or self._constant(
                 ("count", got),
                 False,
                 f"expected {want} parallel calls, got {got}",
                 "parallel_count_mismatch",
             )
-        # Without schema strictness every answer call may be matched: the matcher's own method.
-        fit: Callable[[ExpectedCall, AnswerCall], bool] = ExpectedCall.matches
-        if tools is not None:
-            strict = {a for a in answers if _typed(a, tools) is not None}  # breaks the schema
+        if tools is None:  # every answer call may be matched: its fits kept on the call
+            fits = [call.fits for call in answers]
+            partner = max_matching(self.parallel, answers, ExpectedCall.matches, True, fits)
+        else:  # a call that breaks the request's schema matches nothing (fits of this answer)
+            strict = {a for a in answers if _typed(a, tools) is not None}
 
             def typed_fit(exp: ExpectedCall, call: AnswerCall) -> bool:
                 return call not in strict and exp.matches(call)
 
-            fit = typed_fit
-        partner = max_matching(self.parallel, answers, fit, perfect=True)
+            partner = max_matching(self.parallel, answers, typed_fit, perfect=True)
         if None in partner:
             index = partner.index(None)
-            exp = self.parallel[index]
-            return self._constant(
+            return known(("unmatched", index)) or self._constant(
                 ("unmatched", index),
                 False,
-                f"expected call #{index} ({exp.name}) matches no call in the answer",
+                f"expected call #{index} ({self.parallel[index].name}) matches no call in the"
+                " answer",
                 "parallel_unmatched",
             )
         if got > want:  # every expected call matched: the answer calls left over are extra
@@ -316,10 +318,12 @@ class ToolCallCheck(BaseCheck):
                     break
             code: CheckReasonCode = "duplicate_call" if dup else "extra_call"
             what = "a repeated call" if dup else "an extra call"
-            return self._constant(
+            return known((code, got)) or self._constant(
                 (code, got), False, f"expected {want} parallel calls, got {got}: {what}", code
             )
-        return self._constant("match", True, f"all {want} parallel calls matched", "match")
+        return known("match") or self._constant(
+            "match", True, f"all {want} parallel calls matched", "match"
+        )
 
     def _constant(
         self,
@@ -403,7 +407,9 @@ def _identical(a: Any, b: Any) -> bool:
 def _last_usable(calls: list[AnswerCall]) -> AnswerCall | None:
     """grading.md's graded call: the last one with a name and usable arguments."""
     for call in reversed(calls):
-        if call.name is not None and usable_depth(call):
+        if call.name is None or call.arguments is None:
+            continue
+        if call.shallow or usable_depth(call):  # shallow: read from its text, no walk
             return call
     return None
 

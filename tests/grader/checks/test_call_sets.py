@@ -79,6 +79,31 @@ def test_max_matching_is_maximum_and_one_to_one(fits: list[list[bool]]) -> None:
     assert (None not in perfect) == (_brute_force(fits) == len(fits))
 
 
+@pytest.mark.parametrize(
+    "fits",
+    [
+        pytest.param([[True, False], [False, True]], id="first_fit_matches_all"),
+        pytest.param([[True, True], [True, False]], id="an_augmenting_path"),
+        pytest.param([[True, False], [True, False]], id="a_row_no_path_reaches"),
+    ],
+)
+def test_a_matching_with_kept_memos_asks_no_pair_twice(fits: list[list[bool]]) -> None:
+    """``memos`` (one per column, keyed by the row) outlive a matching: a remembered answer
+    call met again is matched from them, as it was the first time, without asking ``fit``."""
+    asked: list[tuple[int, int]] = []
+
+    def fit(row: int, col: int) -> bool:
+        asked.append((row, col))
+        return fits[row][col]
+
+    memos: list[dict[int, bool]] = [{} for _ in fits[0]]
+    first = max_matching(range(2), range(2), fit, True, memos)
+    assert len(asked) == len(set(asked))
+    again = max_matching(range(2), range(2), fit, True, memos)
+    assert again == first
+    assert len(asked) == len(set(asked))
+
+
 class _Answer:
     """Stands for what a ``fit`` reads (an answer's calls): weakly referenceable."""
 

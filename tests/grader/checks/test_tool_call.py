@@ -200,6 +200,8 @@ LISBON_TIME = call("get_time", city="Lisbon")  # A's arguments, written the same
         pytest.param([A], wire(A), None, wire(LISBON_TIME), False, id="same_text_other_name"),
         pytest.param([A], wire(B), None, wire(A), True, id="after_a_miss"),
         pytest.param([A, B], wire(A, B), [A, C], wire(A, B), False, id="other_expected_calls"),
+        pytest.param([C], wire(B), [B], wire(B), True, id="a_miss_is_the_old_checks_alone"),
+        pytest.param([B], wire(B), [C], wire(B), False, id="a_fit_is_the_old_checks_alone"),
     ],
 )
 def test_a_parallel_call_written_as_before_matches_as_it_would_afresh(
