@@ -32,6 +32,10 @@ _DEPTH_OK = MAX_DEPTH - 2  # extract.usable_call canonicalises arguments from de
 _REMEMBERED: dict[tuple[object, object], AnswerCall] = {}  # (name, arguments text): strings
 _REMEMBERED_MAX = 1024
 REMEMBERED_CHARS = 1024
+# A remembered call's fits (:attr:`AnswerCall.fits`) are keyed by expected call, and a proxy
+# that reloads its tasks builds new expected calls each time: emptied past this many, a call
+# that keeps being met never holds a replaced task set's expected calls for long.
+FITS_MAX = 256
 
 
 def _parsed(function: Any, plain: bool = False, remember: bool = False) -> AnswerCall:
@@ -108,6 +112,8 @@ def answer_calls(
                 except TypeError:
                     known = None
                 if known is not None:
+                    if len(known.fits) >= FITS_MAX:
+                        known.fits.clear()
                     calls.append(known)
                     continue
             calls.append(_parsed(function, plain, remember))

@@ -227,6 +227,23 @@ def test_remembered_calls_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run(check, wire(A)).passed is True
 
 
+@pytest.mark.parametrize("reloads", [1, 3, 40], ids=lambda n: f"{n}_task_sets")
+def test_a_remembered_call_holds_few_expected_calls_however_often_tasks_reload(
+    monkeypatch: pytest.MonkeyPatch, reloads: int
+) -> None:
+    """A call met by each reload's new checks keeps its fit to each: a proxy reloading its
+    task file must not keep every replaced task set's expected calls alive through it."""
+    monkeypatch.setattr(call_sets, "_REMEMBERED", {})
+    monkeypatch.setattr(call_sets, "FITS_MAX", 8)
+    for _ in range(reloads):
+        check = build_check({"type": "tool_call", "name": "p", "parallel": [A, B]})
+        assert run(check, wire(B, A)).passed is True
+    remembered = list(call_sets._REMEMBERED.values())
+    assert len(remembered) == 2
+    assert all(len(c.fits) <= min(2 * reloads, 8) for c in remembered)
+    assert run(check, wire(A, B)).passed is True
+
+
 @pytest.mark.parametrize(
     ("extra", "kept"),
     [
