@@ -51,6 +51,9 @@ class Rules:
     strings: StringMode = "exact"
     string_paths: Mapping[Path, StringMode] = field(default_factory=dict)
     numbers: Mapping[Path, NumberType] = field(default_factory=dict)
+    # The paths above that reach below a top-level argument (nearly always none): read_rules
+    # collects them as it reads each path, so a compiled call need not measure every path.
+    deep: tuple[Path, ...] = ()
 
 
 @value_type
@@ -118,35 +121,39 @@ class ExpectedCall:
 
         One of three forms, by where the rules reach: none (the arguments compared whole,
         ``_canon``), top-level arguments only (nearly every call: the per-key ``_table``), or
-        below them (the general walk, which reads ``_ruled``). Each form builds only what it
-        reads."""
+        below them (the general walk, which reads ``_ruled``), told apart by the rules' ``deep``
+        paths. Each form builds only what it reads."""
         self.name = name
         self.arguments = arguments
         self.rules = rules
-        self._accept: dict[Path, frozenset[Canon]] = {}
-        for path, values in rules.acceptable.items():
-            mode = self.mode_at(path) if rules.string_paths else rules.strings
-            self._accept[path] = frozenset([canon_in(v, mode) for v in values])
-        numbers = rules.numbers
-        paths = (*rules.acceptable, *rules.optional, *rules.string_paths, *numbers)
-        longest = max(map(len, paths), default=0)  # 1: every rule names a top-level argument
-        self._every = longest > 1 and any(EVERY in path for path in numbers)
+        acceptable = rules.acceptable
+        accept: dict[Path, frozenset[Canon]] = {}
+        if acceptable:
+            string_paths, strings = rules.string_paths, rules.strings
+            for path, values in acceptable.items():
+                mode = self.mode_at(path) if string_paths else strings
+                accept[path] = frozenset([canon_in(v, mode) for v in values])
+        self._accept = accept
+        self._every = False
         self._canon: Canon = None
         self._table: dict[str, _Key] | None = None
         self._known: frozenset[str] = _NONE  # the table's keys
         self._required: frozenset[str] = _NONE
         self._mode: StringMode | None = None
         self._ruled: frozenset[Path] = _NONE
-        if not paths:
-            self._canon = fold_strings(canonical, rules.strings)
-        elif longest == 1 or all(
-            len(path) == 1 or (len(path) == 2 and path[1] == EVERY and path in numbers)
-            for path in paths
-        ):
+        deep, numbers = rules.deep, rules.numbers
+        if not deep:
+            if acceptable or numbers or rules.optional or rules.string_paths:
+                self._compile_keys(canonical)
+            else:
+                self._canon = fold_strings(canonical, rules.strings)
+        elif all(len(path) == 2 and path[1] == EVERY and path in numbers for path in deep):
+            self._every = True  # numbers "arguments.<key>[*]": still one entry per key
             self._compile_keys(canonical)
         else:
-            ruled = {path[:end] for path in paths for end in range(len(path) + 1)}
-            self._ruled = frozenset(ruled)
+            self._every = any(EVERY in path for path in numbers)
+            paths = (*acceptable, *rules.optional, *rules.string_paths, *numbers)
+            self._ruled = frozenset({path[:end] for path in paths for end in range(len(path) + 1)})
 
     def _compile_keys(self, canonical: Canon) -> None:
         """The per-key table: one entry per argument the call or an ``acceptable`` path names,
