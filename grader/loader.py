@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # types only: their modules load when a task has an episode o
 __all__ = ["check_task_keys", "iter_file_tasks", "load_tasks", "parse_task"]
 
 _TASK_KEYS = frozenset(TASK_KEYS)
+_NO_NAMES: frozenset[str] = frozenset()  # a task without advisory checks
 # Names from other formats that mean one of ours (too far apart for a spelling suggestion).
 _ALIASES = {"task_id": "id", "grader": "checks", "graders": "checks", "expected_call": "expected"}
 
@@ -102,15 +103,17 @@ def _definitions(
     if "expected" not in obj and "checks" not in obj:
         return (), (), frozenset()  # an episode-only task: no per-turn checks
     advice = split_advisory(obj, source)
-    built = build_checks(advice.task, calls, parsed=parsed)
-    if advice.digests:  # a check citing a calibration record: its digest covers the record
+    task = obj if advice is None else advice.task
+    built = build_checks(task, calls, parsed=parsed)
+    if advice is not None and advice.digests:
+        # A check citing a calibration record: its digest covers the record.
         built = tuple(
             dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
             if i in advice.digests
             else check
             for i, check in enumerate(built)
         )
-    listed = advice.task.get("checks")
+    listed = task.get("checks")
     if isinstance(listed, list):  # a parsed task's definitions are its own: kept, not copied
         places = [(f"checks[{i}]", d if parsed else dict(d)) for i, d in enumerate(listed)]
     else:
@@ -127,7 +130,7 @@ def _definitions(
         )
         for check, (where, definition) in zip(built, places, strict=True)
     )
-    return definitions, built, advice.names
+    return definitions, built, _NO_NAMES if advice is None else advice.names
 
 
 def _stale(metadata: Mapping[str, Any], expected: Call | None, task_id: str) -> Call | None:
@@ -212,20 +215,21 @@ def _parse(obj: Any, source: str, parsed: bool = False) -> tuple[Task, tuple[Che
     except (CheckDefinitionError, AdvisoryError) as exc:
         raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     enforce = _enforce(obj, task_id, definitions, stale is not None, episode)
+    # Positional, in Task's field order: keywords to a class make a dict per call (per task).
+    # A task parsed here from its line is held by nothing else: kept as read, not copied.
     task = Task(
-        id=task_id,
-        expected_call=expected,
-        stale=stale,
-        mutation_kind=kind,
-        # A task parsed here from its line is held by nothing else: kept as read, not copied.
-        metadata=metadata if parsed else dict(metadata),
-        raw=obj if parsed else dict(obj),
-        source=source,
-        checks=definitions,
-        episode=episode,
-        advisory=advisory,
-        checks_digest=checks_digest(obj, definitions, parsed=parsed),
-        enforce=enforce,
+        task_id,
+        expected,  # expected_call
+        stale,
+        kind,  # mutation_kind
+        metadata if parsed else dict(metadata),
+        obj if parsed else dict(obj),  # raw
+        source,
+        definitions,  # checks
+        episode,
+        advisory,
+        checks_digest(obj, definitions, parsed=parsed),
+        enforce,
     )
     return task, built
 
