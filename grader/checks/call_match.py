@@ -11,7 +11,7 @@ modes, numeric types) lives in :mod:`grader.checks.call_rules`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Any, NamedTuple
 
@@ -81,6 +81,7 @@ _NUMBER_OK: dict[NumberType | None, frozenset[type]] = {
 
 
 _NONE: frozenset[Any] = frozenset()  # an empty table's keys, shared
+_ABSENT: Any = object()  # _compile_keys: a key the expected call does not have
 
 
 def _element_fails(kind: NumberType | None, value: Any) -> int | None:
@@ -166,22 +167,26 @@ class ExpectedCall:
             rules.numbers,
             self._accept,
         )
-        # The arguments' canonical values, folded per key to its mode: their keys are sorted
-        # already, so only keys that acceptable paths add (absent from the call) need a sort.
-        members = canonical.as_dict() if isinstance(canonical, CObject) else {}
-        added = [p[0] for p in rules.acceptable if isinstance(p[0], str) and p[0] not in members]
-        keys = sorted(members.keys() | added) if added else members
+        # The arguments' canonical pairs, in key order already (folded per key to its mode
+        # below); a key that only an acceptable path names (absent from the call) joins them
+        # in key order, with no value.
+        pairs: Sequence[tuple[str, Canon]] = canonical.items if type(canonical) is CObject else ()
+        if accept:
+            present = {key for key, _ in pairs}
+            added = {p[0] for p in accept if isinstance(p[0], str) and p[0] not in present}
+            if added:
+                pairs = sorted([*pairs, *[(key, _ABSENT) for key in added]])
         table: dict[str, _Key] = {}
         required = []
         modes = set()  # without per-path modes, every key's is the default
         every = self._every  # else no "[*]" path to look up
         mode = default
-        for key in keys:
+        for key, value in pairs:
             path: Path = (key,)
             if string_paths:
                 mode = string_paths.get(path, default)
                 modes.add(mode)
-            in_expected = key in members
+            in_expected = value is not _ABSENT
             is_optional = path in optional
             if in_expected and not is_optional:
                 required.append(key)
@@ -192,7 +197,7 @@ class ExpectedCall:
                 number,
                 mode,
                 accept.get(path) if accept else None,
-                fold_strings(members[key], mode) if in_expected else None,
+                fold_strings(value, mode) if in_expected else None,
                 numbers.get((key, EVERY)) if every else None,
                 _NUMBER_OK[number],
             )
