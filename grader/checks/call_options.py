@@ -9,6 +9,7 @@ the compiled calls.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from grader.checks._base import Spec
@@ -36,11 +37,16 @@ def call_of(value: Any) -> Call | None:
     return extract(value).call if isinstance(value, str) else call_from_value(value)
 
 
+# A task set's rules name a few hundred distinct paths, each in many tasks ("arguments.unit"):
+# each text is parsed once (a path is a tuple, shared safely); a refused one is not kept.
+_parsed_path = lru_cache(maxsize=4096)(parse_path)
+
+
 def _path(spec: Spec, where: str, field: str, text: Any, deep: list[Path]) -> Path:
     """A rule's path read from ``text``; errors name ``{where}{field}``. A path below a
     top-level argument is also added to ``deep`` (see :attr:`Rules.deep`)."""
     try:
-        path = parse_path(text)
+        path = _parsed_path(text) if type(text) is str else parse_path(text)
     except PathError as exc:
         raise spec.error(f"{where}{field}", str(exc)) from None
     if len(path) == 1:  # a top-level argument, nearly every path: a name, never "[*]"
