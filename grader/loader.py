@@ -116,23 +116,25 @@ def _definitions(
             for i, check in enumerate(built)
         )
     listed = task.get("checks")
-    if isinstance(listed, list):  # a parsed task's definitions are its own: kept, not copied
-        places = [(f"checks[{i}]", d if parsed else dict(d)) for i, d in enumerate(listed)]
-    else:
-        places = [("", dict(DEFAULT_DEFINITION))]
-    definitions = tuple(
-        CheckDefinition(
-            check.name,
-            check.type,
-            check.digest,
-            definition,
-            columns_of(check),
-            check.needs_judge,
-            where,
+    definitions = []
+    for index, check in enumerate(built):  # one check per definition listed, in its order
+        if isinstance(listed, list):  # a parsed task's definitions are its own: kept, not copied
+            where = f"checks[{index}]"
+            definition = listed[index] if parsed else dict(listed[index])
+        else:  # grading.md's tool-call check
+            where, definition = "", dict(DEFAULT_DEFINITION)
+        definitions.append(
+            CheckDefinition(
+                check.name,
+                check.type,
+                check.digest,
+                definition,
+                columns_of(check),
+                check.needs_judge,
+                where,
+            )
         )
-        for check, (where, definition) in zip(built, places, strict=True)
-    )
-    return definitions, built, _NO_NAMES if advice is None else advice.names
+    return tuple(definitions), built, _NO_NAMES if advice is None else advice.names
 
 
 def _stale(metadata: Mapping[str, Any], expected: Call | None, task_id: str) -> Call | None:
