@@ -82,7 +82,10 @@ def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | Non
         opt_raw = raw["optional"]
         if not isinstance(opt_raw, list):
             raise spec.error(f"{where}optional", "must be a list of argument paths")
-        optional = optional.union([_path(spec, where, "optional", p, deep) for p in opt_raw])
+        paths = []  # a loop: nearly every list names one or two paths (a comprehension is a call)
+        for p in opt_raw:
+            paths.append(_path(spec, where, "optional", p, deep))
+        optional = optional.union(paths)
     strings: StringMode = base.strings if base else "exact"
     string_paths: Mapping[Path, StringMode] = base.string_paths if base else _EMPTY
     str_raw = raw.get("strings")
