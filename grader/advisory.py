@@ -110,14 +110,17 @@ def _not_advisory(definition: Any) -> bool:
     return definition.keys().isdisjoint(ADVISORY_KEYS)
 
 
-def split_advisory(task: Mapping[str, Any], source: str) -> Advice:
-    """The task with ``advisory``/``calibration`` taken off its checks, and what they said."""
+def split_advisory(task: Mapping[str, Any], source: str) -> Advice | None:
+    """The task with ``advisory``/``calibration`` taken off its checks, and what they said;
+    None when no check has either field (nearly every task: the task is built as it is)."""
     checks = task.get("checks")
     if not isinstance(checks, list):
-        return Advice(dict(task))
-    if all(_not_advisory(d) for d in checks):
-        # Nothing to take off (nearly every task): the task as it is, not a copy to build from.
-        return Advice(task if isinstance(task, dict) else dict(task))
+        return None
+    for definition in checks:
+        if not _not_advisory(definition):
+            break
+    else:
+        return None
     names: set[str] = set()
     digests: dict[int, str] = {}
     stripped: list[Any] = []

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # types only: their modules load when a task has an episode o
 __all__ = ["check_task_keys", "iter_file_tasks", "load_tasks", "parse_task"]
 
 _TASK_KEYS = frozenset(TASK_KEYS)
+_NO_NAMES: frozenset[str] = frozenset()  # a task without advisory checks
 # Names from other formats that mean one of ours (too far apart for a spelling suggestion).
 _ALIASES = {"task_id": "id", "grader": "checks", "graders": "checks", "expected_call": "expected"}
 
@@ -82,6 +83,8 @@ def _unknown_key(key: str, label: str) -> TaskLoadError:
 
 def check_task_keys(obj: Mapping[str, Any]) -> None:
     """Refuse a top-level key no part of the grader reads (see :data:`grader.tasks.TASK_KEYS`)."""
+    if _TASK_KEYS.issuperset(obj):  # every key known (nearly every task): one set question
+        return
     for key in obj:
         if key not in _TASK_KEYS:
             task_id = obj.get("id")
@@ -102,32 +105,36 @@ def _definitions(
     if "expected" not in obj and "checks" not in obj:
         return (), (), frozenset()  # an episode-only task: no per-turn checks
     advice = split_advisory(obj, source)
-    built = build_checks(advice.task, calls, parsed=parsed)
-    if advice.digests:  # a check citing a calibration record: its digest covers the record
+    task = obj if advice is None else advice.task
+    built = build_checks(task, calls, parsed=parsed)
+    if advice is not None and advice.digests:
+        # A check citing a calibration record: its digest covers the record.
         built = tuple(
             dataclasses.replace(check, digest=advice.digests[i])  # type: ignore[type-var]
             if i in advice.digests
             else check
             for i, check in enumerate(built)
         )
-    listed = advice.task.get("checks")
-    if isinstance(listed, list):  # a parsed task's definitions are its own: kept, not copied
-        places = [(f"checks[{i}]", d if parsed else dict(d)) for i, d in enumerate(listed)]
-    else:
-        places = [("", dict(DEFAULT_DEFINITION))]
-    definitions = tuple(
-        CheckDefinition(
-            check.name,
-            check.type,
-            check.digest,
-            definition,
-            columns_of(check),
-            check.needs_judge,
-            where,
+    listed = task.get("checks")
+    definitions = []
+    for index, check in enumerate(built):  # one check per definition listed, in its order
+        if isinstance(listed, list):  # a parsed task's definitions are its own: kept, not copied
+            where = f"checks[{index}]"
+            definition = listed[index] if parsed else dict(listed[index])
+        else:  # grading.md's tool-call check
+            where, definition = "", dict(DEFAULT_DEFINITION)
+        definitions.append(
+            CheckDefinition(
+                check.name,
+                check.type,
+                check.digest,
+                definition,
+                columns_of(check),
+                check.needs_judge,
+                where,
+            )
         )
-        for check, (where, definition) in zip(built, places, strict=True)
-    )
-    return definitions, built, advice.names
+    return tuple(definitions), built, _NO_NAMES if advice is None else advice.names
 
 
 def _stale(metadata: Mapping[str, Any], expected: Call | None, task_id: str) -> Call | None:
@@ -212,20 +219,21 @@ def _parse(obj: Any, source: str, parsed: bool = False) -> tuple[Task, tuple[Che
     except (CheckDefinitionError, AdvisoryError) as exc:
         raise TaskLoadError(f"task {task_id!r}: {exc}") from None
     enforce = _enforce(obj, task_id, definitions, stale is not None, episode)
+    # Positional, in Task's field order: keywords to a class make a dict per call (per task).
+    # A task parsed here from its line is held by nothing else: kept as read, not copied.
     task = Task(
-        id=task_id,
-        expected_call=expected,
-        stale=stale,
-        mutation_kind=kind,
-        # A task parsed here from its line is held by nothing else: kept as read, not copied.
-        metadata=metadata if parsed else dict(metadata),
-        raw=obj if parsed else dict(obj),
-        source=source,
-        checks=definitions,
-        episode=episode,
-        advisory=advisory,
-        checks_digest=checks_digest(obj, definitions, parsed=parsed),
-        enforce=enforce,
+        task_id,
+        expected,  # expected_call
+        stale,
+        kind,  # mutation_kind
+        metadata if parsed else dict(metadata),
+        obj if parsed else dict(obj),  # raw
+        source,
+        definitions,  # checks
+        episode,
+        advisory,
+        checks_digest(obj, definitions, parsed=parsed),
+        enforce,
     )
     return task, built
 
@@ -263,10 +271,9 @@ def iter_file_tasks(path: Path) -> Iterator[Task]:
         data = path.read_bytes()
     except OSError as exc:
         raise TaskLoadError(f"{path}: cannot read task file: {exc}") from None
-    # Lines are split at "\n" and "\r" alone (JSON's own line ends: a string may hold U+2028
-    # raw) and read from their bytes, with no decoded copy of the file beside them; a line
+    # Lines are read from their bytes, with no decoded copy of the file beside them; a line
     # orjson does not read exactly takes the text path.
-    for lineno, raw in enumerate(data.splitlines(), start=1):
+    for lineno, raw in enumerate(_lines(data), start=1):
         obj = read_plain_bytes(raw)
         if obj is NOT_READ:
             try:
@@ -280,6 +287,24 @@ def iter_file_tasks(path: Path) -> Iterator[Task]:
             except JSONError as exc:
                 raise TaskLoadError(f"{path}:{lineno}: not valid JSON: {exc}") from None
         yield _parse_task(obj, f"{path}:{lineno}", parsed=True)
+
+
+def _lines(data: bytes) -> Iterator[bytes]:
+    """``data.splitlines()``, a line at a time: split at "\n", "\r\n" and "\r" alone (JSON's
+    own line ends: a string may hold U+2028 raw). A file without "\r" (nearly every one) is
+    cut at each "\n" found by ``bytes.find`` (a memchr), where ``splitlines`` tests every
+    byte for both ends; each line is freed once parsed, not kept to the end."""
+    if data.find(b"\r") >= 0:
+        yield from data.splitlines()
+        return
+    start = 0
+    end = data.find(b"\n")
+    while end >= 0:
+        yield data[start:end]
+        start = end + 1
+        end = data.find(b"\n", start)
+    if start < len(data):
+        yield data[start:]
 
 
 def _not_utf8(data: bytes, path: Path) -> TaskLoadError:

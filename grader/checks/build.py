@@ -117,10 +117,12 @@ def build_checks(
     else:
         if not isinstance(raw, list) or not raw:
             raise CheckDefinitionError("'checks' must be a non-empty list of check definitions")
-        checks = tuple(
-            build_check(d, f"checks[{i}]", expected=expected, stale=stale, parsed=parsed)
-            for i, d in enumerate(raw)
-        )
+        made = []  # a loop, not a generator: a task has one or two checks
+        for i, d in enumerate(raw):
+            made.append(
+                build_check(d, f"checks[{i}]", expected=expected, stale=stale, parsed=parsed)
+            )
+        checks = tuple(made)
     names: set[str] = set()
     columns: set[str] = set()
     for check in checks:

@@ -11,7 +11,7 @@ modes, numeric types) lives in :mod:`grader.checks.call_rules`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Any, NamedTuple
 
@@ -51,6 +51,9 @@ class Rules:
     strings: StringMode = "exact"
     string_paths: Mapping[Path, StringMode] = field(default_factory=dict)
     numbers: Mapping[Path, NumberType] = field(default_factory=dict)
+    # The paths above that reach below a top-level argument (nearly always none): read_rules
+    # collects them as it reads each path, so a compiled call need not measure every path.
+    deep: tuple[Path, ...] = ()
 
 
 @value_type
@@ -78,6 +81,7 @@ _NUMBER_OK: dict[NumberType | None, frozenset[type]] = {
 
 
 _NONE: frozenset[Any] = frozenset()  # an empty table's keys, shared
+_ABSENT: Any = object()  # _compile_keys: a key the expected call does not have
 
 
 def _element_fails(kind: NumberType | None, value: Any) -> int | None:
@@ -118,35 +122,39 @@ class ExpectedCall:
 
         One of three forms, by where the rules reach: none (the arguments compared whole,
         ``_canon``), top-level arguments only (nearly every call: the per-key ``_table``), or
-        below them (the general walk, which reads ``_ruled``). Each form builds only what it
-        reads."""
+        below them (the general walk, which reads ``_ruled``), told apart by the rules' ``deep``
+        paths. Each form builds only what it reads."""
         self.name = name
         self.arguments = arguments
         self.rules = rules
-        self._accept: dict[Path, frozenset[Canon]] = {}
-        for path, values in rules.acceptable.items():
-            mode = self.mode_at(path) if rules.string_paths else rules.strings
-            self._accept[path] = frozenset([canon_in(v, mode) for v in values])
-        numbers = rules.numbers
-        paths = (*rules.acceptable, *rules.optional, *rules.string_paths, *numbers)
-        longest = max(map(len, paths), default=0)  # 1: every rule names a top-level argument
-        self._every = longest > 1 and any(EVERY in path for path in numbers)
+        acceptable = rules.acceptable
+        accept: dict[Path, frozenset[Canon]] = {}
+        if acceptable:
+            string_paths, strings = rules.string_paths, rules.strings
+            for path, values in acceptable.items():
+                mode = self.mode_at(path) if string_paths else strings
+                accept[path] = frozenset([canon_in(v, mode) for v in values])
+        self._accept = accept
+        self._every = False
         self._canon: Canon = None
         self._table: dict[str, _Key] | None = None
         self._known: frozenset[str] = _NONE  # the table's keys
         self._required: frozenset[str] = _NONE
         self._mode: StringMode | None = None
         self._ruled: frozenset[Path] = _NONE
-        if not paths:
-            self._canon = fold_strings(canonical, rules.strings)
-        elif longest == 1 or all(
-            len(path) == 1 or (len(path) == 2 and path[1] == EVERY and path in numbers)
-            for path in paths
-        ):
+        deep, numbers = rules.deep, rules.numbers
+        if not deep:
+            if acceptable or numbers or rules.optional or rules.string_paths:
+                self._compile_keys(canonical)
+            else:
+                self._canon = fold_strings(canonical, rules.strings)
+        elif all(len(path) == 2 and path[1] == EVERY and path in numbers for path in deep):
+            self._every = True  # numbers "arguments.<key>[*]": still one entry per key
             self._compile_keys(canonical)
         else:
-            ruled = {path[:end] for path in paths for end in range(len(path) + 1)}
-            self._ruled = frozenset(ruled)
+            self._every = any(EVERY in path for path in numbers)
+            paths = (*acceptable, *rules.optional, *rules.string_paths, *numbers)
+            self._ruled = frozenset({path[:end] for path in paths for end in range(len(path) + 1)})
 
     def _compile_keys(self, canonical: Canon) -> None:
         """The per-key table: one entry per argument the call or an ``acceptable`` path names,
@@ -159,22 +167,26 @@ class ExpectedCall:
             rules.numbers,
             self._accept,
         )
-        # The arguments' canonical values, folded per key to its mode: their keys are sorted
-        # already, so only keys that acceptable paths add (absent from the call) need a sort.
-        members = canonical.as_dict() if isinstance(canonical, CObject) else {}
-        added = [p[0] for p in rules.acceptable if isinstance(p[0], str) and p[0] not in members]
-        keys = sorted(members.keys() | added) if added else members
+        # The arguments' canonical pairs, in key order already (folded per key to its mode
+        # below); a key that only an acceptable path names (absent from the call) joins them
+        # in key order, with no value.
+        pairs: Sequence[tuple[str, Canon]] = canonical.items if type(canonical) is CObject else ()
+        if accept:
+            present = {key for key, _ in pairs}
+            added = {p[0] for p in accept if isinstance(p[0], str) and p[0] not in present}
+            if added:
+                pairs = sorted([*pairs, *[(key, _ABSENT) for key in added]])
         table: dict[str, _Key] = {}
         required = []
         modes = set()  # without per-path modes, every key's is the default
         every = self._every  # else no "[*]" path to look up
         mode = default
-        for key in keys:
+        for key, value in pairs:
             path: Path = (key,)
             if string_paths:
                 mode = string_paths.get(path, default)
                 modes.add(mode)
-            in_expected = key in members
+            in_expected = value is not _ABSENT
             is_optional = path in optional
             if in_expected and not is_optional:
                 required.append(key)
@@ -185,7 +197,7 @@ class ExpectedCall:
                 number,
                 mode,
                 accept.get(path) if accept else None,
-                fold_strings(members[key], mode) if in_expected else None,
+                fold_strings(value, mode) if in_expected else None,
                 numbers.get((key, EVERY)) if every else None,
                 _NUMBER_OK[number],
             )

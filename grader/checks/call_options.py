@@ -9,6 +9,7 @@ the compiled calls.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from grader.checks._base import Spec
@@ -36,10 +37,16 @@ def call_of(value: Any) -> Call | None:
     return extract(value).call if isinstance(value, str) else call_from_value(value)
 
 
-def _path(spec: Spec, where: str, field: str, text: Any) -> Path:
-    """A rule's path read from ``text``; errors name ``{where}{field}``."""
+# A task set's rules name a few hundred distinct paths, each in many tasks ("arguments.unit"):
+# each text is parsed once (a path is a tuple, shared safely); a refused one is not kept.
+_parsed_path = lru_cache(maxsize=4096)(parse_path)
+
+
+def _path(spec: Spec, where: str, field: str, text: Any, deep: list[Path]) -> Path:
+    """A rule's path read from ``text``; errors name ``{where}{field}``. A path below a
+    top-level argument is also added to ``deep`` (see :attr:`Rules.deep`)."""
     try:
-        path = parse_path(text)
+        path = _parsed_path(text) if type(text) is str else parse_path(text)
     except PathError as exc:
         raise spec.error(f"{where}{field}", str(exc)) from None
     if len(path) == 1:  # a top-level argument, nearly every path: a name, never "[*]"
@@ -49,6 +56,7 @@ def _path(spec: Spec, where: str, field: str, text: Any) -> Path:
         raise spec.error(
             f"{where}{field}", f"path {text!r}: '[*]' is allowed only at the end of a numbers path"
         )
+    deep.append(path)
     return path
 
 
@@ -58,7 +66,8 @@ def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | Non
     ``where`` prefixes the field in errors (``parallel[2].``). A field ``raw`` does not have
     is not read at all (nearly every definition has two or three of the four)."""
     # The base's tables are shared where ``raw`` adds nothing to them (never written after).
-    acceptable: Mapping[Path, tuple[Any, ...]] = base.acceptable if base else {}
+    acceptable: Mapping[Path, tuple[Any, ...]] = base.acceptable if base else _EMPTY
+    deep: list[Path] = []
     if "acceptable" in raw:
         acceptable = dict(acceptable)
         acc_raw = raw["acceptable"]
@@ -67,30 +76,37 @@ def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | Non
         for text, values in acc_raw.items():
             if not isinstance(values, list) or not values:
                 raise spec.error(f"{where}acceptable", f"{text!r} needs a non-empty list of values")
-            acceptable[_path(spec, where, "acceptable", text)] = tuple(values)
-    optional = base.optional if base else frozenset()
+            acceptable[_path(spec, where, "acceptable", text, deep)] = tuple(values)
+    optional = base.optional if base else _NO_PATHS
     if "optional" in raw:
         opt_raw = raw["optional"]
         if not isinstance(opt_raw, list):
             raise spec.error(f"{where}optional", "must be a list of argument paths")
-        optional = optional.union([_path(spec, where, "optional", p) for p in opt_raw])
+        paths = []  # a loop: nearly every list names one or two paths (a comprehension is a call)
+        for p in opt_raw:
+            paths.append(_path(spec, where, "optional", p, deep))
+        optional = optional.union(paths)
     strings: StringMode = base.strings if base else "exact"
-    string_paths: Mapping[Path, StringMode] = base.string_paths if base else {}
+    string_paths: Mapping[Path, StringMode] = base.string_paths if base else _EMPTY
     str_raw = raw.get("strings")
     if isinstance(str_raw, str):
         str_raw = {"default": str_raw}
     if str_raw is not None:
-        string_paths = dict(string_paths)
         if not isinstance(str_raw, dict):
             raise spec.error(f"{where}strings", f"must be one of {STRING_MODES} or an object")
+        own: dict[Path, StringMode] | None = None  # a copy of the base's, made if a path is set
         for text, mode in str_raw.items():
             if mode not in STRING_MODES:
                 raise spec.error(f"{where}strings", f"{mode!r} is not one of {STRING_MODES}")
             if text == "default":
                 strings = mode
             else:
-                string_paths[_path(spec, where, "strings", text)] = mode
-    numbers: Mapping[Path, NumberType] = base.numbers if base else {}
+                if own is None:
+                    own = dict(string_paths)
+                own[_path(spec, where, "strings", text, deep)] = mode
+        if own is not None:
+            string_paths = own
+    numbers: Mapping[Path, NumberType] = base.numbers if base else _EMPTY
     num_raw = raw.get("numbers", _NONE)
     if num_raw == FROM_REQUEST and not where:
         num_raw = _NONE  # the check's numbers_from_request flag; read by build()
@@ -101,11 +117,16 @@ def read_rules(spec: Spec, raw: Mapping[str, Any], where: str, base: Rules | Non
         for text, kind in num_raw.items():
             if kind not in NUMBER_TYPES:
                 raise spec.error(f"{where}numbers", f"{kind!r} is not one of {NUMBER_TYPES}")
-            numbers[_path(spec, where, "numbers", text)] = kind
-    return Rules(acceptable, optional, strings, string_paths, numbers)
+            numbers[_path(spec, where, "numbers", text, deep)] = kind
+    if base and base.deep:
+        deep[:0] = base.deep
+    return Rules(acceptable, optional, strings, string_paths, numbers, tuple(deep))
 
 
 _NONE: Any = object()  # read_rules: a field the definition does not have
+# The empty table every Rules without one shares (never written: a table is copied first).
+_EMPTY: Mapping[Any, Any] = {}
+_NO_PATHS: frozenset[Path] = frozenset()
 
 
 def compile_call(spec: Spec, key: str, call: Call, rules: Rules) -> ExpectedCall:

@@ -259,6 +259,15 @@ def call_from_value(value: Any) -> Call | None:
     """The usable call a parsed JSON value carries (last usable candidate), if any."""
     if not isinstance(value, dict):
         return None
+    if "tool_calls" not in value and "function" not in value:
+        # A bare call (a task's expected call, each parallel entry): its one candidate is
+        # itself, taken without collecting candidates_of's.
+        if "name" not in value:
+            return None
+        try:
+            return usable_call(value)
+        except _UnusableError:
+            return None
     for candidate in reversed(list(candidates_of(value))):
         try:
             return usable_call(candidate)

@@ -106,6 +106,8 @@ LINE_B = dumps({**GOOD, "id": "b"})
     ("data", "outcome"),
     [
         pytest.param(LINE_A + b"\r\n" + LINE_B + b"\r\n", ["a", "b"], id="crlf_line_ends"),
+        pytest.param(LINE_A + b"\r" + LINE_B + b"\n", ["a", "b"], id="a_lone_cr_ends_a_line"),
+        pytest.param(LINE_A + b"\n" + LINE_B + b"\n\n", ["a", "b"], id="final_blank_line"),
         pytest.param(b"\n  \n" + LINE_A + b"\n\t\n", ["a"], id="blank_lines_skipped"),
         pytest.param(LINE_A + b"\n" + LINE_B, ["a", "b"], id="no_final_newline"),
         pytest.param(
@@ -133,8 +135,9 @@ LINE_B = dumps({**GOOD, "id": "b"})
 def test_task_file_lines_are_read_as_json_lines(
     tmp_path: Path, data: bytes, outcome: list[str] | str
 ) -> None:
-    """JSON Lines: a line ends at "\\n" or "\\r\\n" only (a JSON string may hold U+2028 raw),
-    blank lines are skipped, and errors name the file and line (or the byte offset)."""
+    """JSON Lines: a line ends at "\\n", "\\r\\n" or "\\r" (never at U+2028, which a JSON
+    string may hold raw), blank lines are skipped, and errors name the file and line (or the
+    byte offset)."""
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(data)
     if isinstance(outcome, str):
