@@ -482,10 +482,13 @@ def _error_row(
 
 def _failure_reason(outcome: Outcome) -> str:
     """A failed answer's reason code: the tool-call verdict's, else the first failing column's."""
-    if outcome.verdict is not None and outcome.verdict.score == 0:
-        return outcome.verdict.reason_code
-    failed = [c for c in outcome.checks if c.passed is False and not c.advisory]
-    return failed[0].reason_code if failed else "fail"
+    verdict = outcome.verdict
+    if verdict is not None and verdict.score == 0:
+        return verdict.reason_code
+    for column in outcome.checks:  # the first failing one (a loop: a comprehension is a call)
+        if column.passed is False and not column.advisory:
+            return column.reason_code
+    return "fail"
 
 
 def _graded(report: Report, failures: Counter[str]) -> str:
