@@ -84,13 +84,15 @@ class CheckTally:
 
 
 # What one answer adds to a report, all of it, in one flat tuple: its task's mutation kind and
-# category, the result, the tool-call verdict's reason code (:data:`_Head`), then each column's
-# name, advisory and passed, three items a column. Flat, not a tuple of column tuples: it is
-# built, hashed and compared for every answer, and nesting cost a tuple more of each.
-_Head = tuple[str | None, str | None, Result, str | None]
-_Column = tuple[str, bool, bool | None]
+# category, the result, the tool-call verdict's reason code and whether that verdict failed
+# (:data:`_Head`), then each column's name, advisory, passed and reason code, four items a
+# column. Flat, not a tuple of column tuples: it is built, hashed and compared for every
+# answer, and nesting cost a tuple more of each.
+_Head = tuple[str | None, str | None, Result, str | None, bool]
+_Column = tuple[str, bool, bool | None, str]
 _Row = tuple[str | bool | None, ...]
-_COLUMN = attrgetter("name", "advisory", "passed")
+_HEAD, _EACH = 5, 4  # the head's items; a column's
+_COLUMN = attrgetter("name", "advisory", "passed", "reason_code")
 
 
 @dataclass(slots=True)
@@ -103,9 +105,10 @@ class _Slices:
     reasons: Counter[str] = field(default_factory=Counter)
     per_category: dict[str, Tally] = field(default_factory=dict)
     advisory: dict[str, CheckTally] = field(default_factory=dict)
+    failures: Counter[str] = field(default_factory=Counter)
 
     def add(self, row: _Row, times: int) -> None:
-        kind, category, result, reason = cast("_Head", row[:4])
+        kind, category, result, reason, missed = cast("_Head", row[:_HEAD])
         self.total.add(result, times)
         tally = self.per_kind.get(kind or NO_KIND)
         if tally is None:
@@ -116,15 +119,20 @@ class _Slices:
             if tally is None:
                 tally = self.per_category[category] = Tally()
             tally.add(result, times)
-        for at in range(4, len(row), 3):
-            name, advisory, passed = cast("_Column", row[at : at + 3])
+        failure = reason if missed else None
+        for at in range(_HEAD, len(row), _EACH):
+            name, advisory, passed, code = cast("_Column", row[at : at + _EACH])
             tallies = self.advisory if advisory else self.per_check
             check = tallies.get(name)
             if check is None:
                 check = tallies[name] = CheckTally()
             check.add(passed, times)
+            if failure is None and passed is False and not advisory:
+                failure = code
         if reason is not None:
             self.reasons[reason] += times
+        if result in ("fail", "stale"):
+            self.failures[failure or "fail"] += times
 
 
 @dataclass(slots=True)
@@ -151,13 +159,27 @@ class Report:
         category = category if isinstance(category, str) else None
         result = outcome.result
         verdict = outcome.verdict
-        reason = None if verdict is None else verdict.reason_code
+        if verdict is None:
+            reason, missed = None, False
+        else:
+            reason, missed = verdict.reason_code, verdict.score == 0
         row: _Row
         match outcome.checks:
             case (column,):  # most tasks: one column, its part of the row written out
-                row = (kind, category, result, reason, column.name, column.advisory, column.passed)
+                row = (
+                    kind,
+                    category,
+                    result,
+                    reason,
+                    missed,
+                    column.name,
+                    column.advisory,
+                    column.passed,
+                    column.reason_code,
+                )
             case several:
-                row = (kind, category, result, reason, *chain.from_iterable(map(_COLUMN, several)))
+                head = (kind, category, result, reason, missed)
+                row = (*head, *chain.from_iterable(map(_COLUMN, several)))
         counted = self._rows.get(row)
         if counted is None:
             self._rows[row] = [1]
@@ -199,6 +221,13 @@ class Report:
     def advisory(self) -> dict[str, CheckTally]:
         """Advisory columns (grader/advisory.py): counted for review, never given a pass rate."""
         return self._tallied().advisory
+
+    @property
+    def failures(self) -> Counter[str]:
+        """The model's failures (``fail`` and ``stale`` answers) by reason: the tool-call
+        verdict's reason code when it failed, else the first failing column's (advisory ones
+        aside), else ``fail``. What ``gradeproxy grade`` names in its header."""
+        return self._tallied().failures
 
     def merge(self, other: Report) -> None:
         """Add the answers ``other`` counted: a report of other rows of the same run (a slice

@@ -28,7 +28,7 @@ import argparse
 import gc
 import os
 import sys
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from itertools import chain
@@ -286,13 +286,12 @@ def _graded_in_slices(
     digest: str,
     wanted: str | None,
     report: Report,
-    failures: Counter[str],
     intake: Intake,
     progress: Progress,
 ) -> Iterator[bytes]:
     """The output chunks of ``entries`` graded ``args.jobs`` slices at a time (gradeproxy/cli/
     _jobs.py): each slice's lines as :func:`_rows` writes them, and each slice's counts added
-    into ``report``, ``failures`` and ``intake`` in slice order, as one process counts them."""
+    into ``report`` and ``intake`` in slice order, as one process counts them."""
     from gradeproxy.cli._jobs import sliced
 
     read = len(intake.problems)  # the problems met while reading, before any slice is graded
@@ -301,7 +300,7 @@ def _graded_in_slices(
     def grade_slice(part: Sequence[Answer | Refused], shown: Progress) -> Iterator[bytes]:
         answers = [entry for entry in part if len(entry) == 4]
         outcomes = _in_turn(_graded_lazily(args.answers, answers, shown, intake))
-        rows = _rows(part, outcomes, digest, wanted, report, failures)
+        rows = _rows(part, outcomes, digest, wanted, report)
         if wanted is None:  # the report alone: rows are graded and counted, never kept
             deque(rows, maxlen=0)
             return
@@ -312,13 +311,12 @@ def _graded_in_slices(
         yield from grade_slice(part, progress)
         done = sum(len(entry) == 4 for entry in part)
 
-    def counts() -> tuple[Report, Counter[str], list[Problem]]:
-        return report, failures, intake.problems[read:]
+    def counts() -> tuple[Report, list[Problem]]:
+        return report, intake.problems[read:]
 
-    def absorb(counted: tuple[Report, Counter[str], list[Problem]]) -> None:
-        their_report, their_failures, their_problems = counted
+    def absorb(counted: tuple[Report, list[Problem]]) -> None:
+        their_report, their_problems = counted
         report.merge(their_report)
-        failures.update(their_failures)
         intake.problems.extend(their_problems)
 
     def finished(part: Sequence[Answer | Refused]) -> None:
@@ -407,25 +405,22 @@ def _run(args: argparse.Namespace) -> int:
         print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
         return 2
     report = Report(tasks.digest)
-    failures: Counter[str] = Counter()
     try:
         if forked:
             assert isinstance(entries, list)  # forked runs read every row first
-            lines = _graded_in_slices(
-                args, entries, tasks.digest, wanted, report, failures, intake, progress
-            )
+            lines = _graded_in_slices(args, entries, tasks.digest, wanted, report, intake, progress)
             if out is not None:
                 write_atomically(out, lines)
             else:
                 deque(lines, maxlen=0)
         elif out is not None and wanted == "line":
-            rows = _rows(entries, outcome_of, tasks.digest, wanted, report, failures)
+            rows = _rows(entries, outcome_of, tasks.digest, wanted, report)
             write_atomically(out, batched_lines(rows))
         elif out is not None:
-            rows = _rows(entries, outcome_of, tasks.digest, wanted, report, failures)
+            rows = _rows(entries, outcome_of, tasks.digest, wanted, report)
             write_rows(out, list(rows), wide=args.wide)
         else:
-            deque(_rows(entries, outcome_of, tasks.digest, wanted, report, failures), maxlen=0)
+            deque(_rows(entries, outcome_of, tasks.digest, wanted, report), maxlen=0)
         # Problems met reading and grading, in line order: a streamed run meets them in turn,
         # a run read whole (or graded in slices) meets every reading problem first.
         intake.problems.sort(key=_line)
@@ -438,7 +433,7 @@ def _run(args: argparse.Namespace) -> int:
     except UnusableInputError as exc:  # --strict and an answer that could not be graded
         print(f"gradeproxy grade: error: {exc}", file=sys.stderr)
         return 2
-    print(intake.summary(_graded(report, failures)))
+    print(intake.summary(_graded(report)))
     print(report.render_table())
     intake.warn()
     return intake.exit_code()
@@ -450,11 +445,10 @@ def _rows(
     digest: str,
     wanted: str | None,
     report: Report,
-    failures: Counter[str],
 ) -> Iterator[Any]:
     """Each entry's row in input order (``wanted``: ``"line"`` its JSONL line, ``"row"`` the
     row, None nothing but the report), each answer's outcome from ``outcome_of``, the report
-    and the failure reasons counted as it goes."""
+    counted as it goes."""
     for entry in entries:
         if len(entry) == 3:  # refused while reading
             problem, task, source = entry
@@ -468,8 +462,6 @@ def _rows(
             yield dumps_line(row) if wanted == "line" else row
             continue
         report.add(task, outcome)
-        if outcome.result in ("fail", "stale"):
-            failures[_failure_reason(outcome)] += 1
         if wanted is not None:
             row = offline_row(task, outcome, digest, source)
             yield dumps_line(row) if wanted == "line" else row
@@ -482,17 +474,9 @@ def _error_row(
     return input_error_row(task_id, task, problem.reason_code, problem.text(), digest, source)
 
 
-def _failure_reason(outcome: Outcome) -> str:
-    """A failed answer's reason code: the tool-call verdict's, else the first failing column's."""
-    if outcome.verdict is not None and outcome.verdict.score == 0:
-        return outcome.verdict.reason_code
-    failed = [c for c in outcome.checks if c.passed is False and not c.advisory]
-    return failed[0].reason_code if failed else "fail"
-
-
-def _graded(report: Report, failures: Counter[str]) -> str:
+def _graded(report: Report) -> str:
     """The graded rows for the header: model failures by reason (errors of the engine apart)."""
-    total = report.total
+    total, failures = report.total, report.failures
     reasons = ", ".join(f"{code} {n}" for code, n in sorted(failures.items()))
     text = f"{total.n + total.errors} graded, {total.passed} passed"
     text += f", {total.n - total.passed} model failures ({reasons})" if failures else ""

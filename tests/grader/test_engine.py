@@ -310,6 +310,74 @@ def test_reports_of_two_slices_merged_read_as_one_report(cut: int) -> None:
     assert first.render_table() == whole.render_table()
 
 
+# An answer whose only failing column is advisory names the column after it: the advisory
+# json_schema column fails first (no object) and is passed over.
+ADVISED = parse_task(
+    {
+        "id": "advised",
+        "item": {"prompt": "p"},
+        "checks": [
+            {
+                "type": "json_schema",
+                "name": "shape",
+                "schema": {"type": "object"},
+                "advisory": True,
+            },
+            {
+                "type": "string_check",
+                "name": "word",
+                "operation": "eq",
+                "input": "{{ sample.output_text }}",
+                "reference": "yes",
+            },
+        ],
+    }
+)
+WEATHER = TASKS.tasks["weather.field_renamed.01"]
+
+
+def _stale_answer(task: Task) -> str:
+    """An answer that calls the task's stale (pre-change) form."""
+    assert task.stale is not None
+    return wire(plain(task.stale))
+
+
+@pytest.mark.parametrize(
+    ("answers", "failures"),
+    [
+        pytest.param([(WEATHER, wire(plain(WEATHER.expected)))], {}, id="a_pass_is_none"),
+        pytest.param([(WEATHER, "no call")], {"no_call": 1}, id="a_failed_verdict_its_code"),
+        pytest.param(
+            [(WEATHER, _stale_answer(WEATHER)), (WEATHER, _stale_answer(WEATHER))],
+            {"stale_schema": 2},
+            id="a_stale_answer_is_one_each_time",
+        ),
+        pytest.param(
+            [(POLICY, wire(DELETE, REFUND))],
+            {"unauthorised_action": 1},
+            id="a_passed_verdict_the_first_failing_column",
+        ),
+        pytest.param(
+            [(ADVISED, "no"), (ADVISED, "yes")],
+            {"string_mismatch": 1},
+            id="no_verdict_the_first_failing_column_not_advisory",
+        ),
+        pytest.param(
+            [(JUDGE_TASKS.tasks["support.reply_quality.judge"], "Sorry!")],
+            {},
+            id="an_error_is_none",
+        ),
+    ],
+)
+def test_a_reports_failures_are_fail_and_stale_answers_by_reason(
+    answers: list[tuple[Task, str]], failures: dict[str, int]
+) -> None:
+    """What ``gradeproxy grade`` names in its header: each failed answer once, by the
+    tool-call verdict's code when it failed, else by its first failing column's."""
+    report = Report.of("sha256:x", [(task, grade(task, answer)) for task, answer in answers])
+    assert report.failures == failures
+
+
 def test_report_has_per_check_pass_rates_over_policy_columns() -> None:
     run = grade_run(TASKS, [(POLICY.id, wire(REFUND)), (POLICY.id, wire(DELETE, REFUND))])
     per_check = run.report.to_dict()["perCheck"]
