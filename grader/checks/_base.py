@@ -166,9 +166,12 @@ class CheckResult:
         if details is not None:
             # A shared result's read-only view is copied by its own ``copy`` (the dict it
             # shows): ``dict()`` of a view reads it key by key, half of what this form cost.
-            row["details"] = (
-                details.copy() if isinstance(details, MappingProxyType) else dict(details)
-            )
+            # A view over another mapping copies to that mapping's type: made a dict then.
+            if isinstance(details, MappingProxyType):
+                copied = details.copy()
+                row["details"] = copied if type(copied) is dict else dict(copied)
+            else:
+                row["details"] = dict(details)
         if self.advisory:
             row["advisory"] = True
         return row

@@ -141,7 +141,9 @@ def max_matching(
     expected calls; a maximum matching never does. ``fit`` is asked at most once per pair,
     with the row and column themselves (no closure over indices): its answers are kept in
     ``memos``, one dict per column keyed by the row (fresh ones when not given), which may
-    outlive the matching (an answer call's own: :attr:`AnswerCall.fits`).
+    outlive the matching (an answer call's own: :attr:`AnswerCall.fits`). So rows must hash,
+    and rows equal as values share one answer: they must fit alike (an ``ExpectedCall`` is
+    equal to itself alone).
 
     With ``perfect``, stop at the first row no augmenting path reaches (Kuhn: such a row stays
     unmatched in every maximum matching grown from this one), leaving later rows None.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import ChainMap, OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from grader.checks import (
     check_digest,
 )
 from grader.engine import checks_of, grade, grade_async, overall
+from grader.json import dumps
 from grader.version import GRADER_RULES_VERSION
 from tests.support.checks import call, wire
 from tests.support.files import write_jsonl
@@ -249,3 +253,26 @@ def test_sample_round_trips_through_answer() -> None:
     assert Sample.from_answer(answer).answer == answer
     rebuilt = Sample(output_text="", output_tools=Sample.from_answer(answer).output_tools)
     assert score(task(), rebuilt.answer).score == 1
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        pytest.param({"path": "a"}, id="a_dict"),
+        pytest.param(MappingProxyType({"path": "a"}), id="a_view_of_a_dict"),
+        pytest.param(MappingProxyType(OrderedDict(path="a")), id="a_view_of_an_ordered_dict"),
+        pytest.param(MappingProxyType(ChainMap({"path": "a"})), id="a_view_of_a_chain_map"),
+    ],
+)
+def test_a_results_details_are_a_plain_dict_of_its_own_in_the_row(
+    details: Mapping[str, Any],
+) -> None:
+    """Whatever mapping a result holds, its row gets a plain dict (JSON data) the row's reader
+    may change without changing the result."""
+    column = CheckResult("c", "t", True, None, "", "match", None, "d", details=details)
+    row = column.to_dict()
+    assert type(row["details"]) is dict
+    assert row["details"] == {"path": "a"}
+    row["details"]["path"] = "b"
+    assert dict(details) == {"path": "a"}
+    assert dumps(row)
