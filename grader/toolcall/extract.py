@@ -208,20 +208,22 @@ def top_level_object_spans(text: str) -> tuple[list[tuple[int, int]], bool]:
     return spans, too_deep
 
 
-def candidates_of(obj: dict[str, Any]) -> Iterator[Any]:
-    """Candidate calls of one top-level object, in order (grading.md failure mode 3)."""
+def candidates_of(obj: dict[str, Any]) -> list[Any]:
+    """Candidate calls of one top-level object, in order (grading.md failure mode 3). A list,
+    not a generator: callers read it backwards, and nearly every object (a task's expected
+    call, a parallel entry) is one bare call, its own one candidate."""
     tool_calls = obj.get("tool_calls")
     if isinstance(tool_calls, list):
+        found = []
         for element in tool_calls:
             if isinstance(element, dict):
                 function = element.get("function")
-                yield function if isinstance(function, dict) else element
-        return
+                found.append(function if isinstance(function, dict) else element)
+        return found
     function = obj.get("function")
     if isinstance(function, dict):
-        yield function
-    elif "name" in obj:
-        yield obj
+        return [function]
+    return [obj] if "name" in obj else []
 
 
 class _UnusableError(Exception):
@@ -259,16 +261,7 @@ def call_from_value(value: Any) -> Call | None:
     """The usable call a parsed JSON value carries (last usable candidate), if any."""
     if not isinstance(value, dict):
         return None
-    if "tool_calls" not in value and "function" not in value:
-        # A bare call (a task's expected call, each parallel entry): its one candidate is
-        # itself, taken without collecting candidates_of's.
-        if "name" not in value:
-            return None
-        try:
-            return usable_call(value)
-        except _UnusableError:
-            return None
-    for candidate in reversed(list(candidates_of(value))):
+    for candidate in reversed(candidates_of(value)):
         try:
             return usable_call(candidate)
         except _UnusableError:
