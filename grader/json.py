@@ -154,8 +154,9 @@ def loads_with_plain(text: str) -> tuple[Any, bool]:
     """:func:`loads_exact` of ``text``, and whether its strings are plain (:func:`plain_strings`)
     from the same digit search: the reader of every graded answer, which needs both (its calls'
     ``arguments`` are JSON texts inside its strings). A text of one window (every answer) is
-    searched and parsed from its UTF-8 bytes here, encoded once, without the calls of
-    :func:`has_long_digit_run` and :func:`loads_plain`."""
+    searched and parsed from its UTF-8 bytes here, encoded once (the bytes' own search, then
+    orjson on them), not by :func:`has_long_digit_run` and :func:`loads_plain`, which would
+    encode it again."""
     try:
         data = text.encode() if len(text) <= SEARCH_WINDOW else None
     except UnicodeEncodeError:  # a lone surrogate: searched and read below
@@ -164,7 +165,7 @@ def loads_with_plain(text: str) -> tuple[Any, bool]:
         if has_long_digit_run(text):
             return loads_exact(text), False
         return loads_plain(text), "\\u" not in text
-    if data.translate(_DIGITS_TO_ZERO).find(_ZEROS) >= 0:  # bytes_have_long_digit_run's search
+    if bytes_have_long_digit_run(data):
         return loads_exact(text), False
     try:
         value = orjson.loads(data)
